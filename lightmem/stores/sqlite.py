@@ -1,0 +1,220 @@
+"""SQLite as the source of truth of MTM: turns, items (with their vectors), history.
+
+WAL mode, one transaction per write batch, and every statement scoped by ``user_id``.
+Item row ids (``rid``) are AUTOINCREMENT, so a deleted item's id is never reused and a
+stale index entry can never point at someone else's newer item.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lightmem.errors import StoreError
+from lightmem.types import HistoryEvent, ItemKind, MemoryItem, Turn
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS turns (
+  pk INTEGER PRIMARY KEY AUTOINCREMENT,
+  user_id TEXT NOT NULL, turn_id TEXT NOT NULL, session_id TEXT, speaker TEXT NOT NULL,
+  text TEXT NOT NULL, caption TEXT, timestamp REAL NOT NULL, metadata TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  UNIQUE (user_id, turn_id)
+);
+CREATE TABLE IF NOT EXISTS items (
+  rid INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  user_id TEXT NOT NULL, text TEXT NOT NULL, provenance TEXT NOT NULL,
+  created_at REAL NOT NULL, event_time REAL NOT NULL, last_access REAL NOT NULL,
+  access_count INTEGER NOT NULL DEFAULT 0, utility REAL NOT NULL DEFAULT 1.0,
+  topic TEXT, entities TEXT NOT NULL DEFAULT '[]', kind TEXT NOT NULL DEFAULT 'episodic',
+  valid_from REAL, valid_to REAL, superseded_by TEXT,
+  archived INTEGER NOT NULL DEFAULT 0, n_tokens INTEGER NOT NULL DEFAULT 0,
+  metadata TEXT NOT NULL DEFAULT '{}', embedding BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS items_by_user ON items (user_id, archived);
+CREATE TABLE IF NOT EXISTS history (
+  pk INTEGER PRIMARY KEY AUTOINCREMENT,
+  item_id TEXT NOT NULL, user_id TEXT NOT NULL, event TEXT NOT NULL,
+  old_text TEXT, new_text TEXT, at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS history_by_item ON history (user_id, item_id);
+"""
+
+_ITEM_COLS = (
+    "rid, id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, topic, "
+    "entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata"
+)
+
+
+def row_to_item(row: sqlite3.Row | tuple) -> MemoryItem:
+    (_, iid, uid, text, prov, created, event, last, count, util, topic, ents, kind, vf, vt, sup, arch, ntok, meta) = row
+    return MemoryItem(
+        id=iid, user_id=uid, text=text, provenance=json.loads(prov), created_at=created, event_time=event,
+        last_access=last, access_count=count, utility=util, topic=topic, entities=json.loads(ents),
+        kind=ItemKind(kind), valid_from=vf, valid_to=vt, superseded_by=sup, archived=bool(arch), n_tokens=ntok,
+        metadata=json.loads(meta),
+    )
+
+
+class SQLiteStore:
+    """Thread-safe access to one lightmem database file.
+
+    Args:
+        path: Database file (created with its folder when missing).
+        synchronous: SQLite ``synchronous`` pragma. ``FULL`` (default) survives power loss;
+            ``NORMAL`` survives process crashes only and commits faster.
+    """
+
+    def __init__(self, path: str | Path, synchronous: str = "FULL") -> None:
+        if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._conn.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a usable lightmem database: {exc}") from exc
+        self.lock = threading.RLock()
+        version = self.get_meta("schema_version")
+        if version is None:
+            self.set_meta("schema_version", SCHEMA_VERSION)
+        elif version != SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has schema version {version}; this lightmem reads {SCHEMA_VERSION}")
+
+    # -- plumbing -----------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic write batch: everything inside commits together or not at all."""
+        with self.lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self.lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        with self.lock:
+            self._conn.close()
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self.query("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction() as c:
+            c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    # -- writes (call inside transaction()) ------------------------------------------------
+    @staticmethod
+    def existing_turn_ids(c: sqlite3.Connection, user_id: str, turn_ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for i in range(0, len(turn_ids), 500):
+            chunk = list(turn_ids[i : i + 500])
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                r[0]
+                for r in c.execute(f"SELECT turn_id FROM turns WHERE user_id = ? AND turn_id IN ({marks})", [user_id, *chunk])
+            )
+        return found
+
+    @staticmethod
+    def insert_turn(c: sqlite3.Connection, user_id: str, turn: Turn, at: float) -> None:
+        c.execute(
+            "INSERT INTO turns (user_id, turn_id, session_id, speaker, text, caption, timestamp, metadata, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (user_id, turn.turn_id, turn.session_id, turn.speaker, turn.text, turn.caption, turn.timestamp,
+             json.dumps(turn.metadata), at),
+        )
+
+    @staticmethod
+    def insert_item(c: sqlite3.Connection, item: MemoryItem, vector: np.ndarray) -> int:
+        cur = c.execute(
+            "INSERT INTO items (id, user_id, text, provenance, created_at, event_time, last_access, access_count, "
+            "utility, topic, entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (item.id, item.user_id, item.text, json.dumps(item.provenance), item.created_at, item.event_time,
+             item.last_access, item.access_count, item.utility, item.topic, json.dumps(item.entities),
+             item.kind.value, item.valid_from, item.valid_to, item.superseded_by, int(item.archived), item.n_tokens,
+             json.dumps(item.metadata), np.asarray(vector, dtype=np.float32).tobytes()),
+        )
+        return int(cur.lastrowid)
+
+    @staticmethod
+    def log(c: sqlite3.Connection, user_id: str, item_id: str, event: str, old: str | None, new: str | None, at: float) -> None:
+        c.execute(
+            "INSERT INTO history (item_id, user_id, event, old_text, new_text, at) VALUES (?, ?, ?, ?, ?, ?)",
+            (item_id, user_id, event, old, new, at),
+        )
+
+    # -- reads -----------------------------------------------------------------------------
+    def item_rows(self, user_id: str, where: str = "", params: Sequence[Any] = (), order: str = "rid") -> list[tuple]:
+        sql = f"SELECT {_ITEM_COLS} FROM items WHERE user_id = ?" + (f" AND {where}" if where else "") + f" ORDER BY {order}"
+        return self.query(sql, [user_id, *params])
+
+    def items_by_rid(self, user_id: str, rids: Sequence[int]) -> dict[int, MemoryItem]:
+        out: dict[int, MemoryItem] = {}
+        for i in range(0, len(rids), 500):
+            chunk = [int(r) for r in rids[i : i + 500]]
+            marks = ",".join("?" * len(chunk))
+            for row in self.item_rows(user_id, f"rid IN ({marks})", chunk):
+                out[int(row[0])] = row_to_item(row)
+        return out
+
+    def active_vectors(self, user_id: str) -> list[tuple[int, str, bytes, float, str, str | None, str, int]]:
+        """(rid, text, embedding, event_time, kind, topic, entities, current) of unarchived items."""
+        return self.query(
+            "SELECT rid, text, embedding, event_time, kind, topic, entities, "
+            "(superseded_by IS NULL AND valid_to IS NULL) FROM items WHERE user_id = ? AND archived = 0 ORDER BY rid",
+            (user_id,),
+        )
+
+    def rid_of(self, user_id: str, item_id: str) -> int | None:
+        rows = self.query("SELECT rid FROM items WHERE user_id = ? AND id = ?", (user_id, item_id))
+        return int(rows[0][0]) if rows else None
+
+    def history(self, user_id: str, item_id: str) -> list[HistoryEvent]:
+        rows = self.query(
+            "SELECT item_id, event, old_text, new_text, at FROM history WHERE user_id = ? AND item_id = ? ORDER BY pk",
+            (user_id, item_id),
+        )
+        return [HistoryEvent(*r) for r in rows]
+
+    def turns(self, user_id: str) -> list[Turn]:
+        rows = self.query(
+            "SELECT turn_id, speaker, text, timestamp, session_id, caption, metadata FROM turns WHERE user_id = ? ORDER BY pk",
+            (user_id,),
+        )
+        return [Turn(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+
+    def users(self) -> list[str]:
+        rows = self.query("SELECT user_id FROM turns UNION SELECT user_id FROM items ORDER BY 1")
+        return [r[0] for r in rows]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per user: turns, active items, archived items."""
+        out: dict[str, dict[str, int]] = {}
+        for uid, n in self.query("SELECT user_id, COUNT(*) FROM turns GROUP BY user_id"):
+            out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0})["turns"] = n
+        for uid, arch, n in self.query("SELECT user_id, archived, COUNT(*) FROM items GROUP BY user_id, archived"):
+            out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0})["archived" if arch else "items"] = n
+        return out

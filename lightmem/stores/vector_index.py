@@ -1,0 +1,130 @@
+"""A per-user dense index: FAISS for top-k search, a numpy mirror for exact rescoring.
+
+MTM is capacity-bound (B = 10^4 items per user by default), so an exact inner-product
+index is both fast and exact; ``hnsw`` is there for users who raise B far beyond that.
+FAISS row i is always ``self.ids[i]``: removals delete the same rows from both.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def _faiss():
+    import faiss
+
+    return faiss
+
+
+class VectorIndex:
+    """Inner-product search over L2-normalised vectors (so scores are cosines).
+
+    Args:
+        dim: Vector dimension.
+        kind: ``flat`` (exact) or ``hnsw`` (approximate; rebuilt on removal).
+        device: ``cpu`` or ``cuda``; on ``cuda`` the FAISS index lives on the GPU
+            (needs the faiss-gpu build: ``pip install lightmem[gpu]``).
+    """
+
+    def __init__(self, dim: int, kind: str = "flat", device: str = "cpu") -> None:
+        if kind not in {"flat", "hnsw"}:
+            raise ValueError(f"index kind must be 'flat' or 'hnsw', got {kind!r}")
+        self.dim, self.kind, self.device = dim, kind, device
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.vecs = np.zeros((0, dim), dtype=np.float32)
+        self._row: dict[int, int] = {}
+        self._index = self._new_index()
+
+    def _new_index(self):
+        faiss = _faiss()
+        if self.kind == "flat":
+            index = faiss.IndexFlatIP(self.dim)
+        else:
+            index = faiss.IndexHNSWFlat(self.dim, 32, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efSearch = 128
+        if self.device.startswith("cuda"):
+            if not hasattr(faiss, "StandardGpuResources"):
+                raise RuntimeError(
+                    "store.faiss_device=cuda needs the GPU build of FAISS: pip install 'lightmem[gpu]' (faiss-gpu-cu12)"
+                )
+            self._gpu_res = getattr(self, "_gpu_res", None) or faiss.StandardGpuResources()
+            gpu_id = int(self.device.split(":")[1]) if ":" in self.device else 0
+            index = faiss.index_cpu_to_gpu(self._gpu_res, gpu_id, index)
+        return index
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def __contains__(self, doc_id: int) -> bool:
+        return doc_id in self._row
+
+    def add(self, ids: np.ndarray, vecs: np.ndarray) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        if vecs.shape != (ids.shape[0], self.dim):
+            raise ValueError(f"expected vectors of shape ({ids.shape[0]}, {self.dim}), got {vecs.shape}")
+        if any(int(i) in self._row for i in ids):
+            raise ValueError("an id is already in the vector index; remove it first")
+        start = len(self)
+        self.ids = np.concatenate([self.ids, ids])
+        self.vecs = np.concatenate([self.vecs, vecs]) if start else vecs.copy()
+        for off, i in enumerate(ids.tolist()):
+            self._row[i] = start + off
+        self._index.add(vecs)
+
+    def remove(self, ids) -> None:
+        rows = sorted(self._row[i] for i in map(int, ids) if i in self._row)
+        if not rows:
+            return
+        keep = np.ones(len(self), dtype=bool)
+        keep[rows] = False
+        self.ids, self.vecs = self.ids[keep], np.ascontiguousarray(self.vecs[keep])
+        self._row = {int(i): r for r, i in enumerate(self.ids.tolist())}
+        if self.kind == "flat" and not self.device.startswith("cuda"):
+            faiss = _faiss()
+            self._index.remove_ids(faiss.IDSelectorBatch(np.asarray(rows, dtype=np.int64)))
+        else:  # HNSW and GPU indexes cannot remove: rebuild from the mirror
+            self._index = self._new_index()
+            if len(self):
+                self._index.add(self.vecs)
+
+    def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` ids and cosines for one query vector.
+
+        Args:
+            query: ``(dim,)`` normalised vector.
+            k: How many to return (fewer when the index is smaller).
+            allowed: Optional boolean mask over rows; the search is then exact over those rows.
+        """
+        n = len(self)
+        if n == 0 or k <= 0:
+            return self.ids[:0], np.zeros(0, dtype=np.float32)
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, -1)
+        if allowed is not None:
+            rows = np.flatnonzero(allowed)
+            if rows.size == 0:
+                return self.ids[:0], np.zeros(0, dtype=np.float32)
+            sims = self.vecs[rows] @ q[0]
+            kk = min(k, rows.size)
+            top = np.argpartition(-sims, kk - 1)[:kk]
+            top = top[np.argsort(-sims[top], kind="stable")]
+            return self.ids[rows[top]], sims[top].astype(np.float32)
+        kk = min(k, n)
+        scores, rows = self._index.search(q, kk)
+        valid = rows[0] >= 0
+        return self.ids[rows[0][valid]], scores[0][valid].astype(np.float32)
+
+    def cosine(self, query: np.ndarray, ids) -> np.ndarray:
+        """Exact cosines of ``query`` with the given ids (0 for ids not in the index)."""
+        out = np.zeros(len(ids), dtype=np.float32)
+        rows = [self._row.get(int(i), -1) for i in ids]
+        have = np.asarray([r >= 0 for r in rows], dtype=bool)
+        if have.any():
+            out[have] = self.vecs[np.asarray(rows)[have]] @ np.asarray(query, dtype=np.float32)
+        return out
+
+    def row_of(self, doc_id: int) -> int:
+        return self._row[doc_id]

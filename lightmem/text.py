@@ -1,0 +1,32 @@
+"""Text normalisation shared by the lexical index and the QA metrics."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+# A short English stop list: BM25 gains nothing from these and they dominate postings.
+STOPWORDS = frozenset(
+    """a an and are as at be but by for if in into is it its of on or such that the their then there these
+    they this to was will with i me my we our you your he him his she her them what which who whom do does did
+    have has had am been being so not no can just than too very s t don should now""".split()
+)
+
+
+@lru_cache(maxsize=1)
+def _porter():
+    # NLTK's PorterStemmer is the one LoCoMo's official scorer uses; it needs no data download.
+    from nltk.stem import PorterStemmer
+
+    return PorterStemmer()
+
+
+@lru_cache(maxsize=200_000)
+def stem(word: str) -> str:
+    """Porter stem of one lower-case word (cached: the vocabulary of a store is small)."""
+    return _porter().stem(word)
+
+
+def analyze(text: str) -> list[str]:
+    """Lower-case words minus stop words, Porter-stemmed. Pure and deterministic."""
+    return [stem(w) for w in _WORD.findall(text.lower().replace("\u2019", "'")) if w not in STOPWORDS]

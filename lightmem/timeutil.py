@@ -1,0 +1,72 @@
+"""Timestamps in, Unix seconds out. Naive times are taken as UTC so runs are reproducible."""
+from __future__ import annotations
+
+import math
+import re
+import time
+from datetime import date, datetime, timezone
+
+from dateutil import parser as dateparser
+
+from lightmem.errors import InvalidInputError
+
+# LoCoMo: "1:56 pm on 8 May, 2023"; LongMemEval: "2023/05/23 (Tue) 19:11".
+_LOCOMO = re.compile(r"^\s*(\d{1,2}:\d{2}\s*[ap]m)\s+on\s+(\d{1,2}\s+\w+,?\s+\d{4})\s*$", re.I)
+_WEEKDAY_PAREN = re.compile(r"\(\s*[A-Za-z]{3,9}\s*\)")
+# Epoch seconds outside this window are almost surely a unit mistake (ms, or garbage).
+_MIN_EPOCH, _MAX_EPOCH = -2_208_988_800.0, 32_503_680_000.0  # 1900 .. 3000
+
+
+def parse_timestamp(value: object) -> float:
+    """Parse a timestamp into Unix seconds (UTC).
+
+    Accepts ``datetime``/``date``, int/float epoch seconds, ISO-8601 strings, LoCoMo
+    session dates ("1:56 pm on 8 May, 2023") and LongMemEval dates
+    ("2023/05/23 (Tue) 19:11").
+
+    Raises:
+        InvalidInputError: ``None``, ``bool``, NaN, out-of-range numbers, or a string
+            that is not a date.
+    """
+    if isinstance(value, bool) or value is None:
+        raise InvalidInputError(f"timestamp must be a datetime, epoch seconds or a date string, got {value!r}")
+    if isinstance(value, datetime):
+        dt = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return dt.timestamp()
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc).timestamp()
+    if isinstance(value, (int, float)):
+        v = float(value)
+        if math.isnan(v) or not (_MIN_EPOCH <= v <= _MAX_EPOCH):
+            raise InvalidInputError(f"timestamp {value!r} is not plausible epoch seconds (years 1900-3000)")
+        return v
+    if isinstance(value, str):
+        return _parse_string(value)
+    raise InvalidInputError(f"timestamp must be a datetime, epoch seconds or a date string, got {type(value).__name__}")
+
+
+def _parse_string(text: str) -> float:
+    s = text.strip()
+    if not s:
+        raise InvalidInputError("timestamp is an empty string")
+    m = _LOCOMO.match(s)
+    if m:
+        s = f"{m.group(2).replace(',', '')} {m.group(1)}"
+    s = _WEEKDAY_PAREN.sub(" ", s)
+    try:
+        dt = dateparser.parse(s, default=datetime(2000, 1, 1))
+    except (ValueError, OverflowError) as exc:
+        raise InvalidInputError(f"cannot parse timestamp {text!r}: {exc}") from exc
+    if dt is None:
+        raise InvalidInputError(f"cannot parse timestamp {text!r}")
+    return parse_timestamp(dt)
+
+
+def now() -> float:
+    """Current Unix time; one place to patch in tests."""
+    return time.time()
+
+
+def iso(ts: float) -> str:
+    """Unix seconds as a short ISO date-time (UTC), for prompts and tables."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")

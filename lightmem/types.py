@@ -1,0 +1,178 @@
+"""Records shared by the write path, the read path and the offline path."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ItemKind(str, enum.Enum):
+    """What an MTM item is: an episode written online, or an abstraction made offline."""
+
+    EPISODIC = "episodic"
+    ABSTRACT = "abstract"
+
+
+class Route(str, enum.Enum):
+    """Which memory tier a hypothetical query searches."""
+
+    MTM = "mtm"
+    LTM = "ltm"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One utterance of a conversation, the unit of provenance.
+
+    Attributes:
+        turn_id: Stable id of the turn (LoCoMo ``dia_id``, or generated).
+        speaker: Who said it (a name, or ``user`` / ``assistant``).
+        text: What was said; never empty.
+        timestamp: Unix seconds of the session the turn belongs to.
+        session_id: Optional session the turn belongs to.
+        caption: Caption of an image shared with the turn, if any.
+        metadata: Free-form JSON-serialisable extras kept with the turn.
+    """
+
+    turn_id: str
+    speaker: str
+    text: str
+    timestamp: float
+    session_id: str | None = None
+    caption: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def render(self) -> str:
+        """The text a turn-level memory item stores: ``speaker: text [image: caption]``."""
+        body = f"{self.speaker}: {self.text}"
+        if self.caption:
+            body += f" [shares an image: {self.caption}]"
+        return body
+
+
+@dataclass
+class MemoryItem:
+    """One MTM entry. ``provenance`` lists the ids of the turns it was written from.
+
+    Times are Unix seconds. ``event_time`` is when the remembered thing happened (the
+    session date for a turn); ``created_at`` is when lightmem wrote it.
+    """
+
+    id: str
+    user_id: str
+    text: str
+    provenance: list[str]
+    created_at: float
+    event_time: float
+    last_access: float
+    access_count: int = 0
+    utility: float = 1.0
+    topic: str | None = None
+    entities: list[str] = field(default_factory=list)
+    kind: ItemKind = ItemKind.EPISODIC
+    valid_from: float | None = None
+    valid_to: float | None = None
+    superseded_by: str | None = None
+    archived: bool = False
+    n_tokens: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_current(self) -> bool:
+        """True while no newer item supersedes this one."""
+        return self.superseded_by is None and self.valid_to is None
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Metadata constraints φ of a search. The user id is never a filter: it is the partition.
+
+    Attributes:
+        time_from: Keep items whose event time is at or after this (Unix seconds).
+        time_to: Keep items whose event time is at or before this (Unix seconds).
+        kinds: Keep only these item kinds.
+        tags: Keep items whose topic or entities contain any of these (case-insensitive).
+        include_superseded: Also return items a newer fact superseded.
+    """
+
+    time_from: float | None = None
+    time_to: float | None = None
+    kinds: tuple[ItemKind, ...] | None = None
+    tags: tuple[str, ...] | None = None
+    include_superseded: bool = False
+
+    @property
+    def is_trivial(self) -> bool:
+        """True when the filter keeps every current item."""
+        return (
+            self.time_from is None
+            and self.time_to is None
+            and not self.kinds
+            and not self.tags
+            and not self.include_superseded
+        )
+
+
+@dataclass(frozen=True)
+class HypotheticalQuery:
+    """One rewritten query of a plan, routed to a tier with its Stage-1 quota."""
+
+    text: str
+    route: Route = Route.MTM
+    quota: int = 0
+
+
+@dataclass(frozen=True)
+class RetrievalPlan:
+    """The Controller's request Q_t = <{q_i}, φ_t, K> (paper Eq. 1)."""
+
+    query: str
+    hqs: tuple[HypotheticalQuery, ...]
+    filters: Filters
+    k: int
+    intent: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Hit:
+    """A retrieved item with the score of each signal and the final score."""
+
+    item: MemoryItem
+    scores: dict[str, float]
+    score: float
+    hq: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view used by the CLI's ``--json`` and by evaluation dumps."""
+        return {
+            "id": self.item.id,
+            "text": self.item.text,
+            "provenance": list(self.item.provenance),
+            "event_time": self.item.event_time,
+            "score": self.score,
+            "scores": dict(self.scores),
+            "hq": self.hq,
+        }
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One change to an item, as ``Memory.history`` returns it."""
+
+    item_id: str
+    event: str
+    old_text: str | None
+    new_text: str | None
+    at: float
+
+
+@dataclass(frozen=True)
+class ComposedContext:
+    """A prompt packed under a hard token budget, and what went into it."""
+
+    prompt: str
+    n_tokens: int
+    budget: int
+    memories: tuple[MemoryItem, ...]
+    stm_turns_kept: int
+    dropped_memories: int

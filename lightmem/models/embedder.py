@@ -65,7 +65,7 @@ class SentenceTransformerEmbedder:
         self,
         model: str = "all-MiniLM-L6-v2",
         device: str = "auto",
-        batch_size: int = 64,
+        batch_size: int = 16,
         max_seq_length: int = 256,
         query_cache_size: int = 1024,
         cache_dir: str | None = None,

@@ -1,0 +1,1 @@
+"""Evaluation: pure metrics, benchmark runners, reports."""

@@ -1,0 +1,56 @@
+"""Markdown tables and plots of evaluation results."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def retrieval_table(results: dict[str, Any], ks: list[int], budget: int) -> str:
+    """Per-category and overall evidence recall, as a markdown table."""
+    ret = results["retrieval"]
+    cols = [f"R_all@{k}" for k in ks] + [f"R_all@{budget}tok", f"R_any@{budget}tok", f"R_mean@{budget}tok", f"tokens@{budget}"]
+    keys = [f"recall_all@{k}" for k in ks] + ["recall_all@budget", "recall_any@budget", "recall_mean@budget", "tokens@budget"]
+    lines = ["| category | n | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
+    rows = list(ret["by_category"].items()) + [("**overall**", ret["overall"])]
+    for name, agg in rows:
+        if not agg.get("n"):
+            continue
+        lines.append(f"| {name} | {agg['n']} | " + " | ".join(_fmt(agg.get(k, float('nan'))) for k in keys) + " |")
+    lat = results["latency"]
+    lines += [
+        "",
+        f"search latency (K={max(ks)}): P50 {lat['search_ms_p50']:.1f} ms, P95 {lat['search_ms_p95']:.1f} ms "
+        f"(embed P50 {lat['embed_ms_p50']:.1f}, stage 1 P50 {lat['stage1_ms_p50']:.1f}, stage 2 P50 {lat['stage2_ms_p50']:.1f}); "
+        f"ingest {lat['ingest_turns_per_s']:.1f} turns/s",
+    ]
+    return "\n".join(lines)
+
+
+def plot_recall(results: dict[str, Any], ks: list[int], path: str | Path) -> Path:
+    """Recall_all against K per category (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    series = list(results["retrieval"]["by_category"].items()) + [("overall", results["retrieval"]["overall"])]
+    for name, agg in series:
+        if agg.get("n"):
+            ax.plot(ks, [agg[f"recall_all@{k}"] for k in ks], marker="o", label=name, lw=2.5 if name == "overall" else 1.2)
+    ax.set_xlabel("K (items retrieved)")
+    ax.set_ylabel("recall_all (all evidence turns covered)")
+    ax.set_xticks(ks)
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("LoCoMo evidence recall")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

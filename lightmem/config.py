@@ -83,7 +83,9 @@ def _role(target: str) -> Any:
 class PipelineConfig:
     """Everything that builds a Memory."""
 
-    encoder: Any = field(default_factory=lambda: OmegaConf.structured(EncoderConfig))
+    # Swappable encoders take different arguments, so the node is untyped and set by the
+    # ``encoder`` group (conf/encoder/minilm.yaml mirrors EncoderConfig).
+    encoder: Any = None
     store: StoreConfig = field(default_factory=StoreConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)

@@ -111,7 +111,9 @@ class HashingEmbedder:
     A real baseline (lexical overlap in vector form) and the tiny offline model tests use.
     """
 
-    def __init__(self, dim: int = 256, name: str = "hashing") -> None:
+    def __init__(self, dim: int = 256, name: str = "hashing", query_cache_size: int = 0) -> None:
+        # query_cache_size is accepted so configs can switch encoders freely; hashing a
+        # query is cheaper than a cache lookup, so nothing is cached.
         if dim <= 0:
             raise ValueError("dim must be positive")
         self.dim = dim

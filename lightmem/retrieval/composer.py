@@ -83,6 +83,9 @@ class ContextComposer:
         while n_tokens > budget and stm_kept:
             stm_kept.pop(0)
             prompt, n_tokens = self._render(query, stm_kept, [lines[i] for i in mem_idx])
+        if n_tokens > budget:  # not even the query header fits: the bare query, truncated
+            prompt = self.counter.truncate(query, budget)
+            n_tokens = self.counter.count([prompt])[0]
         return ComposedContext(
             prompt=prompt,
             n_tokens=n_tokens,

@@ -1,0 +1,182 @@
+"""The ``lightmem`` command: ingest conversations, search, inspect and erase a store."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sqlite3
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from lightmem.errors import LightMemError
+
+console = Console(stderr=True)
+EMBEDDERS = {"minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
+
+
+def _embedder(name: str):
+    """Build the embedder by its stored name: a store must be searched with what built it."""
+    if name.startswith("hashing-"):
+        from lightmem.models.embedder import HashingEmbedder
+
+        return HashingEmbedder(int(name.split("-")[1]))
+    from lightmem.models.embedder import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(name)
+
+
+def _stored_embedder(store: Path) -> str | None:
+    db = store / "lightmem.sqlite" if store.is_dir() else store
+    if not db.exists():
+        return None
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        con.close()
+    return row[0] if row else None
+
+
+def _open(store: str, encoder: str | None = None, must_exist: bool = False):
+    from lightmem.memory import Memory
+
+    path = Path(store)
+    stored = _stored_embedder(path)
+    if must_exist and stored is None:
+        raise LightMemError(f"no lightmem store at {path}; create one with `lightmem ingest FILE --store {path}`")
+    name = stored or EMBEDDERS.get(encoder or "minilm", encoder or "minilm")
+    if encoder and stored and EMBEDDERS.get(encoder, encoder) != stored:
+        raise LightMemError(f"{path} was built with {stored}; drop --encoder or use a new --store")
+    return Memory.open(path, embedder=_embedder(name))
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from lightmem.datasets import load_conversations, select_conversations
+
+    convs = load_conversations(args.file, args.format)
+    if args.conversations is not None:
+        convs = select_conversations(convs, args.conversations)
+    memory = _open(args.store, args.encoder)
+    total = sum(len(c.turns) for c in convs)
+    written = 0
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    with memory, Progress(*columns, console=console, disable=args.quiet) as progress:
+        task = progress.add_task("ingest", total=total)
+        for conv in convs:
+            user = args.user or conv.conv_id
+            progress.update(task, description=f"ingest → {user}")
+            for session in conv.sessions:
+                written += len(memory.add_turns(user, session.turns))
+                progress.advance(task, len(session.turns))
+    console.print(f"{total} turns read, {written} items written to {args.store} ({total - written} already stored)")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    memory = _open(args.store, must_exist=True)
+    with memory:
+        hits = memory.search(args.query, args.user, k=args.k)
+    if args.json:
+        print(json.dumps([h.to_dict() for h in hits], indent=2))
+        return 0
+    table = Table(title=f"top {len(hits)} for user {args.user!r}")
+    for col in ("#", "score", "text", "provenance"):
+        table.add_column(col)
+    for i, h in enumerate(hits, 1):
+        table.add_row(str(i), f"{h.score:.4f}", h.item.text, ",".join(h.item.provenance))
+    Console().print(table)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    memory = _open(args.store, must_exist=True)
+    with memory:
+        counts = memory.stats()
+        meta = {k: memory.store.sql.get_meta(k) for k in ("embedder", "dim", "schema_version")}
+    if args.json:
+        print(json.dumps({"store": str(args.store), **meta, "users": counts}, indent=2))
+        return 0
+    table = Table(title=f"{args.store} (embedder {meta['embedder']}, dim {meta['dim']})")
+    for col in ("user", "turns", "items", "archived"):
+        table.add_column(col)
+    for user, c in counts.items():
+        table.add_row(user, str(c["turns"]), str(c["items"]), str(c["archived"]))
+    Console().print(table)
+    return 0
+
+
+def cmd_delete_user(args: argparse.Namespace) -> int:
+    memory = _open(args.store, must_exist=True)
+    with memory:
+        if args.user not in memory.store.sql.users():
+            raise LightMemError(f"user {args.user!r} has nothing in {args.store}")
+        if not args.yes and sys.stdin.isatty():
+            if input(f"Erase all turns, items and history of {args.user!r}? [y/N] ").strip().lower() != "y":
+                console.print("nothing deleted")
+                return 1
+        removed = memory.delete_user(args.user)
+    console.print(f"deleted user {args.user!r}: " + ", ".join(f"{n} {t}" for t, n in removed.items()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lightmem",
+        description="Long-term memory for LLM agents: ingest conversations into a per-user store and search it.",
+        epilog="Example: lightmem ingest locomo.json --store mem/ && lightmem search 'When did Caroline go to the support group?' --user conv-26 --store mem/",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("ingest", help="add a conversation file (LoCoMo, LongMemEval or JSONL) to a store")
+    s.add_argument("file", help="LoCoMo .json, LongMemEval .json/.json.gz, or JSONL of {speaker, text, timestamp}")
+    s.add_argument("--store", required=True, help="store folder (created if missing)")
+    s.add_argument("--user", help="user id for every conversation (default: each conversation's own id)")
+    s.add_argument("--format", default="auto", choices=["auto", "locomo", "longmemeval", "jsonl"])
+    s.add_argument("--conversations", help="subset: indices ('0-4', '1,3') or ids ('conv-26')")
+    s.add_argument("--encoder", choices=sorted(EMBEDDERS), help="embedder of a new store (default minilm)")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("search", help="retrieve a user's memories for a query")
+    s.add_argument("query")
+    s.add_argument("--user", required=True)
+    s.add_argument("--store", required=True)
+    s.add_argument("-k", type=int, default=5, help="how many items (default 5)")
+    s.add_argument("--json", action="store_true", help="print hits as JSON (text, provenance, scores)")
+    s.set_defaults(func=cmd_search)
+
+    s = sub.add_parser("stats", help="users, turns and items in a store")
+    s.add_argument("--store", required=True)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_stats)
+
+    s = sub.add_parser("delete-user", help="erase a user's turns, items and history")
+    s.add_argument("user")
+    s.add_argument("--store", required=True)
+    s.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    s.set_defaults(func=cmd_delete_user)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from lightmem.metric_logger import quiet_third_party_logs
+
+    quiet_third_party_logs()
+    try:
+        return args.func(args)
+    except (LightMemError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""search() latency as one user's MTM grows (a benchmark that writes numbers, not a test)."""
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from lightmem.datasets.formats import Conversation
+from lightmem.evaluation.metrics import percentile
+from lightmem.memory import Memory
+from lightmem.types import Turn
+
+
+def corpus_and_queries(convs: Sequence[Conversation], n_turns: int, n_queries: int, seed: int) -> tuple[list[Turn], list[str]]:
+    """Real turns (re-id'd to be unique) and real benchmark questions, shuffled by seed."""
+    rng = random.Random(seed)
+    turns = [
+        Turn(f"{c.conv_id}/{t.turn_id}", t.speaker, t.text, t.timestamp, t.session_id, t.caption)
+        for c in convs for t in c.turns
+    ]
+    rng.shuffle(turns)
+    if len(turns) < n_turns:
+        raise ValueError(f"the corpus has {len(turns)} turns; {n_turns} were asked for (add a corpus file)")
+    questions = list(dict.fromkeys(q.question for c in convs for q in c.qa if q.question.strip()))
+    rng.shuffle(questions)
+    return turns[:n_turns], questions[:n_queries]
+
+
+def measure_growth(
+    memory: Memory,
+    turns: Sequence[Turn],
+    queries: Sequence[str],
+    sizes: Sequence[int],
+    k: int,
+    user: str = "bench",
+    chunk: int = 256,
+    sync: Callable[[], None] = lambda: None,
+    show_progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Grow one user's MTM along one trajectory; at each size time every query's search()."""
+    rows = []
+    added = 0
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=not show_progress) as progress:
+        task = progress.add_task("ingest", total=max(sizes))
+        for size in sorted(sizes):
+            t_ingest = time.perf_counter()
+            start = added
+            while added < size:
+                batch = turns[added : min(size, added + chunk)]
+                memory.add_turns(user, batch)
+                added += len(batch)
+                progress.update(task, completed=added, description=f"ingest to {size}")
+            ingest_s = time.perf_counter() - t_ingest
+            for q in queries[:5]:  # warm-up: first-call allocations are not steady-state latency
+                memory.search(q, user, k=k)
+            total, stages = [], {"embed": [], "stage1": [], "stage2": []}
+            for q in queries:
+                t = time.perf_counter()
+                memory.search(q, user, k=k)
+                sync()
+                total.append((time.perf_counter() - t) * 1000)
+                for s in stages:
+                    stages[s].append(memory.last_result.timings_ms[s])
+            row = {
+                "items": memory.store.size(user),
+                "queries": len(queries),
+                "search_ms_p50": percentile(total, 50),
+                "search_ms_p95": percentile(total, 95),
+                "search_ms_mean": sum(total) / len(total),
+                "ingest_turns_per_s": (added - start) / ingest_s if ingest_s > 0 else float("nan"),
+            }
+            for s, vals in stages.items():
+                row[f"{s}_ms_p50"] = percentile(vals, 50)
+                row[f"{s}_ms_p95"] = percentile(vals, 95)
+            rows.append(row)
+    return rows
+
+
+def latency_table(rows: Sequence[dict[str, Any]], device: str) -> str:
+    lines = [
+        f"search() latency, K from config, device: {device}",
+        "",
+        "| items | P50 ms | P95 ms | mean ms | embed P50 | stage 1 P50 | stage 1 P95 | stage 2 P50 | ingest turns/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['items']} | {r['search_ms_p50']:.2f} | {r['search_ms_p95']:.2f} | {r['search_ms_mean']:.2f} | "
+            f"{r['embed_ms_p50']:.2f} | {r['stage1_ms_p50']:.2f} | {r['stage1_ms_p95']:.2f} | {r['stage2_ms_p50']:.3f} | "
+            f"{r['ingest_turns_per_s']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_latency(rows: Sequence[dict[str, Any]], path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [r["items"] for r in rows]
+    for key, label in (("search_ms_p50", "search P50"), ("search_ms_p95", "search P95"), ("stage1_ms_p50", "stage 1 P50"), ("embed_ms_p50", "query embed P50")):
+        ax.plot(xs, [r[key] for r in rows], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("MTM items of the user")
+    ax.set_ylabel("milliseconds")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title("search() latency vs MTM size")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,60 @@
+"""Shared fixtures: tiny offline models, a composed Hydra config, and the gpu marker."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY_LOCOMO = FIXTURES / "tiny_locomo.json"
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def embedder():
+    from lightmem.models.embedder import HashingEmbedder
+
+    return HashingEmbedder(dim=64)
+
+
+@pytest.fixture
+def memory(tmp_path, embedder):
+    from lightmem.memory import Memory
+
+    m = Memory.open(tmp_path / "store", embedder=embedder, synchronous="NORMAL")
+    yield m
+    m.close()
+
+
+def compose(config_name: str, overrides: list[str]):
+    """The real config from conf/, composed as @hydra.main would, with overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    import lightmem.config  # noqa: F401  (registers the schemas)
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose(config_name=config_name, overrides=overrides)

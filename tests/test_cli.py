@@ -1,0 +1,46 @@
+"""The lightmem command: ingest, search --json, stats, delete-user, errors."""
+from __future__ import annotations
+
+import json
+
+from conftest import TINY_LOCOMO
+from lightmem.cli import main
+
+
+def test_ingest_search_stats_delete(tmp_path, capsys):
+    store = str(tmp_path / "s")
+    assert main(["ingest", str(TINY_LOCOMO), "--store", store, "--encoder", "hashing", "-q"]) == 0
+    assert main(["search", "What breed is Biscuit?", "--user", "tiny-a", "--store", store, "-k", "2", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert len(hits) == 2 and ["D1:3"] in [h["provenance"] for h in hits]
+    assert {"text", "provenance", "scores", "score"} <= set(hits[0])
+    assert main(["stats", "--store", store, "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["users"]["tiny-a"] == {"turns": 7, "items": 7, "archived": 0}
+    assert stats["embedder"] == "hashing-256"
+    # re-ingesting resumes instead of duplicating
+    assert main(["ingest", str(TINY_LOCOMO), "--store", store, "-q"]) == 0
+    assert "0 items written" in " ".join(capsys.readouterr().err.split())
+    assert main(["delete-user", "tiny-a", "--store", store, "-y"]) == 0
+    assert main(["search", "Biscuit", "--user", "tiny-a", "--store", store, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_jsonl_ingest_with_one_user(tmp_path, capsys):
+    f = tmp_path / "chat.jsonl"
+    f.write_text('{"speaker": "me", "text": "I parked on level 3", "timestamp": "2024-03-01T10:00:00"}\n'
+                 '{"speaker": "bot", "text": "Noted.", "timestamp": "2024-03-01T10:00:05"}\n')
+    store = str(tmp_path / "s")
+    assert main(["ingest", str(f), "--store", store, "--user", "me", "--encoder", "hashing", "-q"]) == 0
+    assert main(["search", "where did I park", "--user", "me", "--store", store, "-k", "1", "--json"]) == 0
+    assert "level 3" in json.loads(capsys.readouterr().out)[0]["text"]
+
+
+def test_clear_errors(tmp_path, capsys):
+    assert main(["search", "x", "--user", "u", "--store", str(tmp_path / "missing")]) == 2
+    assert "no lightmem store" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["ingest", str(bad), "--store", str(tmp_path / "s"), "-q"]) == 2
+    assert "not valid JSON" in " ".join(capsys.readouterr().err.split())
+    assert main(["ingest", str(tmp_path / "nope.json"), "--store", str(tmp_path / "s"), "-q"]) == 2

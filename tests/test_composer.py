@@ -1,0 +1,41 @@
+"""The context composer never exceeds its budget and keeps its priorities."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lightmem.models.tokens import WhitespaceTokenCounter
+from lightmem.retrieval.composer import ContextComposer
+from lightmem.types import MemoryItem
+
+words = st.lists(st.sampled_from("alpha beta gamma delta , . ! tomato basil".split()), min_size=1, max_size=40).map(" ".join)
+
+
+def _item(i: int, text: str) -> MemoryItem:
+    return MemoryItem(id=str(i), user_id="u", text=text, provenance=[str(i)], created_at=0, event_time=0, last_access=0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(query=words, stm=st.lists(words, max_size=6), mems=st.lists(words, max_size=8), budget=st.integers(1, 300))
+def test_budget_is_hard(query, stm, mems, budget):
+    c = ContextComposer(WhitespaceTokenCounter(), budget=budget)
+    ctx = c.compose(query, stm, [_item(i, t) for i, t in enumerate(mems)])
+    assert ctx.n_tokens <= budget
+    assert ctx.n_tokens == WhitespaceTokenCounter().count([ctx.prompt])[0]
+    assert len(ctx.memories) + ctx.dropped_memories == len(mems)
+    # kept memories keep their rank order
+    ids = [int(m.id) for m in ctx.memories]
+    assert ids == sorted(ids)
+
+
+def test_query_first_then_recent_history_then_memories():
+    c = ContextComposer(WhitespaceTokenCounter(), budget=1000)
+    ctx = c.compose("my question", ["old turn", "new turn"], [_item(0, "a fact")])
+    p = ctx.prompt
+    assert p.index("my question") < p.index("old turn") < p.index("new turn") < p.index("a fact")
+
+
+def test_an_oversized_query_is_truncated_not_dropped():
+    c = ContextComposer(WhitespaceTokenCounter(), budget=10)
+    ctx = c.compose("word " * 50, ["turn"], [_item(0, "fact")])
+    assert ctx.n_tokens <= 10 and ctx.prompt.startswith("### Query\nword") and not ctx.memories

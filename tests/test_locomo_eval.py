@@ -1,0 +1,77 @@
+"""The LoCoMo retrieval evaluation end to end on a tiny LoCoMo-format file."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from conftest import ROOT, TINY_LOCOMO, compose
+from lightmem.datasets import load_locomo, select_conversations
+from lightmem.errors import InvalidInputError
+
+
+def _load_entry(name: str):
+    spec = importlib.util.spec_from_file_location(f"eval_{name}", ROOT / "eval" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_loader_reads_sessions_captions_and_qa():
+    a, b = load_locomo(TINY_LOCOMO)
+    assert [s.session_id for s in a.sessions] == ["session_1", "session_2"]  # a date without a session is ignored
+    assert len(a.turns) == 7  # the empty turn is skipped
+    assert a.turns[3].caption == "a photo of a violin on a chair"
+    assert a.qa[4].category == 5 and a.qa[4].answer == "pizza"
+    assert b.sessions[0].timestamp == pytest.approx(1685613600.0)
+
+
+def test_conversation_selection():
+    convs = load_locomo(TINY_LOCOMO)
+    assert [c.conv_id for c in select_conversations(convs, "0-1")] == ["tiny-a", "tiny-b"]
+    assert [c.conv_id for c in select_conversations(convs, "tiny-b")] == ["tiny-b"]
+    assert [c.conv_id for c in select_conversations(convs, [1])] == ["tiny-b"]
+    with pytest.raises(InvalidInputError, match="out of range"):
+        select_conversations(convs, "5-9")
+
+
+def test_run_writes_results_and_scores_evidence(tmp_path, capsys):
+    cfg = compose("locomo", [f"data.path={TINY_LOCOMO}", "data.conversations=0-1", "encoder=hashing", f"out_dir={tmp_path}", "ks=[1,3]", "budget=40"])
+    results = _load_entry("locomo").run(cfg)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert {"retrieval", "latency", "cost", "config"} <= set(saved)
+    overall = saved["retrieval"]["overall"]
+    # categories 1-4 only; the question with junk evidence ("D") is not scorable
+    assert overall["n"] == 6
+    assert set(saved["retrieval"]["by_category"]) == {"1-multi-hop", "2-temporal", "3-open-domain", "4-single-hop"}
+    # K=3 of a 7-item store covers more than K=1; the budget never exceeds 40 tokens
+    assert overall["recall_mean@3"] >= overall["recall_mean@1"]
+    rows = [json.loads(line) for line in (tmp_path / "questions.jsonl").read_text().splitlines()]
+    assert all(r["tokens"]["@budget"] <= 40 for r in rows)
+    puppy = next(r for r in rows if r["question"] == "What is the name of Ava's puppy?")
+    assert puppy["evidence"] == ["D1:1"] and puppy["recall"]["@3"]["all"] == 1.0
+    lisbon = next(r for r in rows if r["question"] == "Which city did Cleo move to?")
+    assert lisbon["evidence"] == ["D1:1"]  # "D:1:1" repaired
+    assert results["retrieval"]["overall"] == overall
+    assert "| **overall** | 6 |" in capsys.readouterr().out
+    assert (tmp_path / "results.md").exists() and (tmp_path / "recall.png").stat().st_size > 0
+    assert not (tmp_path / "stores").exists()  # scratch stores are removed
+
+
+@pytest.mark.slow
+def test_run_with_minilm_finds_the_obvious_evidence(tmp_path):
+    cfg = compose("locomo", [f"data.path={TINY_LOCOMO}", "data.conversations=all", f"out_dir={tmp_path}", "ks=[2]", "budget=600"])
+    results = _load_entry("locomo").run(cfg)
+    single = results["retrieval"]["by_category"]["4-single-hop"]
+    assert single["recall_all@2"] == 1.0
+    assert results["latency"]["embed_ms_p50"] > 0  # the timed search embedded its query
+
+
+def test_latency_benchmark_runs_on_tiny_sizes(tmp_path):
+    cfg = compose("latency", [f"corpus=[{TINY_LOCOMO}]", "sizes=[3,9]", "n_queries=4", "encoder=hashing", f"out_dir={tmp_path}", "k=2"])
+    results = _load_entry("latency").run(cfg)
+    rows = results["latency"]
+    assert [r["items"] for r in rows] == [3, 9]
+    assert all(r["search_ms_p95"] >= r["search_ms_p50"] > 0 for r in rows)
+    assert (tmp_path / "latency.png").exists()

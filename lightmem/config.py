@@ -43,9 +43,9 @@ class StoreConfig:
 
 @dataclass
 class RetrievalConfig:
-    fusion: str = "rrf"
+    fusion: str = "weighted"
     w_dense: float = 1.0
-    w_lexical: float = 1.0
+    w_lexical: float = 0.5
     w_meta: float = 0.0
     w_recency: float = 0.0
     rrf_k: float = 60.0

@@ -61,16 +61,27 @@ class Memory:
         k: int = 10,
         budget: int = 2048,
         capacity: int = 10_000,
-        fusion: str = "rrf",
+        retrieval: Mapping[str, Any] | None = None,
         **store_kwargs: Any,
     ) -> "Memory":
-        """Open (or create) a store folder with the default CPU pipeline."""
+        """Open (or create) a store folder with the default CPU pipeline.
+
+        Args:
+            path: Store folder (or ``.sqlite`` file); created when missing.
+            embedder: Defaults to the packaged all-MiniLM-L6-v2.
+            selector: Stage-2 selector; defaults to keeping the top K by Stage-1 score.
+            k: Default number of items ``search`` returns.
+            budget: Default prompt budget of ``build_context`` (tokens).
+            capacity: Active items per user before the least retained are archived.
+            retrieval: Keyword arguments of ``TwoStageRetriever`` (fusion, weights...).
+            **store_kwargs: Keyword arguments of ``MTMStore`` (index, synchronous...).
+        """
         if embedder is None:
             from lightmem.models.embedder import SentenceTransformerEmbedder
 
             embedder = SentenceTransformerEmbedder()
         store = MTMStore(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
-        retriever = TwoStageRetriever(store, embedder, selector or Stage1Selector(), fusion=fusion)
+        retriever = TwoStageRetriever(store, embedder, selector or Stage1Selector(), **dict(retrieval or {}))
         counter = embedder.token_counter()
         return cls(store, embedder, retriever, ContextComposer(counter, budget), counter=counter, k=k)
 

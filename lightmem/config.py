@@ -21,16 +21,6 @@ from lightmem.stores.mtm import MTMStore
 
 
 @dataclass
-class EncoderConfig:
-    _target_: str = "lightmem.models.embedder.SentenceTransformerEmbedder"
-    model: str = "all-MiniLM-L6-v2"
-    device: str = "auto"
-    batch_size: int = 16
-    max_seq_length: int = 256
-    query_cache_size: int = 1024
-
-
-@dataclass
 class StoreConfig:
     capacity: int = 10_000
     index: str = "flat"
@@ -84,7 +74,7 @@ class PipelineConfig:
     """Everything that builds a Memory."""
 
     # Swappable encoders take different arguments, so the node is untyped and set by the
-    # ``encoder`` group (conf/encoder/minilm.yaml mirrors EncoderConfig).
+    # ``encoder`` group (conf/encoder/*.yaml).
     encoder: Any = None
     store: StoreConfig = field(default_factory=StoreConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)

@@ -50,7 +50,6 @@ class Memory:
         self.counter = counter or embedder.token_counter()
         self.k = _check_k(k)
         self.clock = clock
-        self.last_result: RetrievalResult | None = None
 
     @classmethod
     def open(
@@ -132,13 +131,23 @@ class Memory:
         stm: Sequence[str] = (),
     ) -> list[Hit]:
         """Retrieve at most ``k`` items of ``user_id`` for ``query`` (Controller → Stage 1 → Selector)."""
+        return self.retrieve(query, user_id, k, filters, stm).hits
+
+    def retrieve(
+        self,
+        query: str,
+        user_id: str,
+        k: int | None = None,
+        filters: Filters | Mapping[str, Any] | None = None,
+        stm: Sequence[str] = (),
+    ) -> RetrievalResult:
+        """``search`` with its workings: the Stage-1 candidates and per-stage milliseconds."""
         user_id = check_user_id(user_id)
         if not isinstance(query, str) or not query.strip():
             raise InvalidInputError("query must be a non-empty string")
         k = self.k if k is None else _check_k(k)
         plan = self.controller.plan(query, k, _to_filters(filters), stm)
-        self.last_result = self.retriever.retrieve(plan, user_id, self.clock())
-        return self.last_result.hits
+        return self.retriever.retrieve(plan, user_id, self.clock())
 
     def build_context(
         self,

@@ -60,11 +60,11 @@ def measure_growth(
             total, stages = [], {"embed": [], "stage1": [], "stage2": []}
             for q in queries:
                 t = time.perf_counter()
-                memory.search(q, user, k=k)
+                result = memory.retrieve(q, user, k=k)
                 sync()
                 total.append((time.perf_counter() - t) * 1000)
                 for s in stages:
-                    stages[s].append(memory.last_result.timings_ms[s])
+                    stages[s].append(result.timings_ms[s])
             row = {
                 "items": memory.store.size(user),
                 "queries": len(queries),

@@ -68,12 +68,11 @@ def evaluate_conversation(
         # Largest K first: that search is the timed one and sees a cold query-vector cache.
         for k in sorted(ks, reverse=True):
             t = time.perf_counter()
-            hits = memory.search(qa.question, user, k=k)
+            result = memory.retrieve(qa.question, user, k=k)
             elapsed = (time.perf_counter() - t) * 1000
+            hits = result.hits
             if k == kmax:
-                search_ms = elapsed
-                stage_ms = dict(memory.last_result.timings_ms) if memory.last_result else {}
-                top_hits = hits
+                search_ms, stage_ms, top_hits = elapsed, dict(result.timings_ms), hits
             recall[f"@{k}"] = asdict(evidence_recall([h.item.provenance for h in hits], evidence))
             tokens[f"@{k}"] = sum(h.item.n_tokens for h in hits)
         recall = {f"@{k}": recall[f"@{k}"] for k in sorted(ks)}

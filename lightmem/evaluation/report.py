@@ -37,7 +37,7 @@ def plot_recall(results: dict[str, Any], ks: list[int], path: str | Path) -> Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7.5, 4))
     series = list(results["retrieval"]["by_category"].items()) + [("overall", results["retrieval"]["overall"])]
     for name, agg in series:
         if agg.get("n"):
@@ -47,7 +47,7 @@ def plot_recall(results: dict[str, Any], ks: list[int], path: str | Path) -> Pat
     ax.set_xticks(ks)
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.set_title("LoCoMo evidence recall")
     fig.tight_layout()
     path = Path(path)

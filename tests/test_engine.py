@@ -1,0 +1,72 @@
+"""The two-stage engine's contract: quotas per HQ, union of ≤ 2K candidates, Stage 2 keeps ≤ K."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from lightmem.types import Filters, Hit, HypotheticalQuery, RetrievalPlan, Route
+
+TOPICS = ["tennis", "violin", "sourdough", "marathon", "python"]
+
+
+class MultiHQController:
+    """A controller that asks one HQ per topic word of the query."""
+
+    def plan(self, query: str, k: int, filters: Filters, stm: Sequence[str] = ()) -> RetrievalPlan:
+        hqs = tuple(HypotheticalQuery(w, Route.MTM) for w in query.split())
+        return RetrievalPlan(query=query, hqs=hqs, filters=filters, k=k)
+
+
+class ReverseSelector:
+    """Keeps the K *worst* Stage-1 candidates, to prove Stage 2 decides the final set."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]:
+        self.seen.append(len(candidates))
+        return sorted(candidates, key=lambda h: h.score)[:k]
+
+
+@pytest.fixture
+def topical(memory):
+    for t in TOPICS:
+        memory.add([f"note {i} about {t} practice" for i in range(10)], user_id="u", timestamp=1_600_000_000)
+    return memory
+
+
+def test_each_hq_gets_its_quota_and_the_union_is_at_most_2k(topical):
+    topical.controller = MultiHQController()
+    result = topical.retrieve("tennis violin sourdough", "u", k=4)
+    # ⌈2K/n⌉ = ⌈8/3⌉ = 3 per HQ, 9 in the union, truncated to 2K = 8
+    assert len(result.candidates) == 8
+    assert len({h.item.id for h in result.candidates}) == 8  # deduplicated
+    per_topic = {t: sum(t in h.item.text for h in result.candidates) for t in ("tennis", "violin", "sourdough")}
+    assert all(n >= 2 for n in per_topic.values()), per_topic
+    assert len(result.hits) == 4 and {h.item.id for h in result.hits} <= {h.item.id for h in result.candidates}
+    assert set(result.timings_ms) == {"embed", "stage1", "stage2"}
+
+
+def test_duplicate_hqs_do_not_duplicate_candidates(topical):
+    topical.controller = MultiHQController()
+    result = topical.retrieve("tennis tennis", "u", k=3)
+    ids = [h.item.id for h in result.candidates]
+    assert len(ids) == len(set(ids)) <= 6
+
+
+def test_stage2_selector_decides_the_final_set(topical):
+    sel = ReverseSelector()
+    topical.retriever.selector = sel
+    result = topical.retrieve("marathon practice", "u", k=3)
+    assert sel.seen == [6]
+    worst = sorted(result.candidates, key=lambda h: h.score)[:3]
+    assert [h.item.id for h in result.hits] == [h.item.id for h in worst]
+
+
+def test_hits_carry_every_signal_and_update_access_stats(topical):
+    hit = topical.search("violin", "u", k=1)[0]
+    assert {"dense", "bm25", "bm25_norm", "meta", "stage1"} <= set(hit.scores)
+    assert hit.scores["bm25"] > 0 and hit.score == hit.scores["stage1"]
+    topical.store.flush()
+    assert topical.get(hit.item.id, "u").access_count == 1

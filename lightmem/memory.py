@@ -104,6 +104,8 @@ class Memory:
     def add_turns(self, user_id: str, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[MemoryItem]:
         """Write already-validated turns (the loaders produce them) in one transaction."""
         user_id = check_user_id(user_id)
+        known = self.store.known_turns(user_id, [t.turn_id for t in turns]) if turns else set()
+        turns = [t for t in turns if t.turn_id not in known]  # a resumed ingest skips what is stored
         if not turns:
             return []
         drafts = self.writer.write(turns, context)

@@ -197,6 +197,11 @@ class MTMStore:
                 log.info("user %s over capacity %d: archived %d items", user_id, self.capacity, len(evicted))
             return [item for _, item, _ in written]
 
+    def known_turns(self, user_id: str, turn_ids: Sequence[str]) -> set[str]:
+        """Which of these turn ids the user already has (to skip work on a resumed ingest)."""
+        with self.sql.lock:
+            return self.sql.existing_turn_ids(self.sql.connection, user_id, list(turn_ids))
+
     def _evict(self, c, user_id: str, n_active: int, now: float) -> list[int]:
         excess = n_active - self.capacity
         if excess <= 0:

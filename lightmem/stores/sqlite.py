@@ -108,6 +108,11 @@ class SQLiteStore:
                 raise
             self._conn.execute("COMMIT")
 
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The raw connection, for reads made while holding ``lock``."""
+        return self._conn
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with self.lock:
             return self._conn.execute(sql, params).fetchall()

@@ -106,28 +106,30 @@ class TwoStageRetriever:
         empty = np.zeros(0, dtype=np.int64)
         # A signal with weight 0 cannot move a candidate: do not pay for its search.
         d_ids = self.store.search_dense(user_id, qvec, depth, plan.filters)[0] if self.w_dense else empty
-        l_ids = self.store.search_lexical(user_id, text, depth, plan.filters)[0] if self.w_lexical else empty
+        l_ids, _, bm25_of = self.store.search_lexical(user_id, text, depth if self.w_lexical else 0, plan.filters)
         union = list(dict.fromkeys([*d_ids.tolist(), *l_ids.tolist()]))
         if not union:
             return []
-        items = self.store.fetch(user_id, union)
-        union = [r for r in union if r in items]  # isolation: only this user's rows come back
         cos = self.store.cosine(user_id, qvec, union)
-        bm = self.store.bm25(user_id, text, union)
+        bm = bm25_of(union)
         bm_norm = scoring.normalize_max(bm)
+        event_times, tags_of = self.store.signals(user_id, union)
         tags = plan.intent.get("tags")
-        meta = scoring.metadata_match([set(items[r].entities) | ({items[r].topic} if items[r].topic else set()) for r in union], set(tags) if tags else None)
+        meta = scoring.metadata_match(tags_of, set(tags) if tags else None)
         if self.fusion is Fusion.RRF:
             fused_map = scoring.reciprocal_rank_fusion([d_ids.tolist(), l_ids.tolist()], self.rrf_k, [self.w_dense, self.w_lexical])
             fused = np.asarray([fused_map.get(r, 0.0) for r in union]) + self.w_meta * meta / (self.rrf_k + 1)
         else:
-            rec = scoring.recency_decay(np.asarray([items[r].event_time for r in union]), now, self.half_life)
+            rec = scoring.recency_decay(event_times, now, self.half_life)
             fused = scoring.weighted_fusion(cos, bm_norm, meta, rec, self.w_dense, self.w_lexical, self.w_meta, self.w_recency)
         order = np.argsort(-fused, kind="stable")[:quota]
+        # Only the chosen rows are read from SQLite, scoped to this user.
+        items = self.store.fetch(user_id, [union[i] for i in order])
         out = []
         for i in order:
             rid = union[i]
-            item = items[rid]
+            if rid not in items:  # isolation: a row of anyone else is never returned
+                continue
             scores = {"dense": float(cos[i]), "bm25": float(bm[i]), "bm25_norm": float(bm_norm[i]), "meta": float(meta[i]), "stage1": float(fused[i])}
-            out.append((rid, Hit(item=item, scores=scores, score=float(fused[i]), hq=text)))
+            out.append((rid, Hit(item=items[rid], scores=scores, score=float(fused[i]), hq=text)))
         return out

@@ -31,6 +31,7 @@ class LexicalIndex:
         self._frozen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._n_alive = 0
         self._sum_len = 0
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # ids, alive, lengths
 
     def __len__(self) -> int:
         return self._n_alive
@@ -45,6 +46,7 @@ class LexicalIndex:
         self._len.append(len(terms))
         self._alive.append(True)
         self._row[doc_id] = row
+        self._arrays = None
         self._n_alive += 1
         self._sum_len += len(terms)
         counts: dict[str, int] = {}
@@ -63,6 +65,7 @@ class LexicalIndex:
             if row is None:
                 continue
             self._alive[row] = False
+            self._arrays = None
             self._n_alive -= 1
             self._sum_len -= self._len[row]
         if len(self._ids) > 64 and self._n_alive < 0.75 * len(self._ids):
@@ -80,7 +83,7 @@ class LexicalIndex:
         self._len = [self._len[r] for r in keep]
         self._alive = [True] * len(keep)
         self._row = {d: i for i, d in enumerate(self._ids)}
-        self._postings, self._frozen = postings, {}
+        self._postings, self._frozen, self._arrays = postings, {}, None
 
     def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
         arr = self._frozen.get(term)
@@ -92,21 +95,24 @@ class LexicalIndex:
             self._frozen[term] = arr
         return arr
 
-    def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 of every live document for ``query``.
+    def _cached_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # Rebuilt only after a write: queries outnumber writes on the read path.
+        if self._arrays is None:
+            self._arrays = (
+                np.asarray(self._ids, dtype=np.int64),
+                np.asarray(self._alive, dtype=bool),
+                np.asarray(self._len, dtype=np.float32),
+            )
+        return self._arrays
 
-        Returns:
-            ``(doc_ids, scores)`` aligned arrays over live documents (scores >= 0).
-        """
-        n_rows = len(self._ids)
-        ids = np.asarray(self._ids, dtype=np.int64)
-        alive = np.asarray(self._alive, dtype=bool)
+    def row_scores(self, query: str) -> np.ndarray:
+        """BM25 of every row (dead rows score 0); index with ``row_of``."""
+        ids, alive, lengths = self._cached_arrays()
+        out = np.zeros(len(ids), dtype=np.float32)
         if self._n_alive == 0:
-            return ids[:0], np.zeros(0, dtype=np.float32)
-        lengths = np.asarray(self._len, dtype=np.float32)
+            return out
         avgdl = max(self._sum_len / self._n_alive, 1e-9)
         norm = self.k1 * ((1.0 - self.b) + self.b * lengths / avgdl)
-        out = np.zeros(n_rows, dtype=np.float32)
         for term in dict.fromkeys(analyze(query)):
             post = self._posting(term)
             if post is None:
@@ -119,7 +125,21 @@ class LexicalIndex:
             idf = np.log(1.0 + (self._n_alive - df + 0.5) / (df + 0.5))
             r, tf = rows[live], tfs[live]
             out[r] += idf * tf / (tf + norm[r])
-        return ids[alive], out[alive]
+        return out
+
+    def lookup(self, row_scores: np.ndarray, doc_ids) -> np.ndarray:
+        """Scores of ``doc_ids`` from ``row_scores`` (0 for ids not indexed)."""
+        rows = [self._row.get(int(d), -1) for d in doc_ids]
+        return np.asarray([row_scores[r] if r >= 0 else 0.0 for r in rows], dtype=np.float32)
+
+    def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 of every live document for ``query``.
+
+        Returns:
+            ``(doc_ids, scores)`` aligned arrays over live documents (scores >= 0).
+        """
+        ids, alive, _ = self._cached_arrays()
+        return ids[alive], self.row_scores(query)[alive]
 
     def top(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best documents with a positive score, best first."""

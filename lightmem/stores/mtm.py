@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -41,21 +41,28 @@ class _Partition:
     vectors: VectorIndex
     lexical: LexicalIndex
     meta: dict[int, _Meta] = field(default_factory=dict)
+    n_not_current: int = 0  # superseded items; while 0 the default filter keeps everything
 
     def add(self, rid: int, item: MemoryItem, vec: np.ndarray) -> None:
         self.vectors.add(np.asarray([rid]), vec[None, :])
         self.lexical.add(rid, item.text)
-        self.meta[rid] = _Meta(item.event_time, item.kind, item.is_current, _tags(item.topic, item.entities))
+        self._set_meta(rid, _Meta(item.event_time, item.kind, item.is_current, _tags(item.topic, item.entities)))
+
+    def _set_meta(self, rid: int, meta: _Meta) -> None:
+        self.meta[rid] = meta
+        self.n_not_current += not meta.current
 
     def remove(self, rids: Sequence[int]) -> None:
         self.vectors.remove(rids)
         self.lexical.remove(rids)
         for r in rids:
-            self.meta.pop(int(r), None)
+            gone = self.meta.pop(int(r), None)
+            if gone is not None:
+                self.n_not_current -= not gone.current
 
     def allowed(self, ids: np.ndarray, f: Filters) -> np.ndarray | None:
         """Boolean mask over ``ids`` for the filter, or None when it keeps everything."""
-        if f.is_trivial and all(m.current for m in self.meta.values()):
+        if f.is_trivial and self.n_not_current == 0:
             return None
         kinds = set(f.kinds) if f.kinds else None
         tags = {t.lower() for t in f.tags} if f.tags else None
@@ -152,7 +159,7 @@ class MTMStore:
             part.vectors.add(rids, vecs)
             for rid, text, _, event_time, kind, topic, ents, current in rows:
                 part.lexical.add(int(rid), text)
-                part.meta[int(rid)] = _Meta(event_time, ItemKind(kind), bool(current), _tags(topic, json.loads(ents)))
+                part._set_meta(int(rid), _Meta(event_time, ItemKind(kind), bool(current), _tags(topic, json.loads(ents))))
         return part
 
     # -- writes ----------------------------------------------------------------------------
@@ -310,28 +317,43 @@ class MTMStore:
             mask = part.allowed(part.vectors.ids, filters)
             return part.vectors.search(qvec, k, mask)
 
-    def search_lexical(self, user_id: str, query: str, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
+    def search_lexical(
+        self, user_id: str, query: str, k: int, filters: Filters
+    ) -> tuple[np.ndarray, np.ndarray, Callable[[Sequence[int]], np.ndarray]]:
+        """Top-``k`` BM25 ids and scores, and a lookup of this query's BM25 for any ids.
+
+        The query is scored once; Stage 1 uses the lookup for dense-only candidates.
+        """
         with self._lock:
-            part = self._part(user_id)
-            ids, sc = part.lexical.scores(query)
-            mask = part.allowed(ids, filters)
-            if mask is not None:
-                ids, sc = ids[mask], sc[mask]
-            pos = np.flatnonzero(sc > 0)
+            lex = self._part(user_id).lexical
+            row_scores = lex.row_scores(query)
+            ids, alive, _ = lex._cached_arrays()
+            mask = alive.copy()
+            allowed = self._part(user_id).allowed(ids[alive], filters)
+            if allowed is not None:
+                mask[np.flatnonzero(alive)[~allowed]] = False
+            pos = np.flatnonzero(mask & (row_scores > 0))
             if pos.size > k:
-                pos = pos[np.argpartition(-sc[pos], k - 1)[:k]]
-            pos = pos[np.argsort(-sc[pos], kind="stable")]
-            return ids[pos], sc[pos]
+                pos = pos[np.argpartition(-row_scores[pos], k - 1)[:k]]
+            pos = pos[np.argsort(-row_scores[pos], kind="stable")]
+            return ids[pos], row_scores[pos], lambda rids: lex.lookup(row_scores, rids)
 
     def cosine(self, user_id: str, qvec: np.ndarray, rids: Sequence[int]) -> np.ndarray:
         with self._lock:
             return self._part(user_id).vectors.cosine(qvec, rids)
 
     def bm25(self, user_id: str, query: str, rids: Sequence[int]) -> np.ndarray:
+        """BM25 of ``query`` for the given ids of this user (0 for unknown ids)."""
         with self._lock:
-            ids, sc = self._part(user_id).lexical.scores(query)
-        lookup = dict(zip(ids.tolist(), sc.tolist()))
-        return np.asarray([lookup.get(int(r), 0.0) for r in rids], dtype=np.float32)
+            lex = self._part(user_id).lexical
+            return lex.lookup(lex.row_scores(query), rids)
+
+    def signals(self, user_id: str, rids: Sequence[int]) -> tuple[np.ndarray, list[frozenset[str]]]:
+        """Event times and tags of indexed items, from memory (no SQL on the read path)."""
+        with self._lock:
+            meta = self._part(user_id).meta
+            ms = [meta[int(r)] for r in rids]
+        return np.asarray([m.event_time for m in ms], dtype=np.float64), [m.tags for m in ms]
 
     def size(self, user_id: str) -> int:
         return len(self._part(user_id).vectors)

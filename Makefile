@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 
-.PHONY: install test test-fast demo eval-dev latency clean help
+.PHONY: install test test-fast lint demo eval-dev latency clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,6 +28,9 @@ test: install  ## run the whole test suite (gpu tests skip without CUDA)
 
 test-fast: install  ## tests without the slow (real-model) ones
 	$(PY) -m pytest -q -m "not slow"
+
+lint: install  ## ruff (pyflakes, bugbear, import order)
+	$(VENV)/bin/ruff check lightmem eval tests
 
 demo: install  ## LoCoMo retrieval evaluation on dev conversation 0
 	$(PY) eval/locomo.py data.conversations=0 out_dir=outputs/demo

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from conftest import TINY_LOCOMO
+
 from lightmem.cli import main
 
 

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT, compose
 from hydra.utils import instantiate
 
-from conftest import ROOT, compose
 from lightmem.config import build_memory
 from lightmem.retrieval.scoring import Fusion
 

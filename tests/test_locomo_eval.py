@@ -5,8 +5,8 @@ import importlib.util
 import json
 
 import pytest
-
 from conftest import ROOT, TINY_LOCOMO, compose
+
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.errors import InvalidInputError
 

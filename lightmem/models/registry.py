@@ -140,8 +140,8 @@ class ModelRegistry:
         if (out / "config.json").exists():
             return out
         log.info("converting %s to a transformers folder in %s (one time)", gguf.name, out)
-        from transformers import AutoModelForCausalLM, AutoTokenizer
         import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)

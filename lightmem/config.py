@@ -5,18 +5,20 @@ typed arguments. Swappable roles (controller, selector, writer) are ``_target_``
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lightmem.memory import Memory
 from lightmem.models.embedder import Embedder
 from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import TwoStageRetriever
+from lightmem.roles.maintenance import Maintainer
 from lightmem.stores.mtm import MTMStore
 
 
@@ -36,7 +38,7 @@ class RetrievalConfig:
     fusion: str = "weighted"
     w_dense: float = 1.0
     w_lexical: float = 0.5
-    w_meta: float = 0.0
+    w_meta: float = 0.1
     w_recency: float = 0.0
     rrf_k: float = 60.0
     depth_factor: int = 2
@@ -48,6 +50,8 @@ class RetrievalConfig:
 class MemoryConfig:
     k: int = 10
     budget: int = 2048
+    maintenance: bool = False  # merge near-duplicates / supersede conflicts after each write
+    dup_threshold: float = 0.95
 
 
 @dataclass
@@ -82,6 +86,8 @@ class PipelineConfig:
     controller: Any = _role("lightmem.roles.controller.PassthroughController")
     selector: Any = _role("lightmem.roles.selector.Stage1Selector")
     writer: Any = _role("lightmem.roles.writer.TurnWriter")
+    # The LLM runtime shared by the generative roles; built only when one of them asks.
+    llm: Any = field(default_factory=lambda: {"_target_": "lightmem.llm.transformers_backend.TransformersLLM"})
     logger: LoggerConfig = field(default_factory=LoggerConfig)
 
 
@@ -127,20 +133,54 @@ def build_embedder(cfg: DictConfig) -> Embedder:
     return instantiate(cfg.encoder)
 
 
+class _Shared:
+    """Builds the heavy shared objects (LLM runtime, spaCy) once, and only if a role asks."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        self.cfg, self._llm, self._nlp = cfg, None, None
+
+    def llm(self):
+        if self._llm is None:
+            self._llm = instantiate(self.cfg.llm)
+        return self._llm
+
+    def nlp(self):
+        if self._nlp is None:
+            from lightmem.models.registry import ModelRegistry
+
+            self._nlp = ModelRegistry().spacy(disable=("parser", "lemmatizer"))
+        return self._nlp
+
+    def role(self, node: DictConfig) -> Any:
+        """Instantiate a role, passing ``llm`` / ``nlp`` when its class takes them (``nlp: true`` in YAML)."""
+        params = inspect.signature(get_class(node._target_)).parameters
+        kwargs: dict[str, Any] = {}
+        if "llm" in params and "llm" not in node:
+            kwargs["llm"] = self.llm()
+        if "nlp" in params and "nlp" in node:  # YAML says true/false; the pipeline itself is shared
+            kwargs["nlp"] = self.nlp() if node.nlp is True else None
+        for name in ("fallback",):  # a nested role (e.g. the generative controller's fast fallback)
+            if isinstance(node.get(name), DictConfig) and "_target_" in node[name]:
+                kwargs[name] = self.role(node[name])
+        return instantiate(node, **kwargs)
+
+
 def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None) -> Memory:
     """A Memory at ``path`` built from a PipelineConfig (pass ``embedder`` to share one)."""
     embedder = embedder or build_embedder(cfg)
+    shared = _Shared(cfg)
     store = MTMStore(path, dim=embedder.dim, embedder=embedder.name, **OmegaConf.to_container(cfg.store, resolve=True))
-    selector = instantiate(cfg.selector)
-    retriever = TwoStageRetriever(store, embedder, selector, **OmegaConf.to_container(cfg.retrieval, resolve=True))
+    retriever = TwoStageRetriever(store, embedder, shared.role(cfg.selector), **OmegaConf.to_container(cfg.retrieval, resolve=True))
     counter = embedder.token_counter()
+    maintainer = Maintainer(dup_threshold=cfg.memory.dup_threshold) if cfg.memory.maintenance else None
     return Memory(
         store=store,
         embedder=embedder,
         retriever=retriever,
         composer=ContextComposer(counter, cfg.memory.budget),
-        controller=instantiate(cfg.controller),
-        writer=instantiate(cfg.writer),
+        controller=shared.role(cfg.controller),
+        writer=shared.role(cfg.writer),
+        maintainer=maintainer,
         counter=counter,
         k=cfg.memory.k,
     )

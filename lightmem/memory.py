@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,12 @@ from lightmem.models.tokens import TokenCounter
 from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
 from lightmem.roles.controller import Controller, PassthroughController
+from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector, Stage1Selector
 from lightmem.roles.writer import TurnWriter, Writer
 from lightmem.stores.mtm import MTMStore
 from lightmem.timeutil import now as wall_clock
+from lightmem.timeutil import parse_timestamp
 from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem, Turn
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,7 @@ class Memory:
         composer: ContextComposer,
         controller: Controller | None = None,
         writer: Writer | None = None,
+        maintainer: Maintainer | None = None,
         counter: TokenCounter | None = None,
         k: int = 10,
         clock: Callable[[], float] = wall_clock,
@@ -46,6 +50,7 @@ class Memory:
         self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
         self.controller = controller or PassthroughController()
         self.writer = writer or TurnWriter()
+        self.maintainer = maintainer
         self.counter = counter or embedder.token_counter()
         self.k = _check_k(k)
         self.clock = clock
@@ -120,7 +125,11 @@ class Memory:
             )
             for d, n in zip(drafts, n_tokens)
         ]
-        return self.store.write(user_id, turns, items, vecs, at)
+        written = self.store.write(user_id, turns, items, vecs, at)
+        if self.maintainer is not None and written:
+            row = {it.id: i for i, it in enumerate(items)}
+            self.maintainer.maintain(self, user_id, written, vecs[[row[w.id] for w in written]])
+        return written
 
     # -- read path ---------------------------------------------------------------------------
     def search(
@@ -130,9 +139,14 @@ class Memory:
         k: int | None = None,
         filters: Filters | Mapping[str, Any] | None = None,
         stm: Sequence[str] = (),
+        now: object = None,
     ) -> list[Hit]:
-        """Retrieve at most ``k`` items of ``user_id`` for ``query`` (Controller → Stage 1 → Selector)."""
-        return self.retrieve(query, user_id, k, filters, stm).hits
+        """Retrieve at most ``k`` items of ``user_id`` for ``query`` (Controller → Stage 1 → Selector).
+
+        ``now`` anchors relative time in the query ("last week"); it defaults to the clock.
+        An adaptive controller may return more than ``k`` for a complex query (SimpleMem Eq. 8).
+        """
+        return self.retrieve(query, user_id, k, filters, stm, now).hits
 
     def retrieve(
         self,
@@ -141,14 +155,20 @@ class Memory:
         k: int | None = None,
         filters: Filters | Mapping[str, Any] | None = None,
         stm: Sequence[str] = (),
+        now: object = None,
     ) -> RetrievalResult:
-        """``search`` with its workings: the Stage-1 candidates and per-stage milliseconds."""
+        """``search`` with its workings: the plan, the Stage-1 candidates and per-stage milliseconds."""
         user_id = check_user_id(user_id)
         if not isinstance(query, str) or not query.strip():
             raise InvalidInputError("query must be a non-empty string")
         k = self.k if k is None else _check_k(k)
-        plan = self.controller.plan(query, k, _to_filters(filters), stm)
-        return self.retriever.retrieve(plan, user_id, self.clock())
+        at = self.clock() if now is None else parse_timestamp(now)
+        t0 = time.perf_counter()
+        plan = self.controller.plan(query, k, _to_filters(filters), stm, at)
+        plan_ms = (time.perf_counter() - t0) * 1000
+        result = self.retriever.retrieve(plan, user_id, at)
+        result.timings_ms["controller"] = plan_ms
+        return result
 
     def build_context(
         self,
@@ -229,8 +249,6 @@ def _to_filters(filters: Filters | Mapping[str, Any] | None) -> Filters:
     if unknown:
         hint = " (the user is chosen by user_id, never by a filter)" if "user_id" in unknown else ""
         raise InvalidInputError(f"unknown filter keys {sorted(unknown)}; allowed: {sorted(_FILTER_KEYS)}{hint}")
-    from lightmem.timeutil import parse_timestamp
-
     kw: dict[str, Any] = {}
     for key in ("time_from", "time_to"):
         if filters.get(key) is not None:

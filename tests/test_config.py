@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 from conftest import ROOT, compose
-from hydra.utils import instantiate
 
 from lightmem.config import build_memory
 from lightmem.retrieval.scoring import Fusion
@@ -21,11 +20,33 @@ def test_groups_compose_and_build(tmp_path, retrieval, logger):
     m.close()
 
 
+@pytest.fixture(scope="module")
+def tiny_selector_ckpt(tmp_path_factory):
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from lightmem.models.registry import ModelRegistry
+
+    tok = AutoTokenizer.from_pretrained(str(ModelRegistry().embedder_path()))
+    model = BertForSequenceClassification(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                                     num_attention_heads=2, intermediate_size=64, num_labels=1))
+    path = tmp_path_factory.mktemp("selector")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
 @pytest.mark.parametrize("group", ["controller", "selector", "writer"])
-def test_role_options_instantiate(group):
+def test_every_role_option_builds_into_a_working_memory(tmp_path, group, tiny_selector_ckpt):
     for option in GROUPS[group]:
-        obj = instantiate(compose("locomo", [f"{group}={option}"])[group])
-        assert callable(getattr(obj, {"controller": "plan", "selector": "select", "writer": "write"}[group]))
+        overrides = [f"{group}={option}", "encoder=hashing", "llm._target_=fakes.ScriptedLLM",
+                     f"selector.checkpoint={tiny_selector_ckpt}" if group == "selector" and option == "cross_encoder" else "memory.k=10"]
+        m = build_memory(compose("locomo", overrides), tmp_path / f"{group}-{option}")
+        role = {"controller": m.controller, "selector": m.retriever.selector, "writer": m.writer}[group]
+        assert type(role).__name__.lower().startswith(option.replace("_", "")[:4]) or option in ("none", "turn", "passthrough")
+        m.add([{"speaker": "Ava", "text": "I bake sourdough every Sunday", "id": "T1"}], user_id="u", timestamp="2023-05-07")
+        hits = m.search("What does Ava bake?", "u", k=2)
+        assert hits and hits[0].item.provenance == ["T1"]
+        m.close()
 
 
 def test_experiment_configs_compose():

@@ -13,7 +13,7 @@ TOPICS = ["tennis", "violin", "sourdough", "marathon", "python"]
 class MultiHQController:
     """A controller that asks one HQ per topic word of the query."""
 
-    def plan(self, query: str, k: int, filters: Filters, stm: Sequence[str] = ()) -> RetrievalPlan:
+    def plan(self, query: str, k: int, filters: Filters, stm: Sequence[str] = (), now: float | None = None) -> RetrievalPlan:
         hqs = tuple(HypotheticalQuery(w, Route.MTM) for w in query.split())
         return RetrievalPlan(query=query, hqs=hqs, filters=filters, k=k)
 
@@ -45,7 +45,7 @@ def test_each_hq_gets_its_quota_and_the_union_is_at_most_2k(topical):
     per_topic = {t: sum(t in h.item.text for h in result.candidates) for t in ("tennis", "violin", "sourdough")}
     assert all(n >= 2 for n in per_topic.values()), per_topic
     assert len(result.hits) == 4 and {h.item.id for h in result.hits} <= {h.item.id for h in result.candidates}
-    assert set(result.timings_ms) == {"embed", "stage1", "stage2"}
+    assert set(result.timings_ms) == {"controller", "embed", "stage1", "stage2"}
 
 
 def test_duplicate_hqs_do_not_duplicate_candidates(topical):

@@ -22,11 +22,12 @@ from lightmem.types import Hit, RetrievalPlan
 
 @dataclass
 class RetrievalResult:
-    """Final hits, the Stage-1 candidates they came from, and per-stage milliseconds."""
+    """Final hits, the Stage-1 candidates they came from, the plan, and per-stage milliseconds."""
 
     hits: list[Hit]
     candidates: list[Hit]
     timings_ms: dict[str, float] = field(default_factory=dict)
+    plan: RetrievalPlan | None = None
 
 
 class TwoStageRetriever:
@@ -55,7 +56,7 @@ class TwoStageRetriever:
         fusion: str | Fusion = Fusion.WEIGHTED,
         w_dense: float = 1.0,
         w_lexical: float = 0.5,
-        w_meta: float = 0.0,
+        w_meta: float = 0.1,
         w_recency: float = 0.0,
         rrf_k: float = 60.0,
         depth_factor: int = 2,
@@ -83,7 +84,7 @@ class TwoStageRetriever:
         rid_of = {hit.item.id: rid for rid, hit in ranked}
         self.store.touch(user_id, [rid_of[h.item.id] for h in hits if h.item.id in rid_of], now)
         ms = lambda a, b: (b - a) * 1000.0  # noqa: E731
-        return RetrievalResult(hits, candidates, {"embed": ms(t0, t1), "stage1": ms(t1, t2), "stage2": ms(t2, t3)})
+        return RetrievalResult(hits, candidates, {"embed": ms(t0, t1), "stage1": ms(t1, t2), "stage2": ms(t2, t3)}, plan)
 
     def stage1(self, plan: RetrievalPlan, user_id: str, qvecs: np.ndarray, now: float) -> list[tuple[int, Hit]]:
         """Per-HQ hybrid retrieval with quota ⌈2K/n⌉, union keeping the best score, top 2K.
@@ -115,6 +116,9 @@ class TwoStageRetriever:
         event_times, tags_of = self.store.signals(user_id, union)
         tags = plan.intent.get("tags")
         meta = scoring.metadata_match(tags_of, set(tags) if tags else None)
+        window = plan.intent.get("time_window")
+        if window:  # a soft time constraint from the controller counts as a metadata match
+            meta = np.maximum(meta, scoring.in_window(event_times, window[0], window[1]))
         if self.fusion is Fusion.RRF:
             fused_map = scoring.reciprocal_rank_fusion([d_ids.tolist(), l_ids.tolist()], self.rrf_k, [self.w_dense, self.w_lexical])
             fused = np.asarray([fused_map.get(r, 0.0) for r in union]) + self.w_meta * meta / (self.rrf_k + 1)

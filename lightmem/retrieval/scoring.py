@@ -54,6 +54,12 @@ def metadata_match(item_tags: Sequence[frozenset[str] | set[str]], wanted: set[s
     return np.asarray([1.0 if w & {t.lower() for t in tags} else 0.0 for tags in item_tags])
 
 
+def in_window(event_times: np.ndarray, start: float, end: float) -> np.ndarray:
+    """Indicator of event times within [start, end)."""
+    t = np.asarray(event_times, dtype=np.float64)
+    return ((t >= start) & (t < end)).astype(np.float64)
+
+
 def weighted_fusion(
     dense: np.ndarray,
     lexical: np.ndarray,

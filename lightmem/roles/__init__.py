@@ -3,8 +3,13 @@
 Each role is a Protocol with a no-generation default; the generative and trained
 implementations plug in behind the same interfaces.
 """
-from lightmem.roles.controller import Controller, PassthroughController
-from lightmem.roles.selector import Selector, Stage1Selector
-from lightmem.roles.writer import DraftItem, TurnWriter, Writer
+from lightmem.roles.controller import Controller, FastController, GenerativeController, PassthroughController
+from lightmem.roles.maintenance import Maintainer
+from lightmem.roles.selector import CrossEncoderSelector, GenerativeSelector, Selector, Stage1Selector
+from lightmem.roles.writer import DraftItem, ExtractiveWriter, GenerativeWriter, TurnWriter, Writer
 
-__all__ = ["Controller", "PassthroughController", "Selector", "Stage1Selector", "Writer", "TurnWriter", "DraftItem"]
+__all__ = [
+    "Controller", "PassthroughController", "FastController", "GenerativeController",
+    "Selector", "Stage1Selector", "CrossEncoderSelector", "GenerativeSelector",
+    "Writer", "TurnWriter", "ExtractiveWriter", "GenerativeWriter", "DraftItem", "Maintainer",
+]

@@ -1,10 +1,20 @@
-"""Selector (SLM-2): Stage 2 keeps at most K of the 2K Stage-1 candidates."""
+"""Selector (SLM-2): Stage 2 keeps at most K of the 2K Stage-1 candidates.
+
+It only selects: scores decide which candidates stay, the memory text is never changed.
+"""
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from lightmem.llm.base import LLM, GenerationError
+from lightmem.roles import prompts
+from lightmem.timeutil import iso
 from lightmem.types import Hit, RetrievalPlan
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -19,3 +29,128 @@ class Stage1Selector:
 
     def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]:
         return sorted(candidates, key=lambda h: -h.score)[:k]
+
+
+def _rank(candidates: Sequence[Hit], scores: Sequence[float], k: int, key: str) -> list[Hit]:
+    """Order by the selector's score, ties by Stage 1; record the score on each hit."""
+    for h, s in zip(candidates, scores):
+        h.scores[key] = float(s)
+    order = sorted(range(len(candidates)), key=lambda i: (-scores[i], -candidates[i].score))
+    return [candidates[i] for i in order[:k]]
+
+
+def candidate_text(hit: Hit) -> str:
+    """What a selector reads of a candidate: its date and text (short inputs keep it fast)."""
+    return f"[{iso(hit.item.event_time)[:10]}] {hit.item.text}"
+
+
+class CrossEncoderSelector:
+    """A MiniLM cross-encoder scoring (HQ, candidate) pairs; a candidate's score is its best HQ's.
+
+    Args:
+        checkpoint: Folder of a trained selector: a peft adapter with its classification
+            head (``adapter_config.json``), or a full sequence-classification model.
+        base_model: Packaged base the adapter was trained on.
+        max_length: Pair length in tokens (short inputs keep CPU latency low).
+        batch_size: Pairs per forward pass.
+        num_layers: Keep only the first N encoder layers (faster; ablate the quality).
+        int8: Dynamic int8 quantisation of the linear layers (CPU).
+        device: ``auto``, ``cpu`` or ``cuda``.
+    """
+
+    def __init__(self, checkpoint: str, base_model: str = "all-MiniLM-L6-v2", max_length: int = 128, batch_size: int = 64,
+                 num_layers: int | None = None, int8: bool = False, device: str = "auto") -> None:
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from lightmem.models.registry import ModelRegistry, pick_device
+
+        ckpt = Path(checkpoint)
+        if not ckpt.exists():
+            raise FileNotFoundError(
+                f"no trained selector at {ckpt}; train one with `make train` (train/selector.py) or use selector=none"
+            )
+        self.device = pick_device(device)
+        if (ckpt / "adapter_config.json").exists():
+            from peft import PeftModel
+
+            base = ModelRegistry().path(base_model)
+            model = AutoModelForSequenceClassification.from_pretrained(str(base), num_labels=1)
+            model = PeftModel.from_pretrained(model, str(ckpt)).merge_and_unload()
+            tok_path = ckpt if (ckpt / "tokenizer_config.json").exists() else base
+        else:
+            model = AutoModelForSequenceClassification.from_pretrained(str(ckpt), num_labels=1)
+            tok_path = ckpt
+        self._init(model, AutoTokenizer.from_pretrained(str(tok_path)), max_length, batch_size, num_layers, int8)
+        self.model.to(self.device)
+        torch.set_grad_enabled(False)
+
+    @classmethod
+    def from_objects(cls, model, tokenizer, max_length: int = 128, batch_size: int = 64, num_layers: int | None = None,
+                     int8: bool = False) -> "CrossEncoderSelector":
+        self = cls.__new__(cls)
+        self.device = "cpu"
+        self._init(model, tokenizer, max_length, batch_size, num_layers, int8)
+        return self
+
+    def _init(self, model, tokenizer, max_length, batch_size, num_layers, int8) -> None:
+        import torch
+
+        encoder = getattr(model, model.base_model_prefix, None)
+        if num_layers is not None and encoder is not None and hasattr(encoder, "encoder"):
+            encoder.encoder.layer = encoder.encoder.layer[:num_layers]
+        model.eval()
+        if int8:
+            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        self.model, self.tok = model, tokenizer
+        self.max_length, self.batch_size = max_length, batch_size
+
+    def scores(self, queries: Sequence[str], texts: Sequence[str]) -> list[float]:
+        """Relevance logits of aligned (query, text) pairs."""
+        import torch
+
+        out: list[float] = []
+        for i in range(0, len(texts), self.batch_size):
+            enc = self.tok(list(queries[i : i + self.batch_size]), list(texts[i : i + self.batch_size]), truncation=True,
+                           max_length=self.max_length, padding=True, return_tensors="pt").to(self.device)
+            with torch.inference_mode():
+                out.extend(self.model(**enc).logits[:, 0].float().tolist())
+        return out
+
+    def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]:
+        if not candidates:
+            return []
+        hqs = [hq.text for hq in plan.hqs]
+        texts = [candidate_text(h) for h in candidates]
+        flat = self.scores([q for q in hqs for _ in texts], [t for _ in hqs for t in texts])
+        best = [max(flat[j * len(texts) + i] for j in range(len(hqs))) for i in range(len(texts))]
+        return _rank(candidates, best, k, "selector")
+
+
+class GenerativeSelector:
+    """Pointwise relevance from an SLM: P(yes) of "does this memory support a query?".
+
+    Uses the yes/no logits when the runtime exposes them (local models), else parses a
+    one-word answer. Any failure keeps the Stage-1 order, so retrieval never breaks.
+    """
+
+    def __init__(self, llm: LLM, max_candidates: int = 40) -> None:
+        self.llm, self.max_candidates = llm, max_candidates
+
+    def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]:
+        cands = sorted(candidates, key=lambda h: -h.score)[: self.max_candidates]
+        if not cands:
+            return []
+        hq_block = prompts.bullet([hq.text for hq in plan.hqs])
+        batch = [prompts.SELECTOR.format(hqs=hq_block, date=iso(h.item.event_time)[:10], memory=h.item.text) for h in cands]
+        try:
+            if hasattr(self.llm, "yes_probability"):
+                probs = self.llm.yes_probability(batch, role="selector")
+            else:
+                answers = self.llm.generate(batch, role="selector", max_new_tokens=3)
+                probs = [1.0 if a.strip().lower().startswith("yes") else 0.0 for a in answers]
+        except GenerationError as exc:
+            log.warning("selector: %s; keeping the Stage-1 order", exc)
+            self.llm.meter.failure("selector")
+            return cands[:k]
+        return _rank(cands, probs, k, "selector")

@@ -1,11 +1,27 @@
-"""Writer (SLM-3): turns an interaction into MTM entries with provenance."""
+"""Writer (SLM-3): turns an interaction into MTM entries with provenance.
+
+``TurnWriter`` stores each turn as it is; ``ExtractiveWriter`` makes each turn
+self-contained without generation (speakers named, dates anchored, entities tagged);
+``GenerativeWriter`` asks an SLM for compact facts and falls back to the extractive
+entries whenever the model's output is unusable, so no turn is ever lost.
+"""
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel, Field
+
+from lightmem.llm.base import LLM
+from lightmem.roles import prompts
+from lightmem.roles.jsonio import call_json
+from lightmem.sensory.normalize import anchor_dates, name_speakers
+from lightmem.timeutil import iso
 from lightmem.types import ItemKind, Turn
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -28,16 +44,112 @@ class Writer(Protocol):
     def write(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[DraftItem]: ...
 
 
+def _meta(t: Turn) -> dict[str, Any]:
+    return {"speaker": t.speaker, **({"session_id": t.session_id} if t.session_id else {})}
+
+
 class TurnWriter:
     """One entry per turn: ``speaker: text`` (with the image caption), provenance = the turn."""
 
     def write(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[DraftItem]:
+        return [DraftItem(text=t.render(), provenance=[t.turn_id], event_time=t.timestamp, metadata=_meta(t)) for t in turns]
+
+
+def _listener(turns: Sequence[Turn], i: int, context: Sequence[str]) -> str | None:
+    """The other party of turn i: the nearest earlier (else later) different speaker."""
+    me = turns[i].speaker
+    for t in list(reversed(turns[:i])) + list(turns[i + 1 :]):
+        if t.speaker != me:
+            return t.speaker
+    for line in reversed(context):
+        who = line.partition(": ")[0]
+        if who and who != me:
+            return who
+    return None
+
+
+class ExtractiveWriter:
+    """One self-contained entry per turn, without generation.
+
+    Args:
+        nlp: Optional spaCy pipeline; named entities become the item's ``entities``.
+        name_speakers: Replace I / my / you by the speakers' names.
+        anchor_dates: Append absolute dates to relative ones ("yesterday [7 May 2023]").
+    """
+
+    _LABELS = {"PERSON", "ORG", "GPE", "LOC", "EVENT", "WORK_OF_ART", "PRODUCT", "FAC", "NORP", "DATE"}
+
+    def __init__(self, nlp: Any = None, name_speakers: bool = True, anchor_dates: bool = True) -> None:
+        self.nlp, self.name, self.anchor = nlp, name_speakers, anchor_dates
+
+    def write(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[DraftItem]:
+        texts = []
+        for i, t in enumerate(turns):
+            body = name_speakers(t.text, t.speaker, _listener(turns, i, context)) if self.name else t.text
+            body = anchor_dates(body, t.timestamp) if self.anchor else body
+            rendered = f"{t.speaker}: {body}" + (f" [shares an image: {t.caption}]" if t.caption else "")
+            texts.append(rendered)
+        ents: list[list[str]] = [[] for _ in turns]
+        if self.nlp is not None:
+            for i, doc in enumerate(self.nlp.pipe([t.text for t in turns])):
+                ents[i] = list(dict.fromkeys(e.text for e in doc.ents if e.label_ in self._LABELS))
         return [
-            DraftItem(
-                text=t.render(),
-                provenance=[t.turn_id],
-                event_time=t.timestamp,
-                metadata={"speaker": t.speaker, **({"session_id": t.session_id} if t.session_id else {})},
-            )
-            for t in turns
+            DraftItem(text=x, provenance=[t.turn_id], event_time=t.timestamp, entities=e, metadata=_meta(t))
+            for x, t, e in zip(texts, turns, ents)
         ]
+
+
+class _Entry(BaseModel):
+    text: str = Field(min_length=3, max_length=600)
+    source_turns: list[str] = Field(default_factory=list)
+
+
+class WriterOutput(BaseModel):
+    """The JSON the generative writer must produce."""
+
+    memories: list[_Entry] = Field(default_factory=list, max_length=32)
+
+
+class GenerativeWriter:
+    """An SLM distils turns into compact facts with cited source turns.
+
+    Entries citing no turn of the batch are dropped; a batch whose output is unusable is
+    written by the fallback (extractive) writer instead. Raw turns are always kept in the
+    store's turn table, so provenance never points at nothing.
+
+    Args:
+        llm: The LLM runtime.
+        fallback: Writes a batch when the model fails.
+        turns_per_call: Turns per prompt.
+        max_new_tokens: Length limit of the JSON answer.
+    """
+
+    def __init__(self, llm: LLM, fallback: Writer | None = None, turns_per_call: int = 8, max_new_tokens: int = 256) -> None:
+        self.llm, self.fallback = llm, fallback or ExtractiveWriter()
+        self.turns_per_call, self.max_new_tokens = max(1, turns_per_call), max_new_tokens
+
+    def write(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[DraftItem]:
+        batches = [list(turns[i : i + self.turns_per_call]) for i in range(0, len(turns), self.turns_per_call)]
+        batch_prompts = [
+            prompts.WRITER.format(
+                date=iso(b[0].timestamp)[:10],
+                context=prompts.bullet(list(context)[-6:]),
+                turns="\n".join(f"{t.turn_id}: {t.speaker}: {t.text}" for t in b),
+            )
+            for b in batches
+        ]
+        outs = call_json(self.llm, batch_prompts, WriterOutput, "writer", prompts.retry, self.max_new_tokens)
+        drafts: list[DraftItem] = []
+        for batch, out in zip(batches, outs):
+            by_id = {t.turn_id: t for t in batch}
+            entries = [] if out is None else [e for e in out.memories if any(s in by_id for s in e.source_turns)]
+            if not entries:
+                if out is not None and out.memories:
+                    self.llm.meter.failure("writer")  # entries without valid provenance
+                drafts.extend(self.fallback.write(batch, context))
+                continue
+            for e in entries:
+                src = [s for s in dict.fromkeys(e.source_turns) if s in by_id]
+                drafts.append(DraftItem(text=e.text.strip(), provenance=src, event_time=max(by_id[s].timestamp for s in src),
+                                        metadata={"writer": "generative"}))
+        return drafts

@@ -228,7 +228,8 @@ class MTMStore:
 
     def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None, **fields) -> MemoryItem:
         """Change an item's fields (text needs ``vector``); the old text goes to history."""
-        allowed = {"text", "n_tokens", "utility", "topic", "entities", "valid_from", "valid_to", "superseded_by", "metadata", "event_time"}
+        allowed = {"text", "n_tokens", "utility", "topic", "entities", "valid_from", "valid_to", "superseded_by", "metadata",
+                   "event_time", "provenance"}
         unknown = set(fields) - allowed
         if unknown:
             raise InvalidInputError(f"cannot update fields {sorted(unknown)}; updatable: {sorted(allowed)}")
@@ -240,7 +241,7 @@ class MTMStore:
             rid = self.sql.rid_of(user_id, item_id)
             with self.sql.transaction() as c:
                 sets = {k: v for k, v in fields.items()}
-                for k in ("entities", "metadata"):
+                for k in ("entities", "metadata", "provenance"):
                     if k in sets:
                         sets[k] = json.dumps(sets[k])
                 if vector is not None:

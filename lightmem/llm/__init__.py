@@ -1,0 +1,6 @@
+"""LLM runtimes behind one protocol: local transformers, OpenAI-compatible HTTP, llama.cpp."""
+from lightmem.llm.base import LLM, GenerationError, UsageMeter
+from lightmem.llm.openai_backend import OpenAICompatLLM
+from lightmem.llm.transformers_backend import TransformersLLM
+
+__all__ = ["LLM", "GenerationError", "UsageMeter", "OpenAICompatLLM", "TransformersLLM"]

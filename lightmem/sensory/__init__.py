@@ -1,0 +1,1 @@
+"""Write-path preprocessing (sensory memory): normalisation now; compression and segmentation later."""

@@ -1,0 +1,128 @@
+"""Make a turn interpretable alone: speakers named instead of I / you, relative dates anchored.
+
+Pure functions of (text, speaker, listener, anchor time). Relative expressions keep their
+wording and gain the absolute date in brackets ("yesterday [7 May 2023]"), so lexical
+matching on either form still works.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_NUM = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "couple of": 2, "few": 3}
+
+
+def _day(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _fmt(d: datetime) -> str:
+    return f"{d.day} {d.strftime('%B %Y')}"
+
+
+def _month_shift(d: datetime, n: int) -> datetime:
+    m = d.month - 1 + n
+    return d.replace(year=d.year + m // 12, month=m % 12 + 1, day=1)
+
+
+def relative_span(expr: str, anchor: float) -> tuple[datetime, datetime, str] | None:
+    """The (start, end, label) a relative time expression denotes, relative to ``anchor``."""
+    e = " ".join(expr.lower().split())
+    today = _day(anchor)
+    one = timedelta(days=1)
+    if e in ("today", "tonight", "this morning", "this afternoon", "this evening"):
+        return today, today + one, _fmt(today)
+    if e in ("yesterday", "last night"):
+        d = today - one
+        return d, today, _fmt(d)
+    if e == "tomorrow":
+        d = today + one
+        return d, d + one, _fmt(d)
+    m = re.fullmatch(r"(last|this|next) (week|weekend|month|year)", e)
+    if m:
+        which, unit = m.groups()
+        shift = {"last": -1, "this": 0, "next": 1}[which]
+        if unit in ("week", "weekend"):
+            monday = today - timedelta(days=today.weekday()) + timedelta(weeks=shift)
+            start = monday + timedelta(days=5) if unit == "weekend" else monday
+            end = monday + timedelta(days=7)
+            return start, end, f"the week of {_fmt(monday)}" if unit == "week" else f"the weekend of {_fmt(start)}"
+        if unit == "month":
+            start = _month_shift(today, shift)
+            return start, _month_shift(start, 1), start.strftime("%B %Y")
+        start = today.replace(year=today.year + shift, month=1, day=1)
+        return start, start.replace(year=start.year + 1), str(start.year)
+    m = re.fullmatch(r"(last|this past|on|next) (monday|tuesday|wednesday|thursday|friday|saturday|sunday)", e)
+    if m:
+        which, wd = m.groups()
+        delta = (today.weekday() - _WEEKDAYS.index(wd)) % 7 or 7
+        d = today + timedelta(days=(7 - delta) % 7 or 7) if which == "next" else today - timedelta(days=delta)
+        return d, d + one, _fmt(d)
+    m = re.fullmatch(r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few) (day|week|month|year)s? ago", e)
+    if m:
+        n = int(m.group(1)) if m.group(1).isdigit() else _NUM[m.group(1)]
+        unit = m.group(2)
+        if unit == "day":
+            d = today - timedelta(days=n)
+            return d, d + one, _fmt(d)
+        if unit == "week":
+            d = today - timedelta(weeks=n)
+            return d - timedelta(days=3), d + timedelta(days=4), f"the week of {_fmt(d - timedelta(days=d.weekday()))}"
+        if unit == "month":
+            start = _month_shift(today, -n)
+            return start, _month_shift(start, 1), start.strftime("%B %Y")
+        start = today.replace(year=today.year - n, month=1, day=1)
+        return start, start.replace(year=start.year + 1), str(start.year)
+    return None
+
+
+_REL = re.compile(
+    r"\b(today|tonight|this (?:morning|afternoon|evening)|yesterday|last night|tomorrow|"
+    r"(?:last|this|next) (?:week|weekend|month|year)|"
+    r"(?:last|this past|next) (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few) (?:day|week|month|year)s? ago)\b",
+    re.I,
+)
+
+
+def anchor_dates(text: str, anchor: float) -> str:
+    """Append the absolute date to each relative expression: "yesterday [7 May 2023]"."""
+
+    def sub(m: re.Match) -> str:
+        span = relative_span(m.group(0), anchor)
+        return f"{m.group(0)} [{span[2]}]" if span else m.group(0)
+
+    return _REL.sub(sub, text)
+
+
+def find_time_window(text: str, anchor: float) -> tuple[float, float] | None:
+    """The union of the spans of the relative expressions in ``text`` (Unix seconds)."""
+    spans = [s for m in _REL.finditer(text) if (s := relative_span(m.group(0), anchor))]
+    if not spans:
+        return None
+    return min(s[0] for s in spans).timestamp(), max(s[1] for s in spans).timestamp()
+
+
+_FIRST = [
+    (r"\bI am\b|\bI'm\b", "{s} is"), (r"\bI was\b", "{s} was"), (r"\bI have\b|\bI've\b", "{s} has"),
+    (r"\bI'll\b", "{s} will"), (r"\bI'd\b", "{s} would"), (r"\bI\b", "{s}"),
+    (r"\b[Mm]yself\b", "{s}"), (r"\b[Mm]ine\b", "{s}'s"), (r"\b[Mm]y\b", "{s}'s"), (r"\bme\b", "{s}"),
+]
+_SECOND = [
+    (r"\b[Yy]ou are\b|\b[Yy]ou're\b", "{l} is"), (r"\b[Yy]ou have\b|\b[Yy]ou've\b", "{l} has"),
+    (r"\b[Yy]ou'll\b", "{l} will"), (r"\b[Yy]ou'd\b", "{l} would"),
+    (r"\b[Yy]ourself\b", "{l}"), (r"\b[Yy]ours\b", "{l}'s"), (r"\b[Yy]our\b", "{l}'s"), (r"\b[Yy]ou\b", "{l}"),
+]
+
+
+def name_speakers(text: str, speaker: str, listener: str | None = None) -> str:
+    """Replace first-person words by the speaker's name and second-person by the listener's."""
+    for pat, rep in _FIRST:
+        out = rep.format(s=speaker)
+        text = re.sub(pat, lambda _m, out=out: out, text)
+    if listener:
+        for pat, rep in _SECOND:
+            out = rep.format(l=listener)
+            text = re.sub(pat, lambda _m, out=out: out, text)
+    return text

@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from lightmem.config import build_embedder, build_memory, to_container
+from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.evaluation.locomo_retrieval import run_locomo_retrieval
 from lightmem.evaluation.report import plot_recall, retrieval_table
@@ -31,11 +31,12 @@ def run(cfg: DictConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     convs = select_conversations(load_locomo(cfg.data.path), cfg.data.conversations)
     embedder = build_embedder(cfg)
+    shared = SharedRuntime(cfg)  # one LLM runtime / spaCy pipeline for all conversations
     stores = out / "stores"
     shutil.rmtree(stores, ignore_errors=True)  # our own scratch stores from a previous run of this folder
 
     def make_memory(conv_id: str):
-        return build_memory(cfg, stores / conv_id, embedder=embedder)
+        return build_memory(cfg, stores / conv_id, embedder=embedder, shared=shared)
 
     ks = sorted(int(k) for k in cfg.ks)
     results, records = run_locomo_retrieval(

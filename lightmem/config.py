@@ -133,8 +133,11 @@ def build_embedder(cfg: DictConfig) -> Embedder:
     return instantiate(cfg.encoder)
 
 
-class _Shared:
-    """Builds the heavy shared objects (LLM runtime, spaCy) once, and only if a role asks."""
+class SharedRuntime:
+    """Builds the heavy shared objects (LLM runtime, spaCy) once, and only if a role asks.
+
+    Pass one to several ``build_memory`` calls (an evaluation's conversations) to load them once.
+    """
 
     def __init__(self, cfg: DictConfig) -> None:
         self.cfg, self._llm, self._nlp = cfg, None, None
@@ -165,10 +168,11 @@ class _Shared:
         return instantiate(node, **kwargs)
 
 
-def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None) -> Memory:
-    """A Memory at ``path`` built from a PipelineConfig (pass ``embedder`` to share one)."""
+def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None,
+                 shared: SharedRuntime | None = None) -> Memory:
+    """A Memory at ``path`` built from a PipelineConfig (pass ``embedder`` / ``shared`` to reuse them)."""
     embedder = embedder or build_embedder(cfg)
-    shared = _Shared(cfg)
+    shared = shared or SharedRuntime(cfg)
     store = MTMStore(path, dim=embedder.dim, embedder=embedder.name, **OmegaConf.to_container(cfg.store, resolve=True))
     retriever = TwoStageRetriever(store, embedder, shared.role(cfg.selector), **OmegaConf.to_container(cfg.retrieval, resolve=True))
     counter = embedder.token_counter()

@@ -218,6 +218,15 @@ class Memory:
     def history(self, item_id: str, user_id: str) -> list[HistoryEvent]:
         return self.store.sql.history(check_user_id(user_id), item_id)
 
+    def usage(self) -> dict[str, dict[str, float]]:
+        """LLM calls, tokens, latency and failures per role, from every role that uses an LLM."""
+        meters = {id(m): m for role in (self.controller, self.retriever.selector, self.writer)
+                  if (m := getattr(getattr(role, "llm", None), "meter", None)) is not None}
+        out: dict[str, dict[str, float]] = {}
+        for meter in meters.values():
+            out.update(meter.summary())
+        return out
+
     def stats(self) -> dict[str, dict[str, int]]:
         return self.store.sql.counts()
 

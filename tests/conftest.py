@@ -58,3 +58,9 @@ def compose(config_name: str, overrides: list[str]):
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return hydra_compose(config_name=config_name, overrides=overrides)
+
+
+@pytest.fixture(scope="session")
+def smollm2_cache(tmp_path_factory):
+    """One registry cache for the session: the GGUF is converted once (~25 s), then reused."""
+    return tmp_path_factory.mktemp("lightmem-cache")

@@ -75,3 +75,15 @@ def test_latency_benchmark_runs_on_tiny_sizes(tmp_path):
     assert [r["items"] for r in rows] == [3, 9]
     assert all(r["search_ms_p95"] >= r["search_ms_p50"] > 0 for r in rows)
     assert (tmp_path / "latency.png").exists()
+
+
+def test_generative_roles_report_llm_usage_per_turn_and_question(tmp_path):
+    cfg = compose("locomo", [f"data.path={TINY_LOCOMO}", "data.conversations=0", "encoder=hashing", f"out_dir={tmp_path}",
+                             "ks=[2]", "writer=generative", "controller=generative", "controller.fallback.nlp=false",
+                             "llm._target_=fakes.ScriptedLLM"])
+    results = _load_entry("locomo").run(cfg)
+    llm = results["cost"]["llm"]
+    # the scripted model answers '{"memories": []}': every batch falls back to extractive entries
+    assert llm["writer"]["calls"] >= 1 and llm["writer"]["unit"] == "turn"
+    assert llm["controller"]["calls"] >= results["retrieval"]["overall"]["n"]
+    assert results["retrieval"]["overall"]["n"] == 4 and results["cost"]["items"] == 7

@@ -67,11 +67,11 @@ def test_packaged_spacy_finds_people():
 
 
 @pytest.mark.slow
-def test_smollm2_gguf_converts_once_and_generates(tmp_path):
+def test_smollm2_gguf_converts_once_and_generates(smollm2_cache):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    reg = ModelRegistry(cache_dir=tmp_path)
+    reg = ModelRegistry(cache_dir=smollm2_cache)
     path = reg.causal_lm_path("smollm2")
     assert (path / "config.json").exists() and reg.causal_lm_path("smollm2") == path  # cached
     tok = AutoTokenizer.from_pretrained(path)

@@ -219,3 +219,20 @@ def test_fuzz_malformed_outputs_lose_no_turn_and_raise_nothing(memory):
     assert stored == set(ids)
     usage = script.meter.summary()
     assert usage["writer"]["failures"] > 0 and usage["controller"]["failures"] > 0
+
+
+@pytest.mark.slow
+def test_generative_roles_run_on_the_packaged_smollm2(memory, smollm2_cache):
+    from lightmem.llm.transformers_backend import TransformersLLM
+
+    llm = TransformersLLM(cache_dir=str(smollm2_cache), device="cpu", max_new_tokens=48)
+    memory.writer = GenerativeWriter(llm, turns_per_call=4, max_new_tokens=48)
+    memory.controller = GenerativeController(llm, max_new_tokens=48)
+    memory.retriever.selector = GenerativeSelector(llm)
+    written = memory.add([{"speaker": t.speaker, "text": t.text, "id": t.turn_id} for t in TURNS], user_id="u", timestamp=MAY8)
+    assert written and {p for w in written for p in w.provenance} <= {"D1:1", "D1:2", "D1:3"}
+    hits = memory.search("When did Caroline go to the support group?", "u", k=2, now=MAY8)
+    assert 1 <= len(hits) <= 2 and all("selector" in h.scores for h in hits)
+    usage = memory.usage()
+    assert usage["writer"]["calls"] >= 1 and usage["controller"]["calls"] >= 1 and usage["selector"]["calls"] >= 1
+    assert usage["writer"]["output_tokens"] > 0

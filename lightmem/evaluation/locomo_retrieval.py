@@ -50,11 +50,14 @@ def evaluate_conversation(
 ) -> tuple[list[QuestionRecord], dict[str, float]]:
     """Ingest ``conv`` into ``memory`` session by session, then score its questions."""
     user = conv.conv_id
+    usage_before = memory.usage()  # roles may share a runtime across conversations
     t0 = time.perf_counter()
     for session in conv.sessions:
         memory.add_turns(user, session.turns)
     ingest_s = time.perf_counter() - t0
     kmax = max(ks)
+    # Questions are asked after the last session: relative time in them is anchored there.
+    asked_at = max((s.timestamp for s in conv.sessions), default=None)
     records = []
     for qa in conv.qa:
         if qa.category not in categories:
@@ -68,7 +71,7 @@ def evaluate_conversation(
         # Largest K first: that search is the timed one and sees a cold query-vector cache.
         for k in sorted(ks, reverse=True):
             t = time.perf_counter()
-            result = memory.retrieve(qa.question, user, k=k)
+            result = memory.retrieve(qa.question, user, k=k, now=asked_at)
             elapsed = (time.perf_counter() - t) * 1000
             hits = result.hits
             if k == kmax:
@@ -87,7 +90,8 @@ def evaluate_conversation(
         )
         on_question()
     n_turns = sum(len(s.turns) for s in conv.sessions)
-    return records, {"ingest_s": ingest_s, "turns": n_turns, "items": len(memory.get_all(user))}
+    return records, {"ingest_s": ingest_s, "turns": n_turns, "items": len(memory.get_all(user)),
+                     "llm": _usage_delta(usage_before, memory.usage())}
 
 
 def aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
@@ -121,6 +125,7 @@ def summarize(records: Sequence[QuestionRecord], ingest: Sequence[dict[str, floa
     latency["ingest_turns_per_s"] = turns / ingest_s if ingest_s > 0 else float("nan")
     cost = {k: v for k, v in overall.items() if k.startswith("tokens")}
     cost.update({"turns": turns, "items": sum(i["items"] for i in ingest), "ingest_s": ingest_s, "searches": len(records) * (len(records[0].recall) - 1) if records else 0})
+    cost["llm"] = _merge_usage([i.get("llm", {}) for i in ingest], turns, len(records))
     return {
         "retrieval": {
             "overall": overall,
@@ -130,6 +135,29 @@ def summarize(records: Sequence[QuestionRecord], ingest: Sequence[dict[str, floa
         "latency": latency,
         "cost": cost,
     }
+
+
+_COUNTS = ("calls", "input_tokens", "output_tokens", "failures", "repaired")
+
+
+def _usage_delta(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {role: {k: u.get(k, 0) - before.get(role, {}).get(k, 0) for k in _COUNTS} for role, u in after.items()}
+
+
+def _merge_usage(per_conv: Sequence[dict[str, dict[str, float]]], turns: int, questions: int) -> dict[str, dict[str, float]]:
+    """LLM usage per role summed over conversations, with calls and tokens per turn and per question."""
+    out: dict[str, dict[str, float]] = {}
+    for usage in per_conv:
+        for role, u in usage.items():
+            agg = out.setdefault(role, dict.fromkeys(_COUNTS, 0))
+            for key in agg:
+                agg[key] += u.get(key, 0)
+    for role, agg in out.items():
+        unit = max(turns if role == "writer" else questions, 1)
+        agg["calls_per_unit"] = agg["calls"] / unit
+        agg["tokens_per_unit"] = (agg["input_tokens"] + agg["output_tokens"]) / unit
+        agg["unit"] = "turn" if role == "writer" else "question"
+    return out
 
 
 def run_locomo_retrieval(

@@ -40,7 +40,8 @@ def run(cfg: DictConfig) -> dict:
 
     ks = sorted(int(k) for k in cfg.ks)
     results, records = run_locomo_retrieval(
-        make_memory, convs, ks=ks, budget=int(cfg.budget), categories=list(cfg.data.categories), show_progress=sys.stderr.isatty()
+        make_memory, convs, ks=ks, budget=int(cfg.budget), categories=list(cfg.data.categories), show_progress=sys.stderr.isatty(),
+        max_questions=cfg.data.max_questions
     )
     if not cfg.keep_stores:
         shutil.rmtree(stores, ignore_errors=True)

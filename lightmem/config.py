@@ -67,6 +67,7 @@ class LocomoDataConfig:
     path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/locomo/locomo_dev.json"
     conversations: Any = "0-4"
     categories: list[int] = field(default_factory=lambda: [1, 2, 3, 4])
+    max_questions: int | None = None  # per conversation: quick runs of slow settings
 
 
 def _role(target: str) -> Any:
@@ -115,11 +116,28 @@ class LatencyBenchConfig(PipelineConfig):
     seed: int = 0
 
 
+@dataclass
+class RolesBenchConfig(PipelineConfig):
+    data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
+    conversation: Any = 0
+    controllers: list[str] = field(default_factory=lambda: ["passthrough", "fast", "generative"])
+    selectors: list[str] = field(default_factory=lambda: ["none", "generative", "cross_encoder"])
+    writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "generative"])
+    k: int = 10
+    n_queries: int = 100
+    n_queries_generative: int = 10
+    n_turns: int = 200
+    n_turns_generative: int = 24
+    turns_per_batch: int = 8
+    out_dir: str = "outputs/roles"
+
+
 def register_configs() -> None:
     """Register the schemas the YAML files in conf/ extend (``defaults: [schema_...]``)."""
     cs = ConfigStore.instance()
     cs.store(name="schema_locomo", node=LocomoEvalConfig)
     cs.store(name="schema_latency", node=LatencyBenchConfig)
+    cs.store(name="schema_roles", node=RolesBenchConfig)
 
 
 register_configs()

@@ -47,6 +47,7 @@ def evaluate_conversation(
     budget: int,
     categories: Sequence[int],
     on_question: Callable[[], None] = lambda: None,
+    max_questions: int | None = None,
 ) -> tuple[list[QuestionRecord], dict[str, float]]:
     """Ingest ``conv`` into ``memory`` session by session, then score its questions."""
     user = conv.conv_id
@@ -62,6 +63,8 @@ def evaluate_conversation(
     for qa in conv.qa:
         if qa.category not in categories:
             continue
+        if max_questions is not None and len(records) >= max_questions:
+            break
         evidence = normalize_evidence(qa.evidence)
         if not evidence:
             log.debug("skipping a question without usable evidence: %s", qa.question)
@@ -167,13 +170,14 @@ def run_locomo_retrieval(
     budget: int = 600,
     categories: Sequence[int] = (1, 2, 3, 4),
     show_progress: bool = True,
+    max_questions: int | None = None,
 ) -> tuple[dict[str, Any], list[QuestionRecord]]:
     """Evaluate each conversation in a fresh Memory from ``make_memory(conv_id)``."""
     if not ks or min(ks) <= 0:
         raise ValueError("ks must be positive integers")
     if budget <= 0:
         raise ValueError("budget must be positive")
-    n_q = sum(1 for c in conversations for q in c.qa if q.category in categories)
+    n_q = sum(min(sum(1 for q in c.qa if q.category in categories), max_questions or 10**9) for c in conversations)
     records: list[QuestionRecord] = []
     ingest: list[dict[str, float]] = []
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -184,7 +188,7 @@ def run_locomo_retrieval(
             memory = make_memory(conv.conv_id)
             try:
                 recs, stats = evaluate_conversation(
-                    memory, conv, ks, budget, categories, on_question=lambda: progress.advance(task)
+                    memory, conv, ks, budget, categories, on_question=lambda: progress.advance(task), max_questions=max_questions
                 )
             finally:
                 memory.close()

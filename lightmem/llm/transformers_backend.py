@@ -11,13 +11,33 @@ from lightmem.models.registry import ModelRegistry, pick_device
 log = logging.getLogger(__name__)
 
 
+def cpu_has_bf16() -> bool:
+    """Native bf16 matmul (AVX512-BF16 or AMX). Without it bf16 prefill is ~7x slower than fp32
+    (measured on a 2-core x86 machine: 68 vs 498 tokens/s for SmolLM2-135M)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = fh.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def auto_dtype(device: str):
+    """fp16 (bf16 where supported) on CUDA; bf16 on CPUs with native support, else fp32."""
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if cpu_has_bf16() else torch.float32
+
+
 class TransformersLLM:
     """Greedy batched generation and yes/no scoring with a local model.
 
     Args:
         model: Packaged model name (``SmolLM2-135M-Instruct``) or a transformers folder.
         device: ``auto``, ``cpu`` or ``cuda[:N]``.
-        dtype: ``auto`` (bf16 on CPU, fp16 on CUDA), ``bf16``, ``fp16`` or ``fp32``.
+        dtype: ``auto`` (see ``auto_dtype``), ``bf16``, ``fp16`` or ``fp32``.
         load_in_4bit: 4-bit NF4 weights through bitsandbytes (CUDA only).
         adapter: Folder of a peft LoRA adapter to apply (e.g. from checkpoints/).
         max_new_tokens: Default completion length.
@@ -44,7 +64,7 @@ class TransformersLLM:
         path = ModelRegistry(cache_dir).causal_lm_path(model)
         torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}.get(dtype)
         if torch_dtype is None:
-            torch_dtype = torch.float16 if self.device.startswith("cuda") else torch.bfloat16
+            torch_dtype = auto_dtype(self.device)
         kwargs = {"dtype": torch_dtype}
         if load_in_4bit:
             if not self.device.startswith("cuda"):

@@ -1,0 +1,87 @@
+"""Latency and LLM cost of each role setting on CPU (or GPU), on LoCoMo queries and turns.
+
+    python eval/roles.py                                   # all settings, small samples
+    python eval/roles.py n_queries=50 'controllers=[passthrough,fast]' 'selectors=[none]'
+"""
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from conf_compose import compose_group
+from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
+from lightmem.datasets import load_locomo, select_conversations
+from lightmem.evaluation.roles_bench import bench_role, controller_inputs, roles_table, run_controller, run_writer
+from lightmem.metric_logger import quiet_third_party_logs
+from lightmem.types import Filters
+
+
+def run(cfg: DictConfig) -> dict:
+    quiet_third_party_logs()
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    conv = select_conversations(load_locomo(cfg.data.path), cfg.conversation)[0]
+    turns = conv.turns
+    questions = [q.question for q in conv.qa if q.category in (1, 2, 3, 4)]
+    now = max(s.timestamp for s in conv.sessions)
+    stm = [t.render() for t in turns[-6:]]
+    shared = SharedRuntime(cfg)
+    embedder = build_embedder(cfg)
+    store = out / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    memory = build_memory(cfg, store, embedder=embedder, shared=shared)
+    for s in conv.sessions:
+        memory.add_turns(conv.conv_id, s.turns)
+    rows = []
+    for setting in cfg.controllers:
+        role = shared.role(compose_group("controller", setting))
+        n = cfg.n_queries_generative if setting == "generative" else cfg.n_queries
+        rows.append(bench_role("controller", setting, role, "query", run_controller(role, cfg.k), controller_inputs(questions[:n], stm, now)))
+    plan_of = shared.role(compose_group("controller", "passthrough"))
+    for setting in cfg.selectors:
+        try:
+            role = shared.role(compose_group("selector", setting))
+        except Exception as exc:  # noqa: BLE001  (an untrained selector is reported, not fatal)
+            rows.append({"role": "selector", "setting": setting, "unit": "query", "n": 0, "units": 0, "ms_p50": float("nan"),
+                         "ms_p95": float("nan"), "ms_per_unit": float("nan"), "llm_calls_per_unit": 0, "llm_tokens_per_unit": 0,
+                         "llm_failures": 0, "skipped": str(exc).splitlines()[-1][:200]})
+            continue
+        n = cfg.n_queries_generative if setting == "generative" else cfg.n_queries
+        inputs = []
+        for q in questions[:n]:
+            plan = plan_of.plan(q, cfg.k, Filters(), (), now)
+            qv = embedder.encode([q], is_query=True)
+            inputs.append((plan, [h for _, h in memory.retriever.stage1(plan, conv.conv_id, qv, now)]))
+        rows.append(bench_role("selector", setting, role, "query", lambda x, r=role: r.select(x[0], x[1], cfg.k), inputs))
+    for setting in cfg.writers:
+        role = shared.role(compose_group("writer", setting))
+        n = cfg.n_turns_generative if setting == "generative" else cfg.n_turns
+        batches = [turns[i : i + cfg.turns_per_batch] for i in range(0, n, cfg.turns_per_batch)]
+        rows.append(bench_role("writer", setting, role, "turn", run_writer(role), batches, [len(b) for b in batches]))
+    memory.close()
+    shutil.rmtree(store, ignore_errors=True)
+    import torch
+
+    device = f"{platform.machine()} CPU, {torch.get_num_threads()} threads" if not torch.cuda.is_available() else torch.cuda.get_device_name(0)
+    results = {"roles": rows, "device": device, "config": to_container(cfg)}
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    table = roles_table(rows, device)
+    skipped = [f"- {r['role']}={r['setting']} skipped: {r['skipped']}" for r in rows if "skipped" in r]
+    (out / "results.md").write_text(table + "\n" + "\n".join(skipped) + "\n")
+    print(table)
+    print("\n".join(skipped))
+    return results
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="roles")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

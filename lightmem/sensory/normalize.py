@@ -107,7 +107,7 @@ def find_time_window(text: str, anchor: float) -> tuple[float, float] | None:
 _FIRST = [
     (r"\bI am\b|\bI'm\b", "{s} is"), (r"\bI was\b", "{s} was"), (r"\bI have\b|\bI've\b", "{s} has"),
     (r"\bI'll\b", "{s} will"), (r"\bI'd\b", "{s} would"), (r"\bI\b", "{s}"),
-    (r"\b[Mm]yself\b", "{s}"), (r"\b[Mm]ine\b", "{s}'s"), (r"\b[Mm]y\b", "{s}'s"), (r"\bme\b", "{s}"),
+    (r"\b[Mm]yself\b", "{s}"), (r"\b[Mm]ine\b", "{s}'s"), (r"\b[Mm]y\b", "{s}'s"), (r"\b[Mm]e\b", "{s}"),
 ]
 _SECOND = [
     (r"\b[Yy]ou are\b|\b[Yy]ou're\b", "{l} is"), (r"\b[Yy]ou have\b|\b[Yy]ou've\b", "{l} has"),

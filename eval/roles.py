@@ -11,9 +11,9 @@ import shutil
 from pathlib import Path
 
 import hydra
+from conf_compose import compose_group
 from omegaconf import DictConfig
 
-from conf_compose import compose_group
 from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.evaluation.roles_bench import bench_role, controller_inputs, roles_table, run_controller, run_writer

@@ -236,3 +236,11 @@ def test_generative_roles_run_on_the_packaged_smollm2(memory, smollm2_cache):
     usage = memory.usage()
     assert usage["writer"]["calls"] >= 1 and usage["controller"]["calls"] >= 1 and usage["selector"]["calls"] >= 1
     assert usage["writer"]["output_tokens"] > 0
+
+
+def test_generative_controller_does_not_regenerate_a_repeated_query():
+    llm = ScriptedLLM(['{"hqs": [{"query": "Ava dog name"}]}'])
+    ctrl = GenerativeController(llm)
+    a = ctrl.plan("What is Ava's dog called?", 5, Filters(), now=MAY8)
+    b = ctrl.plan("What is Ava's dog called?", 20, Filters(), now=MAY8)
+    assert len(llm.prompts) == 1 and a.hqs == b.hqs and (a.k, b.k) == (5, 20)

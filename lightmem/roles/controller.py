@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -181,15 +182,30 @@ class GenerativeController:
     """
 
     def __init__(self, llm: LLM, fallback: FastController | None = None, max_hqs: int = 3, keep_original: bool = True,
-                 max_new_tokens: int = 160) -> None:
+                 max_new_tokens: int = 160, cache_size: int = 256) -> None:
         self.llm, self.fallback = llm, fallback or FastController()
         self.max_hqs, self.keep_original, self.max_new_tokens = max_hqs, keep_original, max_new_tokens
+        # The model's part of a plan depends on (query, context, date), not on K or filters:
+        # a repeated query costs no generation.
+        self._cache: OrderedDict[str, ControllerOutput | None] = OrderedDict()
+        self.cache_size = cache_size
+
+    def _generate(self, prompt: str) -> ControllerOutput | None:
+        if prompt in self._cache:
+            self._cache.move_to_end(prompt)
+            return self._cache[prompt]
+        out = call_json(self.llm, [prompt], ControllerOutput, "controller", prompts.retry, self.max_new_tokens)[0]
+        if self.cache_size > 0:
+            self._cache[prompt] = out
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return out
 
     def plan(self, query: str, k: int, filters: Filters, stm: Sequence[str] = (), now: float | None = None) -> RetrievalPlan:
         base = self.fallback.plan(query, k, filters, stm, now)
         at = now if now is not None else wall_clock()
         prompt = prompts.CONTROLLER.format(date=iso(at)[:10], context=prompts.bullet(list(stm)[-6:]), query=query, max_hqs=self.max_hqs)
-        out = call_json(self.llm, [prompt], ControllerOutput, "controller", prompts.retry, self.max_new_tokens)[0]
+        out = self._generate(prompt)
         if out is None:
             return base
         texts = ([query] if self.keep_original else []) + [h.query.strip() for h in out.hqs]

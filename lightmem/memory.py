@@ -178,9 +178,10 @@ class Memory:
         budget: int | None = None,
         k: int | None = None,
         filters: Filters | Mapping[str, Any] | None = None,
+        now: object = None,
     ) -> ComposedContext:
         """Search, then pack query > STM > memories into a prompt under ``budget`` tokens."""
-        hits = self.search(query, user_id, k, filters, stm)
+        hits = self.search(query, user_id, k, filters, stm, now)
         return self.composer.compose(query, stm, [h.item for h in hits], budget)
 
     # -- item management ---------------------------------------------------------------------

@@ -186,6 +186,7 @@ def _garbage(rng: random.Random) -> object:
         "yes", "no", "maybe", "\x00\x01", "🤖" * 50, "a" * 5000, "```json\n{\"memories\": [```",
         '{"memories": [{"text": "ok fact here", "source_turns": ["T-unknown"]}]}',
         '{"intent": {}, "hqs": [{"query": "valid hq"}], "time_window": {"start": "never", "end": "ever"}}',
+        '{"intent": {"time_window": {"a": 1}, "tags": 5, "recent": "very"}, "hqs": [{"query": "valid hq"}]}',
         RuntimeError("timeout"), ValueError("bad"),
     ]
     pick = rng.choice(pool)

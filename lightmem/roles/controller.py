@@ -214,7 +214,10 @@ class GenerativeController:
         for t, r in zip(texts, routes):
             seen.setdefault(t, r)
         hqs = tuple(HypotheticalQuery(t, r, 0) for t, r in list(seen.items())[: self.max_hqs])
-        intent = {**base.intent, **out.intent, "source": "generative"}
+        # Only the model's yes/no intent flags are taken: structured keys (tags, time_window,
+        # complexity) come from validated fields or the fast plan, never from free-form output.
+        flags = {k: bool(v) for k, v in out.intent.items() if k in ("personal", "recent") and isinstance(v, (bool, int))}
+        intent = {**base.intent, **flags, "source": "generative"}
         if out.tags:
             intent["tags"] = list(dict.fromkeys([*intent.get("tags", []), *out.tags]))
         if out.time_window is not None:

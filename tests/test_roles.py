@@ -245,3 +245,12 @@ def test_generative_controller_does_not_regenerate_a_repeated_query():
     a = ctrl.plan("What is Ava's dog called?", 5, Filters(), now=MAY8)
     b = ctrl.plan("What is Ava's dog called?", 20, Filters(), now=MAY8)
     assert len(llm.prompts) == 1 and a.hqs == b.hqs and (a.k, b.k) == (5, 20)
+
+
+def test_free_form_intent_cannot_override_structured_plan_keys(memory):
+    out = '{"intent": {"time_window": {"a": 1}, "tags": 5, "recent": true}, "hqs": [{"query": "Ava tea"}]}'
+    memory.controller = GenerativeController(ScriptedLLM([out]))
+    memory.add("Ava drinks green tea", user_id="u", timestamp=MAY8)
+    result = memory.retrieve("What does Ava drink?", "u", k=2, now=MAY8)
+    assert result.plan.intent["recent"] is True and "time_window" not in result.plan.intent
+    assert result.plan.intent.get("tags") != 5 and result.hits

@@ -152,3 +152,25 @@ def test_transformers_backend_batches_generation_and_yes_no(tiny_lm):
     assert len(probs) == 2 and all(0.0 <= p <= 1.0 for p in probs)
     usage = llm.meter.summary()
     assert usage["writer"]["calls"] == 2 and usage["writer"]["output_tokens"] <= 12 and usage["selector"]["calls"] == 1
+
+
+def test_transformers_backend_loads_a_saved_model_with_a_lora_adapter(tiny_lm, tmp_path):
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from lightmem.llm.transformers_backend import TransformersLLM
+
+    model, tok = tiny_lm
+    model.save_pretrained(tmp_path / "base")
+    tok.save_pretrained(tmp_path / "base")
+    peft_model = get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():  # a non-zero adapter, so loading it changes the outputs
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.5)
+    peft_model.save_pretrained(tmp_path / "adapter")
+    plain = TransformersLLM(str(tmp_path / "base"), device="cpu", dtype="fp32", max_new_tokens=3)
+    tuned = TransformersLLM(str(tmp_path / "base"), device="cpu", dtype="fp32", adapter=str(tmp_path / "adapter"), max_new_tokens=3)
+    assert type(tuned.model).__name__.startswith("Peft")
+    a, b = plain.yes_probability(["is it so?"]), tuned.yes_probability(["is it so?"])
+    assert a != b and len(tuned.generate(["hello"])) == 1

@@ -125,16 +125,17 @@ class FastController:
         c_q = self.complexity.score(resolved, len(entities))
         k_dyn = adaptive_k(k, c_q, self.delta, min(self.k_min, k), max(k, int(k * self.k_max_factor))) if self.adaptive else k
         texts = [resolved]
-        if c_q >= self.split_threshold:
+        parts = _SPLIT.split(resolved) if c_q >= self.split_threshold else [resolved]
+        if len(parts) > 1:  # a compound question: each clause becomes an HQ after the whole
             subject = entities[0] if entities else None
-            for part in _SPLIT.split(resolved)[1:] if len(_SPLIT.split(resolved)) > 1 else []:
+            for part in parts[1:]:
                 part = part.strip(" ?.,")
                 if subject and _THIRD.search(part):
                     part = _THIRD.sub(subject, part, count=1)
                 if len(part.split()) >= 3:
                     texts.append(part)
             if len(texts) > 1:
-                texts.insert(1, _SPLIT.split(resolved)[0].strip(" ?.,"))
+                texts.insert(1, parts[0].strip(" ?.,"))
         texts = list(dict.fromkeys(texts))[: self.max_hqs]
         # Personal: pronouns, or people (without NER any capitalised name may be a person).
         personal = bool(_PERSONAL.search(query) or _THIRD.search(query) or any(lab in ("PERSON", "NAME") for _, lab in labelled))

@@ -174,3 +174,9 @@ def test_transformers_backend_loads_a_saved_model_with_a_lora_adapter(tiny_lm, t
     assert type(tuned.model).__name__.startswith("Peft")
     a, b = plain.yes_probability(["is it so?"]), tuned.yes_probability(["is it so?"])
     assert a != b and len(tuned.generate(["hello"])) == 1
+
+
+def test_a_backend_error_is_counted_once():
+    down = ScriptedLLM([RuntimeError("backend down")])
+    call_json(down, ["p1", "p2"], ControllerOutput, "controller", lambda p: p)
+    assert down.meter.summary()["controller"]["failures"] == 1  # one failed call, not one per prompt

@@ -35,7 +35,7 @@ class RoleUsage:
     input_tokens: int = 0
     output_tokens: int = 0
     latency_ms: list[float] = field(default_factory=list)
-    failures: int = 0  # backend errors, malformed outputs, fallbacks
+    failures: int = 0  # backend errors (counted by the backend) and outputs still malformed after a retry
     repaired: int = 0  # outputs that needed JSON repair or a retry
 
 

@@ -107,14 +107,12 @@ def call_json(
     """One structured call per prompt: parse, retry the failures once, ``None`` where both fail.
 
     Never raises for a model or backend failure; the caller substitutes its fallback for
-    ``None`` and the meter counts it.
+    ``None``. Backend errors are counted by the backend, malformed outputs here: each once.
     """
     try:
         outs = llm.generate(prompts, role=role, max_new_tokens=max_new_tokens)
-    except GenerationError as exc:
+    except GenerationError as exc:  # the backend has counted its own failure
         log.warning("%s: backend failed (%s); using the fallback", role, exc)
-        for _ in prompts:
-            llm.meter.failure(role)
         return [None] * len(prompts)
     results: list[T | None] = []
     retry_idx: list[int] = []

@@ -149,8 +149,7 @@ class GenerativeSelector:
             else:
                 answers = self.llm.generate(batch, role="selector", max_new_tokens=3)
                 probs = [1.0 if a.strip().lower().startswith("yes") else 0.0 for a in answers]
-        except GenerationError as exc:
+        except GenerationError as exc:  # counted by the backend
             log.warning("selector: %s; keeping the Stage-1 order", exc)
-            self.llm.meter.failure("selector")
             return cands[:k]
         return _rank(cands, probs, k, "selector")

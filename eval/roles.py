@@ -11,14 +11,19 @@ import shutil
 from pathlib import Path
 
 import hydra
-from conf_compose import compose_group
 from omegaconf import DictConfig
 
-from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
+from lightmem.config import SharedRuntime, build_embedder, build_memory, compose_option, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.evaluation.roles_bench import bench_role, controller_inputs, roles_table, run_controller, run_writer
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.types import Filters
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose_group(group: str, option: str) -> DictConfig:
+    return compose_option(CONF, "roles", group, option)
 
 
 def run(cfg: DictConfig) -> dict:
@@ -49,7 +54,7 @@ def run(cfg: DictConfig) -> dict:
         except Exception as exc:  # noqa: BLE001  (an untrained selector is reported, not fatal)
             rows.append({"role": "selector", "setting": setting, "unit": "query", "n": 0, "units": 0, "ms_p50": float("nan"),
                          "ms_p95": float("nan"), "ms_per_unit": float("nan"), "llm_calls_per_unit": 0, "llm_tokens_per_unit": 0,
-                         "llm_failures": 0, "skipped": str(exc).splitlines()[-1][:200]})
+                         "llm_failures": 0, "skipped": str(exc.__cause__ or exc).splitlines()[0][:200]})
             continue
         n = cfg.n_queries_generative if setting == "generative" else cfg.n_queries
         inputs = []

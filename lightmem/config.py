@@ -16,10 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightmem.memory import Memory
 from lightmem.models.embedder import Embedder
-from lightmem.retrieval.composer import ContextComposer
-from lightmem.retrieval.engine import TwoStageRetriever
 from lightmem.roles.maintenance import Maintainer
-from lightmem.stores.mtm import MTMStore
 
 
 @dataclass
@@ -143,6 +140,21 @@ def register_configs() -> None:
 register_configs()
 
 
+def compose_option(config_dir: str | Path, config_name: str, group: str, option: str) -> DictConfig:
+    """The ``group`` node of ``config_name`` with ``group=option``, composed by Hydra itself.
+
+    Works inside a running ``@hydra.main`` app and outside one (tests, notebooks).
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    overrides = [f"{group}={option}"]
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name=config_name, overrides=overrides)[group]
+    with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
+        return compose(config_name=config_name, overrides=overrides)[group]
+
+
 def to_container(cfg: DictConfig | Any) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
 
@@ -189,20 +201,16 @@ class SharedRuntime:
 def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None,
                  shared: SharedRuntime | None = None) -> Memory:
     """A Memory at ``path`` built from a PipelineConfig (pass ``embedder`` / ``shared`` to reuse them)."""
-    embedder = embedder or build_embedder(cfg)
     shared = shared or SharedRuntime(cfg)
-    store = MTMStore(path, dim=embedder.dim, embedder=embedder.name, **OmegaConf.to_container(cfg.store, resolve=True))
-    retriever = TwoStageRetriever(store, embedder, shared.role(cfg.selector), **OmegaConf.to_container(cfg.retrieval, resolve=True))
-    counter = embedder.token_counter()
-    maintainer = Maintainer(dup_threshold=cfg.memory.dup_threshold) if cfg.memory.maintenance else None
-    return Memory(
-        store=store,
-        embedder=embedder,
-        retriever=retriever,
-        composer=ContextComposer(counter, cfg.memory.budget),
+    return Memory.open(
+        path,
+        embedder=embedder or build_embedder(cfg),
+        selector=shared.role(cfg.selector),
         controller=shared.role(cfg.controller),
         writer=shared.role(cfg.writer),
-        maintainer=maintainer,
-        counter=counter,
+        maintainer=Maintainer(dup_threshold=cfg.memory.dup_threshold) if cfg.memory.maintenance else None,
         k=cfg.memory.k,
+        budget=cfg.memory.budget,
+        retrieval=OmegaConf.to_container(cfg.retrieval, resolve=True),
+        **OmegaConf.to_container(cfg.store, resolve=True),
     )

@@ -61,18 +61,24 @@ class Memory:
         path: str | Path,
         embedder: Embedder | None = None,
         selector: Selector | None = None,
+        controller: Controller | None = None,
+        writer: Writer | None = None,
+        maintainer: Maintainer | None = None,
         k: int = 10,
         budget: int = 2048,
         capacity: int = 10_000,
         retrieval: Mapping[str, Any] | None = None,
         **store_kwargs: Any,
     ) -> "Memory":
-        """Open (or create) a store folder with the default CPU pipeline.
+        """Open (or create) a store folder; every part left out is the default CPU pipeline's.
 
         Args:
             path: Store folder (or ``.sqlite`` file); created when missing.
             embedder: Defaults to the packaged all-MiniLM-L6-v2.
             selector: Stage-2 selector; defaults to keeping the top K by Stage-1 score.
+            controller: Defaults to the raw query as the single HQ.
+            writer: Defaults to one item per turn.
+            maintainer: Online maintenance after writes; none by default.
             k: Default number of items ``search`` returns.
             budget: Default prompt budget of ``build_context`` (tokens).
             capacity: Active items per user before the least retained are archived.
@@ -86,7 +92,8 @@ class Memory:
         store = MTMStore(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
         retriever = TwoStageRetriever(store, embedder, selector or Stage1Selector(), **dict(retrieval or {}))
         counter = embedder.token_counter()
-        return cls(store, embedder, retriever, ContextComposer(counter, budget), counter=counter, k=k)
+        return cls(store, embedder, retriever, ContextComposer(counter, budget), controller=controller, writer=writer,
+                   maintainer=maintainer, counter=counter, k=k)
 
     # -- write path --------------------------------------------------------------------------
     def add(

@@ -49,7 +49,7 @@ def test_bm25_removal_equals_rebuild_without_the_docs():
         b_ids, b = ref.scores(q)
         assert set(a_ids.tolist()) == set(b_ids.tolist())
         np.testing.assert_allclose(a[np.argsort(a_ids)], b[np.argsort(b_ids)], rtol=1e-6)
-    top_ids, top_sc = idx.top("alpha", 5)
+    top_ids, top_sc, _ = idx.top("alpha", 5)
     assert not set(top_ids.tolist()) & gone and np.all(np.diff(top_sc) <= 0)
 
 

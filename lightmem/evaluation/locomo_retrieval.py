@@ -93,7 +93,7 @@ def evaluate_conversation(
         )
         on_question()
     n_turns = sum(len(s.turns) for s in conv.sessions)
-    return records, {"ingest_s": ingest_s, "turns": n_turns, "items": len(memory.get_all(user)),
+    return records, {"ingest_s": ingest_s, "turns": n_turns, "items": memory.stats().get(user, {}).get("items", 0),
                      "llm": _usage_delta(usage_before, memory.usage())}
 
 

@@ -11,11 +11,6 @@ from lightmem.evaluation.metrics import percentile
 from lightmem.types import Filters, Turn
 
 
-def _usage_of(role: Any) -> dict[str, dict[str, float]]:
-    meter = getattr(getattr(role, "llm", None), "meter", None)
-    return meter.summary() if meter is not None else {}
-
-
 def time_calls(fn: Callable[[Any], Any], inputs: Sequence[Any]) -> list[float]:
     out = []
     for x in inputs:
@@ -33,7 +28,7 @@ def bench_role(name: str, setting: str, role: Any, unit: str, fn: Callable[[Any]
         meter.reset()
     ms = time_calls(fn, inputs)
     units = sum(units_per_input) if units_per_input else len(inputs)
-    usage = _usage_of(role).get(name, {})
+    usage = meter.summary().get(name, {}) if meter is not None else {}
     return {
         "role": name, "setting": setting, "unit": unit, "n": len(inputs), "units": units,
         "ms_p50": percentile(ms, 50), "ms_p95": percentile(ms, 95),

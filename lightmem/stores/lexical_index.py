@@ -6,11 +6,18 @@ Deleted documents are tombstoned and compacted away once they are a quarter of t
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import numpy as np
 
 from lightmem.text import analyze
+
+
+class LexicalHits(NamedTuple):
+    ids: np.ndarray
+    scores: np.ndarray
+    row_scores: np.ndarray  # every row's score, for LexicalIndex.lookup
 
 
 class LexicalIndex:
@@ -141,19 +148,31 @@ class LexicalIndex:
         ids, alive, _ = self._cached_arrays()
         return ids[alive], self.row_scores(query)[alive]
 
-    def top(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` best documents with a positive score, best first."""
-        ids, sc = self.scores(query)
-        pos = np.flatnonzero(sc > 0)
-        if pos.size == 0 or k <= 0:
-            return ids[:0], sc[:0]
-        if pos.size > k:
-            pos = pos[np.argpartition(-sc[pos], k - 1)[:k]]
-        order = pos[np.argsort(-sc[pos], kind="stable")]
-        return ids[order], sc[order]
+    def top(
+        self, query: str, k: int, allowed: Callable[[np.ndarray], np.ndarray | None] | None = None
+    ) -> LexicalHits:
+        """The ``k`` best live documents with a positive score, best first.
 
-    def rebuild(self, docs: Sequence[tuple[int, str]]) -> None:
-        """Replace the whole index by ``docs``."""
-        self.__init__(self.k1, self.b)  # type: ignore[misc]
-        for doc_id, text in docs:
-            self.add(doc_id, text)
+        Args:
+            query: Query text.
+            k: How many to return.
+            allowed: Maps the live ids to a boolean mask (or None for all); documents
+                outside it are skipped.
+
+        Returns:
+            ids and scores of the hits, and every row's score for ``lookup`` (the query
+            is scored once, also for candidates another signal found).
+        """
+        row_scores = self.row_scores(query)
+        ids, alive, _ = self._cached_arrays()
+        keep = alive & (row_scores > 0)
+        mask = allowed(ids[alive]) if allowed is not None else None
+        if mask is not None:
+            keep[np.flatnonzero(alive)[~mask]] = False
+        pos = np.flatnonzero(keep)
+        if k <= 0:
+            pos = pos[:0]
+        elif pos.size > k:
+            pos = pos[np.argpartition(-row_scores[pos], k - 1)[:k]]
+        pos = pos[np.argsort(-row_scores[pos], kind="stable")]
+        return LexicalHits(ids[pos], row_scores[pos], row_scores)

@@ -325,28 +325,14 @@ class MTMStore:
         The query is scored once; Stage 1 uses the lookup for dense-only candidates.
         """
         with self._lock:
-            lex = self._part(user_id).lexical
-            row_scores = lex.row_scores(query)
-            ids, alive, _ = lex._cached_arrays()
-            mask = alive.copy()
-            allowed = self._part(user_id).allowed(ids[alive], filters)
-            if allowed is not None:
-                mask[np.flatnonzero(alive)[~allowed]] = False
-            pos = np.flatnonzero(mask & (row_scores > 0))
-            if pos.size > k:
-                pos = pos[np.argpartition(-row_scores[pos], k - 1)[:k]]
-            pos = pos[np.argsort(-row_scores[pos], kind="stable")]
-            return ids[pos], row_scores[pos], lambda rids: lex.lookup(row_scores, rids)
+            part = self._part(user_id)
+            hits = part.lexical.top(query, k, lambda ids: part.allowed(ids, filters))
+            lex = part.lexical
+            return hits.ids, hits.scores, lambda rids: lex.lookup(hits.row_scores, rids)
 
     def cosine(self, user_id: str, qvec: np.ndarray, rids: Sequence[int]) -> np.ndarray:
         with self._lock:
             return self._part(user_id).vectors.cosine(qvec, rids)
-
-    def bm25(self, user_id: str, query: str, rids: Sequence[int]) -> np.ndarray:
-        """BM25 of ``query`` for the given ids of this user (0 for unknown ids)."""
-        with self._lock:
-            lex = self._part(user_id).lexical
-            return lex.lookup(lex.row_scores(query), rids)
 
     def signals(self, user_id: str, rids: Sequence[int]) -> tuple[np.ndarray, list[frozenset[str]]]:
         """Event times and tags of indexed items, from memory (no SQL on the read path)."""

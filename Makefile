@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 
-.PHONY: install test test-fast lint demo eval-dev latency clean help
+.PHONY: install test test-fast lint demo eval-dev latency data train clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -30,7 +30,7 @@ test-fast: install  ## tests without the slow (real-model) ones
 	$(PY) -m pytest -q -m "not slow"
 
 lint: install  ## ruff (pyflakes, bugbear, import order)
-	$(VENV)/bin/ruff check lightmem eval tests
+	$(VENV)/bin/ruff check lightmem eval train data_gen tests
 
 demo: install  ## LoCoMo retrieval evaluation on dev conversation 0
 	$(PY) eval/locomo.py data.conversations=0 out_dir=outputs/demo
@@ -40,6 +40,16 @@ eval-dev: install  ## LoCoMo retrieval evaluation on all 5 dev conversations
 
 latency: install  ## search() latency benchmark at 100 / 1k / 10k items
 	$(PY) eval/latency.py out_dir=outputs/latency
+
+data: install  ## synthetic (Query, Subgraph, Path) data + supervision distilled from the dev sets -> outputs/data
+	$(PY) data_gen/synth.py n_samples=2000 seed=0 out_dir=outputs/data/synth
+	$(PY) data_gen/distill.py out_dir=outputs/data
+
+train: data  ## reproduce checkpoints/{selector,complexity,compressor} from scratch on CPU (fresh runs)
+	rm -rf checkpoints/runs/selector checkpoints/runs/complexity checkpoints/runs/compressor
+	$(PY) train/selector.py
+	$(PY) train/complexity.py
+	$(PY) train/compressor.py
 
 clean:  ## remove run outputs (never the venv or checkpoints)
 	rm -rf outputs multirun .pytest_cache

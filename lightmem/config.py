@@ -129,12 +129,27 @@ class RolesBenchConfig(PipelineConfig):
     out_dir: str = "outputs/roles"
 
 
+@dataclass
+class DistillConfig(PipelineConfig):
+    """data_gen/distill.py: supervision mined from the dev benchmarks with the Stage-1 pipeline."""
+
+    locomo_path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/locomo/locomo_dev.json"
+    locomo_train: Any = "0-2"  # conversations whose questions train; the rest are held out
+    locomo_test: Any = "3-4"
+    lme_path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/longmemeval/longmemeval_oracle_dev.json"
+    lme_max: int | None = None  # LongMemEval questions to mine (None: all)
+    synth_dir: str = "outputs/data/synth"
+    out_dir: str = "outputs/data"
+    k: int = 10
+
+
 def register_configs() -> None:
     """Register the schemas the YAML files in conf/ extend (``defaults: [schema_...]``)."""
     cs = ConfigStore.instance()
     cs.store(name="schema_locomo", node=LocomoEvalConfig)
     cs.store(name="schema_latency", node=LatencyBenchConfig)
     cs.store(name="schema_roles", node=RolesBenchConfig)
+    cs.store(name="schema_distill", node=DistillConfig)
 
 
 register_configs()
@@ -157,6 +172,22 @@ def compose_option(config_dir: str | Path, config_name: str, group: str, option:
 
 def to_container(cfg: DictConfig | Any) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+
+
+def lora_spec(node: DictConfig | None):
+    """``conf/lora/*.yaml`` → LoraSpec, or None (full fine-tuning) when ``enabled: false``."""
+    from lightmem.training.lora import LoraSpec
+
+    if node is None or not node.get("enabled", True):
+        return None
+    return LoraSpec(**{k: v for k, v in to_container(node).items() if k != "enabled"})
+
+
+def train_spec(node: DictConfig):
+    """The ``optim`` node → TrainSpec (unknown keys fail loudly)."""
+    from lightmem.training.loop import TrainSpec
+
+    return TrainSpec(**to_container(node))
 
 
 def build_embedder(cfg: DictConfig) -> Embedder:

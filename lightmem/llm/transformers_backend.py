@@ -144,22 +144,27 @@ class TransformersLLM:
             outs.extend(texts)
         return outs
 
-    def yes_probability(self, prompts: Sequence[str], *, role: str = "default") -> list[float]:
-        """P(yes) / (P(yes) + P(no)) of the first answer token, one forward pass per batch."""
+    def yes_no_logits(self, prompts: Sequence[str]):
+        """logit P(yes) - logit P(no) of the first answer token, with gradients (training uses this)."""
         import torch
 
         yes, no = self._yes_no
         if not yes or not no:
             raise GenerationError(f"{self.name}'s tokenizer has no single-token yes/no")
+        logits = self.model(**self._encode([self._chat(p) for p in prompts])).logits[:, -1, :].float()
+        return torch.logsumexp(logits[:, yes], dim=-1) - torch.logsumexp(logits[:, no], dim=-1)
+
+    def yes_probability(self, prompts: Sequence[str], *, role: str = "default") -> list[float]:
+        """P(yes) / (P(yes) + P(no)) of the first answer token, one forward pass per batch."""
+        import torch
+
         out: list[float] = []
         for i in range(0, len(prompts), self.batch_size):
-            batch = [self._chat(p) for p in prompts[i : i + self.batch_size]]
+            batch = list(prompts[i : i + self.batch_size])
             t0 = time.perf_counter()
-            enc = self._encode(batch)
             with torch.inference_mode():
-                logits = self.model(**enc).logits[:, -1, :].float()
-            y = torch.logsumexp(logits[:, yes], dim=-1)
-            n = torch.logsumexp(logits[:, no], dim=-1)
-            out.extend(torch.sigmoid(y - n).tolist())
-            self.meter.record(role, int(enc["attention_mask"].sum()), 0, (time.perf_counter() - t0) * 1000)
+                diff = self.yes_no_logits(batch)
+            out.extend(torch.sigmoid(diff).tolist())
+            n_in = sum(len(self.tok(self._chat(p), add_special_tokens=False)["input_ids"]) for p in batch)
+            self.meter.record(role, n_in, 0, (time.perf_counter() - t0) * 1000)
         return out

@@ -39,3 +39,43 @@ def adaptive_k(k_base: int, c_q: float, delta: float, k_min: int, k_max: int) ->
     if not 0.0 <= c_q <= 1.0:
         raise ValueError("C_q must be in [0, 1]")
     return max(k_min, min(k_max, math.floor(k_base * (1.0 + delta * c_q))))
+
+
+class TrainedComplexity:
+    """C_q = P(HIGH) from the LoRA-trained MiniLM classifier of train/complexity.py.
+
+    Args:
+        checkpoint: Folder exported by train/complexity.py (adapter + head + card).
+        base_model: Packaged base the adapter was trained on.
+        device: ``auto``, ``cpu`` or ``cuda``.
+    """
+
+    def __init__(self, checkpoint: str = "checkpoints/complexity", base_model: str = "all-MiniLM-L6-v2", max_length: int = 64,
+                 device: str = "auto") -> None:
+        from transformers import AutoModelForSequenceClassification
+
+        from lightmem.models.adapters import load_adapted
+        from lightmem.models.registry import pick_device
+
+        self.device = pick_device(device)
+        model, tok = load_adapted(AutoModelForSequenceClassification, checkpoint, base_model, "complexity classifier", num_labels=2)
+        self.model, self.tok, self.max_length = model.to(self.device), tok, max_length
+
+    @classmethod
+    def from_objects(cls, model, tokenizer, max_length: int = 64) -> "TrainedComplexity":
+        self = cls.__new__(cls)
+        self.model, self.tok, self.max_length = model, tokenizer, max_length
+        self.device = str(next(model.parameters()).device)
+        return self
+
+    def probabilities(self, queries: list[str]) -> list[float]:
+        import torch
+
+        if not queries:
+            return []
+        enc = self.tok(queries, truncation=True, max_length=self.max_length, padding=True, return_tensors="pt").to(self.device)
+        with torch.inference_mode():
+            return torch.softmax(self.model(**enc).logits.float(), dim=-1)[:, 1].tolist()
+
+    def score(self, query: str, n_entities: int = 0) -> float:
+        return self.probabilities([query])[0]

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from lightmem.llm.base import LLM, GenerationError
 from lightmem.roles import prompts
 from lightmem.timeutil import iso
-from lightmem.types import Hit, RetrievalPlan
+from lightmem.types import Hit, MemoryItem, RetrievalPlan
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,11 @@ def _rank(candidates: Sequence[Hit], scores: Sequence[float], k: int, key: str) 
 
 def candidate_text(hit: Hit) -> str:
     """What a selector reads of a candidate: its date and text (short inputs keep it fast)."""
-    return f"[{iso(hit.item.event_time)[:10]}] {hit.item.text}"
+    return item_text(hit.item)
+
+
+def item_text(item: MemoryItem) -> str:
+    return f"[{iso(item.event_time)[:10]}] {item.text}"
 
 
 class CrossEncoderSelector:
@@ -60,30 +63,15 @@ class CrossEncoderSelector:
 
     def __init__(self, checkpoint: str, base_model: str = "all-MiniLM-L6-v2", max_length: int = 128, batch_size: int = 64,
                  num_layers: int | None = None, int8: bool = False, device: str = "auto") -> None:
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification
 
-        from lightmem.models.registry import ModelRegistry, pick_device
+        from lightmem.models.adapters import load_adapted
+        from lightmem.models.registry import pick_device
 
-        ckpt = Path(checkpoint)
-        if not ckpt.exists():
-            raise FileNotFoundError(
-                f"no trained selector at {ckpt}; train one with `make train` (train/selector.py) or use selector=none"
-            )
         self.device = pick_device(device)
-        if (ckpt / "adapter_config.json").exists():
-            from peft import PeftModel
-
-            base = ModelRegistry().path(base_model)
-            model = AutoModelForSequenceClassification.from_pretrained(str(base), num_labels=1)
-            model = PeftModel.from_pretrained(model, str(ckpt)).merge_and_unload()
-            tok_path = ckpt if (ckpt / "tokenizer_config.json").exists() else base
-        else:
-            model = AutoModelForSequenceClassification.from_pretrained(str(ckpt), num_labels=1)
-            tok_path = ckpt
-        self._init(model, AutoTokenizer.from_pretrained(str(tok_path)), max_length, batch_size, num_layers, int8)
+        model, tok = load_adapted(AutoModelForSequenceClassification, checkpoint, base_model, "selector", num_labels=1)
+        self._init(model, tok, max_length, batch_size, num_layers, int8)
         self.model.to(self.device)
-        torch.set_grad_enabled(False)
 
     @classmethod
     def from_objects(cls, model, tokenizer, max_length: int = 128, batch_size: int = 64, num_layers: int | None = None,

@@ -1,0 +1,155 @@
+"""Supervision distilled from the dev benchmarks (never from held-out data).
+
+* Selector groups: a question, its Stage-1 candidates (2K) from a real ``Memory``, labels
+  from the evidence turns; evidence Stage 1 missed can be added as extra positives.
+* Compressor labels: each LoCoMo turn cited by an ``observation`` fact, one keep/drop
+  label per word (kept when its stem occurs in the facts citing the turn), the way
+  LLMLingua-2 labelled words by aligning the original with a compressed version.
+* Complexity labels: HIGH when answering needs several pieces of evidence.
+
+Splits are by conversation (a LongMemEval question is its own haystack).
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tqdm import tqdm
+
+from lightmem.datasets.formats import Conversation
+from lightmem.evaluation.metrics import normalize_answer, normalize_evidence
+from lightmem.memory import Memory
+from lightmem.roles.selector import candidate_text, item_text
+from lightmem.text import _WORD, STOPWORDS, stem
+
+HIGH_LME_TYPES = {"multi-session", "temporal-reasoning", "knowledge-update"}
+
+
+def split_of(key: str, fracs: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> str:
+    """A stable train/val/test split from a hash of ``key`` (a conversation or question id)."""
+    u = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "train" if u < fracs[0] else "val" if u < fracs[0] + fracs[1] else "test"
+
+
+def mine_selector_groups(make_memory: Callable[[str], Memory], convs: Sequence[Conversation], source: str, k: int = 10,
+                         categories: Sequence[Any] | None = None, add_missed: bool = True,
+                         show_progress: bool = False) -> list[dict[str, Any]]:
+    """One group per answerable question: the 2K Stage-1 candidates of ``retrieve(k)`` with 0/1 labels.
+
+    ``n_evidence`` keeps how many evidence turns exist, so evaluation can count the ones
+    Stage 1 missed; with ``add_missed`` those turns are appended as positives (training only).
+    """
+    groups: list[dict[str, Any]] = []
+    for conv in tqdm(convs, desc=f"mining {source}", disable=not show_progress):
+        mem = make_memory(conv.conv_id)
+        try:
+            user = "u"
+            for s in conv.sessions:
+                mem.add_turns(user, s.turns)
+            by_turn = {p: it for it in mem.get_all(user) for p in it.provenance}
+            asked_at = max((s.timestamp for s in conv.sessions), default=None)
+            for qa in conv.qa:
+                if categories is not None and qa.category not in categories:
+                    continue
+                evidence = set(normalize_evidence(qa.evidence))
+                if not evidence:
+                    continue
+                res = mem.retrieve(qa.question, user, k=k, now=asked_at)
+                texts = [candidate_text(h) for h in res.candidates]
+                labels = [int(bool(evidence & set(h.item.provenance))) for h in res.candidates]
+                covered = {p for h in res.candidates for p in h.item.provenance} & evidence
+                missed = [by_turn[e] for e in sorted(evidence - covered) if e in by_turn]
+                g = {"query": qa.question, "texts": texts, "labels": labels, "stage1": [h.score for h in res.candidates],
+                     "n_evidence": len(evidence), "n_missed": len(evidence - covered), "source": source,
+                     "conversation": conv.conv_id, "category": qa.category}
+                if add_missed and missed:
+                    g["texts"] = texts + [item_text(it) for it in missed]
+                    g["labels"] = labels + [1] * len(missed)
+                    g["stage1"] = g["stage1"] + [float("-inf")] * len(missed)
+                groups.append(g)
+        finally:
+            mem.close()
+    return groups
+
+
+def synth_groups(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Synthetic (Query, Subgraph, Path) samples as selector groups (answerable ones carry positives)."""
+    return [{"query": s["query"], "texts": [c["text"] for c in s["candidates"]], "labels": [c["label"] for c in s["candidates"]],
+             "n_evidence": s["hops"], "n_missed": 0, "source": "synth", "conversation": s["conversation"], "category": s["kind"]}
+            for s in samples]
+
+
+def words_of(text: str) -> list[str]:
+    return text.split()
+
+
+def _norm(word: str) -> str | None:
+    m = _WORD.findall(word.lower().replace("\u2019", "'"))
+    return stem(m[0]) if m else None
+
+
+def compressor_examples(raw_samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Word-level keep labels for every LoCoMo turn its ``observation`` facts cite.
+
+    A word is kept when its Porter stem occurs in one of those facts (punctuation-only
+    words are dropped). ``answer`` marks words that belong to the answer of a question
+    citing the turn: the retention metric counts how many survive compression.
+    """
+    out = []
+    for sample in raw_samples:
+        facts: dict[str, list[str]] = defaultdict(list)
+        for per_speaker in (sample.get("observation") or {}).values():
+            for rows in per_speaker.values():
+                for row in rows:
+                    if isinstance(row, list) and len(row) == 2:
+                        for dia in re.split(r"[;,\s]+", str(row[1])):
+                            if dia:
+                                facts[dia].append(str(row[0]))
+        answers: dict[str, set[str]] = defaultdict(set)
+        for qa in sample.get("qa", []):
+            if "answer" not in qa:
+                continue
+            ans = {stem(w) for w in normalize_answer(str(qa["answer"])).split() if w not in STOPWORDS}
+            for e in normalize_evidence(qa.get("evidence", [])):
+                answers[e] |= ans
+        conv = sample.get("conversation", {})
+        for key, turns in conv.items():
+            if not (key.startswith("session_") and isinstance(turns, list)):
+                continue
+            for t in turns:
+                dia, text = str(t.get("dia_id")), str(t.get("text") or "")
+                words = words_of(text)
+                if dia not in facts or not words:
+                    continue
+                keep_stems = {stem(w) for f in facts[dia] for w in _WORD.findall(f.lower())}
+                norms = [_norm(w) for w in words]
+                out.append({"id": f"{sample.get('sample_id')}:{dia}", "conversation": sample.get("sample_id"), "words": words,
+                            "labels": [int(n is not None and n in keep_stems) for n in norms],
+                            "answer": [int(n is not None and n in answers.get(dia, set())) for n in norms]})
+    return out
+
+
+def complexity_examples_locomo(convs: Sequence[Conversation]) -> list[dict[str, Any]]:
+    """HIGH (1) for multi-hop questions or several evidence turns, else LOW (0); adversarial items left out."""
+    return [{"text": qa.question, "label": int(qa.category == 1 or len(normalize_evidence(qa.evidence)) >= 2),
+             "source": "locomo", "conversation": c.conv_id}
+            for c in convs for qa in c.qa if qa.category in (1, 2, 3, 4)]
+
+
+def complexity_examples_lme(convs: Sequence[Conversation]) -> list[dict[str, Any]]:
+    """HIGH when the question spans several sessions or needs temporal/update reasoning."""
+    out = []
+    for c in convs:
+        for qa in c.qa:
+            n_sessions = len(qa.extra.get("answer_session_ids") or [])
+            out.append({"text": qa.question, "label": int(str(qa.category) in HIGH_LME_TYPES or n_sessions >= 2),
+                        "source": "longmemeval", "conversation": c.conv_id})
+    return out
+
+
+def complexity_examples_synth(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"text": s["query"], "label": int(s["hops"] >= 2), "source": "synth", "conversation": s["conversation"]}
+            for s in samples]

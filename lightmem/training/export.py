@@ -1,0 +1,66 @@
+"""Export a run's best adapter to checkpoints/ with a model card (base, data hash, config, metrics, commit)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+KEEP = ("adapter_config.json", "adapter_model.safetensors", "config.json", "model.safetensors")
+
+
+def sha256_files(paths: Sequence[str | Path]) -> str:
+    h = hashlib.sha256()
+    for p in sorted(str(p) for p in paths):
+        h.update(Path(p).read_bytes())
+    return h.hexdigest()
+
+
+def git_commit(cwd: str | Path = ".") -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True)
+        return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def export(run_best: str | Path, dest: str | Path, card: dict[str, Any]) -> Path:
+    """Copy only the adapter/head weights and configs of ``run_best`` to ``dest``; write card.json and README.md.
+
+    The copy goes to a temporary folder first, so a kill never leaves a half-written checkpoint.
+    """
+    src, dest = Path(run_best), Path(dest)
+    if not (src / "adapter_config.json").exists() and not (src / "config.json").exists():
+        raise FileNotFoundError(f"{src} holds no saved model: did training run (see its out_dir)?")
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in KEEP:
+        if (src / name).exists():
+            shutil.copy2(src / name, tmp / name)
+    (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
+    (tmp / "README.md").write_text(model_card_md(card))
+    old = dest.with_name(dest.name + ".old")
+    if dest.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        dest.rename(old)
+    tmp.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def model_card_md(card: dict[str, Any]) -> str:
+    lines = [f"# {card.get('name', 'lightmem model')}", "", card.get("description", ""), "",
+             f"- base model: `{card.get('base_model')}`", f"- task: {card.get('task')}",
+             f"- trainable parameters: {card.get('params', {}).get('trainable')} of {card.get('params', {}).get('total')}",
+             f"- training data sha256: `{card.get('data_sha256')}`", f"- commit: `{card.get('commit')}`",
+             f"- reproduce: `{card.get('command')}`", "", "## Held-out metrics", "", "| metric | value |", "|---|---|"]
+    for k, v in (card.get("metrics") or {}).items():
+        lines.append(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |")
+    lines += ["", "## Training", "", "```json", json.dumps(card.get("training", {}), indent=2, default=str), "```", "",
+              "## Config", "", "```json", json.dumps(card.get("config", {}), indent=2, default=str), "```", ""]
+    return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""What every training entry point does around the loop: log, fit, test the best weights, export."""
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightmem.metric_logger import make_logger
+from lightmem.training.export import export, git_commit, sha256_files
+from lightmem.training.loop import TrainSpec, fit, result_dict
+from lightmem.training.lora import trainable_summary
+
+
+def read_jsonl(path: str | Path, hint: str = "run `make data` (data_gen/synth.py, data_gen/distill.py) first") -> list[dict]:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p} is missing: {hint}")
+    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+
+
+def train_and_export(
+    *,
+    name: str,
+    model: torch.nn.Module,
+    train: Sequence[Any],
+    make_batch: Callable,
+    loss_fn: Callable,
+    evaluate: Callable[[torch.nn.Module], dict[str, float]],
+    test: Callable[[Path], dict[str, float]],
+    metric: str,
+    spec: TrainSpec,
+    out_dir: str | Path,
+    export_dir: str | None,
+    logger_cfg: Any,
+    config: dict[str, Any],
+    card: dict[str, Any],
+    data_files: Sequence[str | Path],
+) -> dict[str, Any]:
+    """Fit, evaluate the best weights on held-out data with ``test(best_dir)``, export adapter + card."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    logger = make_logger(logger_cfg.kind, out, logger_cfg.project, logger_cfg.mode, logger_cfg.name or f"train-{name}")
+    logger.log_config(config)
+    params = trainable_summary(model)
+    result = fit(model, train, make_batch, loss_fn, evaluate, metric, out, spec, logger, show_progress=sys.stderr.isatty())
+    metrics = test(out / "best")
+    logger.log_metrics(metrics)
+    training = {k: v for k, v in result_dict(result).items() if k != "history"}
+    summary = {"train": result_dict(result), "test": metrics, "params": params, "n_train": len(train)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if export_dir:
+        full = {**card, "params": params, "data_sha256": sha256_files(data_files), "commit": git_commit(), "metrics": metrics,
+                "training": training, "config": config}
+        export(out / "best", export_dir, full)
+        logger.log_artifact(Path(export_dir) / "card.json")
+    logger.finish()
+    return summary

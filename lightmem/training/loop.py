@@ -1,0 +1,187 @@
+"""The training loop: accelerate for devices, gradient accumulation, evaluation every N steps,
+early stopping, and resume from the last state after a kill.
+
+The loop knows nothing of the task: a recipe hands it the examples, a batch builder, a
+loss and an evaluation function. ``out_dir/last`` holds the resumable state (model,
+optimizer, scheduler, RNG, position in the data); ``out_dir/best`` the best weights so far
+(only the adapter and heads when the model is a peft model).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from lightmem.metric_logger import MetricLogger
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainSpec:
+    epochs: float = 1.0
+    max_steps: int | None = None  # optimizer steps; overrides epochs when set
+    lr: float = 5e-4
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    batch_size: int = 8  # examples per micro-batch (a selector example is a whole group)
+    grad_accum: int = 1
+    max_grad_norm: float = 1.0
+    eval_every: int = 100  # optimizer steps
+    patience: int = 3  # evaluations without improvement before stopping; 0 never stops early
+    seed: int = 0
+    mixed_precision: str = "no"  # no | fp16 | bf16 (GPU)
+    cpu: bool = False  # force CPU even where CUDA is present
+    resume: bool = True
+
+
+@dataclass
+class TrainResult:
+    best: dict[str, float]
+    steps: int
+    epochs_done: float
+    seconds: float
+    seconds_per_epoch: float
+    stopped_early: bool
+    history: list[dict[str, float]]
+
+
+def _state_path(out: Path) -> Path:
+    return out / "last" / "trainer_state.json"
+
+
+def fit(
+    model: torch.nn.Module,
+    examples: Sequence[Any],
+    make_batch: Callable[[Sequence[Any], random.Random], dict[str, Any]],
+    loss_fn: Callable[[torch.nn.Module, dict[str, Any]], torch.Tensor],
+    evaluate: Callable[[torch.nn.Module], dict[str, float]],
+    metric: str,
+    out_dir: str | Path,
+    spec: TrainSpec,
+    logger: MetricLogger | None = None,
+    show_progress: bool = True,
+) -> TrainResult:
+    """Train until ``epochs``/``max_steps`` or early stop; keep the weights that maximise ``metric``.
+
+    ``make_batch`` turns a list of examples into tensors (it gets an RNG seeded per step, so
+    sampled negatives are the same after a resume). ``evaluate`` returns metrics for the
+    unwrapped model in eval mode; ``metric`` names the one to maximise.
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    if not examples:
+        raise ValueError("no training examples: check the data paths and splits")
+    out = Path(out_dir)
+    acc = Accelerator(gradient_accumulation_steps=spec.grad_accum, mixed_precision=spec.mixed_precision, cpu=spec.cpu)
+    set_seed(spec.seed)
+    micro_per_epoch = math.ceil(len(examples) / spec.batch_size / acc.num_processes)
+    steps_per_epoch = max(1, micro_per_epoch // spec.grad_accum)
+    total = spec.max_steps or max(1, round(steps_per_epoch * spec.epochs))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    warm = max(1, int(spec.warmup_ratio * total))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
+    model, opt, sched = acc.prepare(model, opt, sched)
+
+    st = {"step": 0, "epoch": 0, "micro": 0, "best": -math.inf, "bad_evals": 0, "history": [], "seconds": 0.0}
+    if spec.resume and _state_path(out).exists():
+        acc.load_state(str(out / "last"))
+        st.update(json.loads(_state_path(out).read_text()))
+        log.info("resumed from %s at step %d", out / "last", st["step"])
+
+    def save_last() -> None:
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            tmp = out / "last.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+        acc.save_state(str(out / "last.tmp"))
+        if acc.is_main_process:
+            (out / "last.tmp" / "trainer_state.json").write_text(json.dumps(st))
+            shutil.rmtree(out / "last", ignore_errors=True)
+            (out / "last.tmp").rename(out / "last")  # a kill mid-save leaves the previous state intact
+
+    def run_eval() -> bool:
+        """Evaluate; save the best; return True when patience has run out."""
+        unwrapped = acc.unwrap_model(model)
+        unwrapped.eval()
+        with torch.no_grad():
+            metrics = evaluate(unwrapped)
+        unwrapped.train()
+        st["history"].append({"step": st["step"], **metrics})
+        if logger:
+            logger.log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=st["step"])
+        score = metrics[metric]
+        if score > st["best"]:
+            st["best"], st["bad_evals"] = score, 0
+            if acc.is_main_process:
+                shutil.rmtree(out / "best", ignore_errors=True)
+                unwrapped.save_pretrained(str(out / "best"))
+                (out / "best" / "metrics.json").write_text(json.dumps({"step": st["step"], **metrics}, indent=2))
+        else:
+            st["bad_evals"] += 1
+        log.info("step %d: %s (best %s %.4f)", st["step"], metrics, metric, st["best"])
+        return spec.patience > 0 and st["bad_evals"] >= spec.patience
+
+    model.train()
+    t_start = time.perf_counter() - st["seconds"]
+    stopped = False
+    bar = tqdm(total=total, initial=st["step"], desc="train", disable=not (show_progress and acc.is_local_main_process))
+    if st["step"] == 0 and not st["history"]:
+        stopped = run_eval()  # the untrained baseline, so every run shows what training bought
+    while st["step"] < total and not stopped:
+        order = list(range(len(examples)))
+        random.Random(spec.seed * 1_000_003 + st["epoch"]).shuffle(order)
+        order = order[acc.process_index :: acc.num_processes]  # each process its own shard
+        for m in range(st["micro"], micro_per_epoch):
+            idx = order[m * spec.batch_size : (m + 1) * spec.batch_size]
+            if not idx:
+                break
+            batch = make_batch([examples[i] for i in idx], random.Random(hash((spec.seed, st["epoch"], m)) & 0xFFFFFFFF))
+            batch = {k: v.to(acc.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            with acc.accumulate(model):
+                loss = loss_fn(model, batch)
+                acc.backward(loss)
+                if acc.sync_gradients:
+                    acc.clip_grad_norm_(params, spec.max_grad_norm)
+                opt.step()
+                sched.step()
+                opt.zero_grad()
+            st["micro"] = m + 1
+            if not acc.sync_gradients:
+                continue
+            st["step"] += 1
+            bar.update(1)
+            if logger:
+                logger.log_metrics({"train/loss": float(loss.detach()), "train/lr": sched.get_last_lr()[0]}, step=st["step"])
+            if st["step"] % spec.eval_every == 0 or st["step"] >= total:
+                st["seconds"] = time.perf_counter() - t_start
+                stopped = run_eval()
+                save_last()
+            if stopped or st["step"] >= total:
+                break
+        else:
+            st["epoch"], st["micro"] = st["epoch"] + 1, 0
+            continue
+        if st["micro"] >= micro_per_epoch:
+            st["epoch"], st["micro"] = st["epoch"] + 1, 0
+    bar.close()
+    seconds = time.perf_counter() - t_start
+    epochs_done = st["step"] / steps_per_epoch
+    best = next((h for h in st["history"] if h.get(metric) == st["best"]), {})
+    return TrainResult(best, st["step"], epochs_done, seconds, seconds / max(epochs_done, 1e-9), stopped, st["history"])
+
+
+def result_dict(r: TrainResult) -> dict[str, Any]:
+    return asdict(r)

@@ -1,0 +1,188 @@
+"""The Stage-2 selector recipe: a MiniLM cross-encoder (or SmolLM2 yes/no) trained on groups
+of one query and its candidates with pointwise BCE and/or a listwise softmax over the group.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lightmem.evaluation.ranking import nanmean, precision_at_k, recall_all_at_k, reciprocal_rank
+from lightmem.roles import prompts
+from lightmem.training.lora import LoraSpec, apply_lora
+from lightmem.training.losses import ranking_loss
+
+_DATED = "["  # candidate_text() writes "[YYYY-MM-DD] text"
+
+
+@dataclass
+class SelectorTask:
+    """How groups become batches and losses."""
+
+    group_size: int = 16  # candidates per group in a training step (positives first, then sampled negatives)
+    max_pos: int = 4
+    loss: str = "both"  # pointwise | listwise | both
+    listwise_weight: float = 1.0
+    max_length: int = 128
+    k: int = 10  # the K of precision@K / recall_all@K in evaluation
+
+
+def sample_group(group: dict[str, Any], size: int, max_pos: int, rng: random.Random) -> tuple[list[str], list[int]]:
+    """Up to ``max_pos`` positives and random negatives, ``size`` in all, shuffled."""
+    pos = [i for i, y in enumerate(group["labels"]) if y]
+    neg = [i for i, y in enumerate(group["labels"]) if not y]
+    pick = rng.sample(pos, k=min(len(pos), max_pos))
+    pick += rng.sample(neg, k=min(len(neg), size - len(pick)))
+    rng.shuffle(pick)
+    return [group["texts"][i] for i in pick], [group["labels"][i] for i in pick]
+
+
+def pad_groups(labels: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    n = max(len(y) for y in labels)
+    lab = torch.zeros(len(labels), n)
+    mask = torch.zeros(len(labels), n, dtype=torch.bool)
+    for g, y in enumerate(labels):
+        lab[g, : len(y)] = torch.tensor(y, dtype=torch.float)
+        mask[g, : len(y)] = True
+    return lab, mask
+
+
+def unflatten(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Scatter a flat score vector back into the padded ``[G, N]`` layout of ``mask``."""
+    out = flat.new_zeros(mask.shape)
+    out[mask] = flat
+    return out
+
+
+# --- the cross-encoder --------------------------------------------------------------------------
+
+
+def build_cross_encoder(base_path: str, lora: LoraSpec | None):
+    """MiniLM with a one-logit classification head; LoRA on attention when ``lora`` is set."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(base_path, num_labels=1)
+    return apply_lora(model, lora, "SEQ_CLS"), AutoTokenizer.from_pretrained(base_path)
+
+
+def cross_encoder_batcher(tok, task: SelectorTask) -> Callable[[Sequence[dict], random.Random], dict[str, Any]]:
+    def make_batch(groups: Sequence[dict], rng: random.Random) -> dict[str, Any]:
+        sampled = [sample_group(g, task.group_size, task.max_pos, rng) for g in groups]
+        queries = [g["query"] for g, (texts, _) in zip(groups, sampled) for _ in texts]
+        texts = [t for texts, _ in sampled for t in texts]
+        enc = tok(queries, texts, truncation=True, max_length=task.max_length, padding=True, return_tensors="pt")
+        labels, mask = pad_groups([y for _, y in sampled])
+        return {**enc, "labels": labels, "mask": mask}
+
+    return make_batch
+
+
+def cross_encoder_loss(task: SelectorTask) -> Callable[[torch.nn.Module, dict[str, Any]], torch.Tensor]:
+    def loss_fn(model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        enc = {k: v for k, v in batch.items() if k not in ("labels", "mask")}
+        logits = unflatten(model(**enc).logits[:, 0], batch["mask"])
+        return ranking_loss(task.loss, logits, batch["labels"], batch["mask"], task.listwise_weight)
+
+    return loss_fn
+
+
+def cross_encoder_scorer(model, tok, max_length: int, batch_size: int = 64) -> Callable[[list[str], list[str]], list[float]]:
+    """Scores with the very class retrieval uses, so evaluation measures the deployed path."""
+    from lightmem.roles.selector import CrossEncoderSelector
+
+    sel = CrossEncoderSelector.from_objects(model, tok, max_length=max_length, batch_size=batch_size)
+    sel.device = str(next(model.parameters()).device)
+    return sel.scores
+
+
+# --- the generative variant (SmolLM2 yes/no) ----------------------------------------------------
+
+
+def selector_prompt(query: str, candidate: str) -> str:
+    """The GenerativeSelector's prompt for one (query, "[date] text") pair."""
+    date, text = "", candidate
+    if candidate.startswith(_DATED) and "] " in candidate[:14]:
+        date, text = candidate[1:11], candidate[13:]
+    return prompts.SELECTOR.format(hqs=prompts.bullet([query]), date=date, memory=text)
+
+
+def build_generative(model_name: str, lora: LoraSpec | None, load_in_4bit: bool = False, device: str = "auto"):
+    """SmolLM2 (or another packaged causal LM) with a LoRA adapter, 4-bit base weights on CUDA."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lightmem.llm.transformers_backend import TransformersLLM, auto_dtype
+    from lightmem.models.registry import ModelRegistry, pick_device
+
+    dev = pick_device(device)
+    path = ModelRegistry().causal_lm_path(model_name)
+    kwargs: dict[str, Any] = {"dtype": auto_dtype(dev)}
+    if load_in_4bit:
+        if not dev.startswith("cuda"):
+            raise ValueError("load_in_4bit needs CUDA: drop it on CPU")
+        from peft import prepare_model_for_kbit_training
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                           bnb_4bit_compute_dtype=kwargs["dtype"])
+        kwargs["device_map"] = {"": dev}
+    model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    if load_in_4bit:
+        model = prepare_model_for_kbit_training(model)
+    model = apply_lora(model, lora, "CAUSAL_LM")
+    return model, TransformersLLM.from_objects(model, AutoTokenizer.from_pretrained(str(path)))
+
+
+def generative_batcher(task: SelectorTask) -> Callable[[Sequence[dict], random.Random], dict[str, Any]]:
+    def make_batch(groups: Sequence[dict], rng: random.Random) -> dict[str, Any]:
+        sampled = [sample_group(g, task.group_size, task.max_pos, rng) for g in groups]
+        prompts_ = [selector_prompt(g["query"], t) for g, (texts, _) in zip(groups, sampled) for t in texts]
+        labels, mask = pad_groups([y for _, y in sampled])
+        return {"prompts": prompts_, "labels": labels, "mask": mask}
+
+    return make_batch
+
+
+def generative_loss(llm, task: SelectorTask) -> Callable[[torch.nn.Module, dict[str, Any]], torch.Tensor]:
+    def loss_fn(model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        logits = unflatten(llm.yes_no_logits(batch["prompts"]), batch["mask"])
+        return ranking_loss(task.loss, logits, batch["labels"], batch["mask"], task.listwise_weight)
+
+    return loss_fn
+
+
+def generative_scorer(llm) -> Callable[[list[str], list[str]], list[float]]:
+    def score(queries: list[str], texts: list[str]) -> list[float]:
+        out: list[float] = []
+        for i in range(0, len(texts), llm.batch_size):
+            out.extend(llm.yes_no_logits([selector_prompt(q, t) for q, t in zip(queries[i : i + llm.batch_size],
+                                                                                texts[i : i + llm.batch_size])]).tolist())
+        return out
+
+    return score
+
+
+# --- evaluation ------------------------------------------------------------------------------------
+
+
+def evaluate_groups(score: Callable[[list[str], list[str]], list[float]] | None, groups: Sequence[dict[str, Any]],
+                    k: int) -> dict[str, float]:
+    """precision@K, recall_all@K and MRR over whole candidate lists; ``score=None`` ranks by Stage 1.
+
+    Only the candidates Stage 1 returned are ranked (positives it missed count as misses).
+    """
+    p, r, rr = [], [], []
+    for g in groups:
+        n = len(g["stage1"]) if "stage1" in g else len(g["texts"])
+        n = sum(1 for s in g.get("stage1", [0.0] * n) if s != float("-inf"))
+        texts, labels = g["texts"][:n], g["labels"][:n]
+        if score is None:
+            scores = list(g["stage1"][:n]) if "stage1" in g else [0.0] * n
+        else:
+            scores = score([g["query"]] * n, texts)
+        p.append(precision_at_k(labels, scores, k))
+        r.append(recall_all_at_k(labels, scores, k, n_relevant=g.get("n_evidence") or sum(labels)))
+        rr.append(reciprocal_rank(labels, scores))
+    return {f"precision@{k}": nanmean(p), f"recall_all@{k}": nanmean(r), "mrr": nanmean(rr), "n": float(len(groups))}

@@ -1,0 +1,238 @@
+"""The training library on tiny random models: losses, LoRA freezing, the loop (resume,
+early stopping), batching, export, and loading the exported adapters for inference."""
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from lightmem.training import classify
+from lightmem.training import selector as sel
+from lightmem.training.export import export
+from lightmem.training.loop import TrainSpec, fit
+from lightmem.training.lora import LoraSpec, apply_lora, trainable_summary
+from lightmem.training.losses import listwise_softmax, pointwise_bce, ranking_loss
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    from lightmem.models.registry import ModelRegistry
+
+    return AutoTokenizer.from_pretrained(str(ModelRegistry().path("all-MiniLM-L6-v2")))
+
+
+def tiny_bert(kind: str, num_labels: int):
+    from transformers import BertConfig, BertForSequenceClassification, BertForTokenClassification
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=num_labels)
+    return (BertForSequenceClassification if kind == "sequence" else BertForTokenClassification)(cfg)
+
+
+LORA = LoraSpec(r=4, alpha=8, dropout=0.0)
+
+
+def groups(n: int = 12) -> list[dict]:
+    rng = random.Random(0)
+    out = []
+    for i in range(n):
+        texts = [f"[2023-05-0{j % 9 + 1}] Ann: note {i} {j} about {rng.choice(['cats', 'jobs', 'trips'])}" for j in range(10)]
+        out.append({"query": f"what about note {i}?", "texts": texts, "labels": [int(j < 2) for j in range(10)], "n_evidence": 2,
+                    "stage1": [float(10 - j) for j in range(10)], "source": "synth"})
+    return out
+
+
+# --- losses ---------------------------------------------------------------------------------------
+
+
+def test_listwise_matches_a_brute_force_reference():
+    torch.manual_seed(1)
+    logits, labels = torch.randn(3, 5), torch.tensor([[1, 0, 0, 1, 0], [0, 0, 0, 0, 0], [0, 1, 0, 0, 0]])
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[2, 4] = False
+    ref = []
+    for g in (0, 2):
+        valid = [j for j in range(5) if mask[g, j]]
+        z = sum(math.exp(logits[g, j]) for j in valid)
+        ref.append(-math.log(sum(math.exp(logits[g, j]) for j in valid if labels[g, j]) / z))
+    assert listwise_softmax(logits, labels, mask).item() == pytest.approx(sum(ref) / 2, rel=1e-5)
+
+
+def test_pointwise_ignores_padding_and_losses_combine():
+    logits, labels = torch.tensor([[2.0, -1.0, 9.0]]), torch.tensor([[1.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, False]])
+    ref = (math.log1p(math.exp(-2.0)) + math.log1p(math.exp(-1.0))) / 2
+    assert pointwise_bce(logits, labels, mask).item() == pytest.approx(ref, rel=1e-5)
+    both = ranking_loss("both", logits, labels, mask)
+    assert both.item() == pytest.approx(ref + listwise_softmax(logits, labels, mask).item(), rel=1e-5)
+    with pytest.raises(ValueError, match="pointwise"):
+        ranking_loss("pairwise", logits, labels, mask)
+
+
+# --- LoRA and the loop ----------------------------------------------------------------------------
+
+
+class Killed(Exception):
+    pass
+
+
+def _train_selector(tmp_path, tok, steps: int, out="run", kill_at_micro: int | None = None):
+    model = apply_lora(tiny_bert("sequence", 1), LORA, "SEQ_CLS")
+    task = sel.SelectorTask(group_size=6, max_length=32)
+    spec = TrainSpec(max_steps=steps, lr=5e-3, batch_size=2, eval_every=2, patience=0, seed=0, cpu=True)
+    batcher, calls = sel.cross_encoder_batcher(tok, task), []
+
+    def make_batch(rows, rng):
+        calls.append(1)
+        if kill_at_micro is not None and len(calls) > kill_at_micro:
+            raise Killed  # the process dies before this micro-batch trains
+        return batcher(rows, rng)
+
+    ev = lambda m: sel.evaluate_groups(sel.cross_encoder_scorer(m, tok, 32), groups(4), 3)  # noqa: E731
+    res = fit(model, groups(), make_batch, sel.cross_encoder_loss(task), ev, "mrr", tmp_path / out, spec, show_progress=False)
+    return model, res
+
+
+def test_lora_trains_the_adapter_and_head_and_freezes_the_base(tmp_path, tok):
+    model = apply_lora(tiny_bert("sequence", 1), LORA, "SEQ_CLS")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    summary = trainable_summary(model)
+    assert 0 < summary["trainable"] < summary["total"] / 10
+    task = sel.SelectorTask(group_size=6, max_length=32)
+    spec = TrainSpec(max_steps=3, lr=5e-3, batch_size=2, eval_every=10, patience=0, cpu=True)
+    fit(model, groups(), sel.cross_encoder_batcher(tok, task), sel.cross_encoder_loss(task), lambda m: {"x": 0.0}, "x",
+        tmp_path, spec, show_progress=False)
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert moved and all(("lora_" in n or "classifier" in n) for n in moved)
+    assert any("lora_" in n for n in moved) and any("classifier" in n for n in moved)
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    assert frozen and not (set(frozen) & moved)
+
+
+def test_resume_after_interruption_reaches_the_same_weights(tmp_path, tok):
+    straight, _ = _train_selector(tmp_path, tok, 4, out="straight")
+    with pytest.raises(Killed):
+        _train_selector(tmp_path, tok, 4, out="resumed", kill_at_micro=3)  # state was saved at step 2
+    state = json.loads((tmp_path / "resumed" / "last" / "trainer_state.json").read_text())
+    assert state["step"] == 2
+    resumed, res = _train_selector(tmp_path, tok, 4, out="resumed")
+    assert res.steps == 4
+    a = {n: p for n, p in straight.named_parameters() if p.requires_grad}
+    b = {n: p for n, p in resumed.named_parameters() if p.requires_grad}
+    assert a.keys() == b.keys() and all(torch.allclose(a[n], b[n], atol=1e-6) for n in a)
+
+
+def test_early_stopping_keeps_the_best_evaluation(tmp_path, tok):
+    scores = iter([0.5, 0.9, 0.4, 0.3, 0.2, 0.1, 0.0, 0.0])
+    model = apply_lora(tiny_bert("sequence", 1), LORA, "SEQ_CLS")
+    task = sel.SelectorTask(group_size=6, max_length=32)
+    spec = TrainSpec(max_steps=20, lr=5e-3, batch_size=2, eval_every=1, patience=2, cpu=True)
+    res = fit(model, groups(), sel.cross_encoder_batcher(tok, task), sel.cross_encoder_loss(task), lambda m: {"mrr": next(scores)},
+              "mrr", tmp_path, spec, show_progress=False)
+    assert res.stopped_early and res.steps == 3  # baseline 0.5, step 1: 0.9, steps 2-3 worse
+    assert res.best["mrr"] == 0.9 and json.loads((tmp_path / "best" / "metrics.json").read_text())["mrr"] == 0.9
+
+
+def test_empty_training_data_is_a_clear_error(tmp_path, tok):
+    with pytest.raises(ValueError, match="no training examples"):
+        fit(tiny_bert("sequence", 1), [], lambda r, g: {}, lambda m, b: None, lambda m: {}, "x", tmp_path, TrainSpec(cpu=True))
+
+
+# --- batching and evaluation -----------------------------------------------------------------------
+
+
+def test_group_sampling_keeps_positives_and_size():
+    g = groups(1)[0]
+    texts, labels = sel.sample_group(g, 6, 4, random.Random(0))
+    assert len(texts) == 6 and sum(labels) == 2
+    assert sel.sample_group(g, 6, 4, random.Random(0)) == (texts, labels)
+
+
+def test_token_batches_label_only_first_subtokens(tok):
+    rows = [{"words": ["Unbelievably", "good", "ramen"], "labels": [0, 1, 1]}]
+    batch = classify.token_batcher(tok, 32)(rows, random.Random(0))
+    labelled = batch["labels"][0][batch["labels"][0] != -100].tolist()
+    assert labelled == [0, 1, 1]
+    assert (batch["labels"][0] == -100).sum() >= 3  # [CLS], [SEP] and continuation pieces
+
+
+def test_stage1_evaluation_counts_missed_evidence():
+    g = {"query": "q", "texts": ["a", "b", "c"], "labels": [1, 0, 0], "stage1": [3.0, 2.0, 1.0], "n_evidence": 2}
+    m = sel.evaluate_groups(None, [g], 2)
+    assert m["recall_all@2"] == 0.0 and m["precision@2"] == 0.5 and m["mrr"] == 1.0
+
+
+def test_selector_prompt_splits_the_date():
+    p = sel.selector_prompt("where?", "[2023-05-01] Ann: I moved to Rome")
+    assert "2023-05-01" in p and "Ann: I moved to Rome" in p and "[2023" not in p
+
+
+# --- export and inference from the exported folders --------------------------------------------------
+
+
+def test_exported_adapters_load_in_the_inference_classes(tmp_path, tok, monkeypatch):
+    from lightmem.models import adapters
+    from lightmem.roles.complexity import TrainedComplexity
+    from lightmem.roles.selector import CrossEncoderSelector
+    from lightmem.sensory.compressor import TokenClassifierCompressor
+
+    base = tmp_path / "base"
+    for kind, labels, name in (("sequence", 1, "sel"), ("sequence", 2, "cx"), ("token", 2, "comp")):
+        m = tiny_bert(kind, labels)
+        m.save_pretrained(base / name)
+        tok.save_pretrained(base / name)
+        lora = apply_lora(m, LORA, "SEQ_CLS" if kind == "sequence" else "TOKEN_CLS")
+        lora.save_pretrained(tmp_path / "run" / name)
+        export(tmp_path / "run" / name, tmp_path / "ckpt" / name, {"name": name, "metrics": {"f1": 0.5}})
+        files = {p.name for p in (tmp_path / "ckpt" / name).iterdir()}
+        assert files == {"adapter_config.json", "adapter_model.safetensors", "card.json", "README.md"}
+
+    class Registry:  # resolves the "packaged" base names to the tiny models
+        def path(self, name):
+            return base / name
+
+    monkeypatch.setattr("lightmem.models.registry.ModelRegistry", lambda *a, **k: Registry())
+    assert adapters  # the loader resolves bases through the registry patched above
+    s = CrossEncoderSelector(str(tmp_path / "ckpt" / "sel"), base_model="sel", device="cpu")
+    assert len(s.scores(["q", "q"], ["a", "b"])) == 2
+    c = TrainedComplexity(str(tmp_path / "ckpt" / "cx"), base_model="cx", device="cpu")
+    assert 0.0 <= c.score("why did she move?") <= 1.0
+    comp = TokenClassifierCompressor(str(tmp_path / "ckpt" / "comp"), base_model="comp", rate=0.5, max_words=4, device="cpu")
+    text = "one two three four five six seven eight nine ten"
+    out = comp.compress(text)
+    assert len(out.split()) == 5 and all(w in text.split() for w in out.split())
+    assert comp.compress("word") == "word" and comp.compress("   ") == "   "
+    with pytest.raises(FileNotFoundError, match="make train"):
+        TrainedComplexity(str(tmp_path / "nowhere"), base_model="cx")
+
+
+def test_export_refuses_an_empty_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no saved model"):
+        export(tmp_path / "missing", tmp_path / "out", {})
+    assert not (tmp_path / "out").exists()
+
+
+def test_generative_selector_loss_trains_only_the_adapter(tok):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from lightmem.llm.transformers_backend import TransformersLLM
+
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(LlamaConfig(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256))
+    model = apply_lora(lm, LoraSpec(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]), "CAUSAL_LM")
+    llm = TransformersLLM.from_objects(model, tok)
+    model.train()
+    task = sel.SelectorTask(group_size=4, max_length=64)
+    batch = sel.generative_batcher(task)(groups(2), random.Random(0))
+    loss = sel.generative_loss(llm, task)(model, batch)
+    loss.backward()
+    grads = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert grads and all("lora_" in n for n in grads)
+    assert len(sel.generative_scorer(llm)(["q"] * 3, ["[2023-01-01] a", "b", "c"])) == 3

@@ -1,0 +1,59 @@
+"""Train the query-complexity classifier (LOW/HIGH; C_q = P(HIGH)) with LoRA on MiniLM.
+
+    python train/complexity.py
+    python train/complexity.py -m lora.r=4,8 optim.lr=5e-4,1e-3
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from lightmem.config import lora_spec, to_container, train_spec
+from lightmem.metric_logger import quiet_third_party_logs
+from lightmem.models.registry import ModelRegistry
+from lightmem.roles.complexity import TrainedComplexity
+from lightmem.training import classify
+from lightmem.training.job import read_jsonl, train_and_export
+
+
+def run(cfg: DictConfig) -> dict:
+    quiet_third_party_logs()
+    data = Path(cfg.data_dir)
+    train, val, test = (read_jsonl(data / f"complexity_{s}.jsonl") for s in ("train", "val", "test"))
+    model, tok = classify.build_classifier(str(ModelRegistry().path(cfg.base_model)), lora_spec(cfg.lora), "sequence")
+
+    def evaluate(m):
+        return classify.evaluate_sequence(TrainedComplexity.from_objects(m, tok, cfg.max_length).probabilities, val)
+
+    def held_out(best: Path) -> dict[str, float]:
+        clf = TrainedComplexity(str(best), cfg.base_model, cfg.max_length, device="cpu" if cfg.optim.cpu else "auto")
+        out = {}
+        for source in sorted({r["source"] for r in test}):
+            rows = [r for r in test if r["source"] == source]
+            out.update({f"test/{source}/{k}": v for k, v in classify.evaluate_sequence(clf.probabilities, rows).items()})
+        return out
+
+    weights = classify.class_weights([r["label"] for r in train]) if cfg.balance else None
+    summary = train_and_export(
+        name="complexity", model=model, train=train, make_batch=classify.sequence_batcher(tok, cfg.max_length),
+        loss_fn=classify.weighted_ce(weights), evaluate=evaluate, test=held_out, metric=cfg.metric,
+        spec=train_spec(cfg.optim), out_dir=cfg.out_dir, export_dir=cfg.export_dir, logger_cfg=cfg.logger,
+        config=to_container(cfg), data_files=[data / "complexity_train.jsonl"],
+        card={"name": "lightmem query-complexity classifier", "task": "sequence classification LOW/HIGH",
+              "description": "C_q = P(HIGH) for SimpleMem's adaptive depth; TrainedComplexity loads it.",
+              "base_model": cfg.base_model, "command": "make train  (python train/complexity.py)"},
+    )
+    print(json.dumps(summary["test"], indent=1))
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train_complexity")
+def main(cfg: DictConfig) -> float:
+    return run(cfg)["train"]["best"].get(cfg.metric, float("nan"))
+
+
+if __name__ == "__main__":
+    main()

@@ -190,6 +190,15 @@ def train_spec(node: DictConfig):
     return TrainSpec(**to_container(node))
 
 
+def make_run_logger(node: DictConfig, out_dir: str | Path, default_name: str):
+    """A MetricLogger from a ``conf/logger/*.yaml`` node (missing keys take LoggerConfig's defaults)."""
+    from lightmem.metric_logger import make_logger
+
+    d = LoggerConfig()
+    return make_logger(node.get("kind", d.kind), out_dir, node.get("project", d.project), node.get("mode", d.mode),
+                       node.get("name") or default_name)
+
+
 def build_embedder(cfg: DictConfig) -> Embedder:
     return instantiate(cfg.encoder)
 

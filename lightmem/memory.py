@@ -15,7 +15,7 @@ from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
-from lightmem.roles.selector import Selector, Stage1Selector
+from lightmem.roles.selector import Selector, default_selector
 from lightmem.roles.writer import TurnWriter, Writer
 from lightmem.stores.mtm import MTMStore
 from lightmem.timeutil import now as wall_clock
@@ -75,7 +75,8 @@ class Memory:
         Args:
             path: Store folder (or ``.sqlite`` file); created when missing.
             embedder: Defaults to the packaged all-MiniLM-L6-v2.
-            selector: Stage-2 selector; defaults to keeping the top K by Stage-1 score.
+            selector: Stage-2 selector; defaults to the trained cross-encoder of checkpoints/selector
+                (``Stage1Selector()`` keeps the Stage-1 order and loads no model).
             controller: Defaults to the raw query as the single HQ.
             writer: Defaults to one item per turn.
             maintainer: Online maintenance after writes; none by default.
@@ -90,7 +91,7 @@ class Memory:
 
             embedder = SentenceTransformerEmbedder()
         store = MTMStore(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
-        retriever = TwoStageRetriever(store, embedder, selector or Stage1Selector(), **dict(retrieval or {}))
+        retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **dict(retrieval or {}))
         counter = embedder.token_counter()
         return cls(store, embedder, retriever, ContextComposer(counter, budget), controller=controller, writer=writer,
                    maintainer=maintainer, counter=counter, k=k)

@@ -43,8 +43,9 @@ def embedder():
 @pytest.fixture
 def memory(tmp_path, embedder):
     from lightmem.memory import Memory
+    from lightmem.roles.selector import Stage1Selector
 
-    m = Memory.open(tmp_path / "store", embedder=embedder, synchronous="NORMAL")
+    m = Memory.open(tmp_path / "store", embedder=embedder, selector=Stage1Selector(), synchronous="NORMAL")
     yield m
     m.close()
 

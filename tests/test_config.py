@@ -13,7 +13,7 @@ GROUPS = {g.name: sorted(p.stem for p in g.glob("*.yaml")) for g in (ROOT / "con
 @pytest.mark.parametrize("retrieval", GROUPS["retrieval"])
 @pytest.mark.parametrize("logger", GROUPS["logger"])
 def test_groups_compose_and_build(tmp_path, retrieval, logger):
-    cfg = compose("locomo", [f"retrieval={retrieval}", f"logger={logger}", "encoder=hashing"])
+    cfg = compose("locomo", [f"retrieval={retrieval}", f"logger={logger}", "encoder=hashing", "selector=none"])
     m = build_memory(cfg, tmp_path / "s")
     assert m.retriever.fusion is Fusion(cfg.retrieval.fusion)
     assert m.retriever.candidate_factor == 2

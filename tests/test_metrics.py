@@ -64,3 +64,10 @@ def test_normalize_evidence_repairs_locomo_quirks():
 def test_percentile():
     assert percentile([1, 2, 3, 4, 5], 50) == 3
     assert percentile([10.0] * 3 + [100.0], 95) == pytest.approx(86.5)
+
+
+def test_evidence_precision_counts_items_citing_evidence():
+    from lightmem.evaluation.metrics import evidence_precision
+
+    assert evidence_precision([["D1:1"], ["D1:2", "D1:3"], ["D2:1"]], ["D1:3", "D9:9"]) == pytest.approx(1 / 3)
+    assert evidence_precision([], ["D1:1"]) == 0.0

@@ -17,7 +17,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation
-from lightmem.evaluation.metrics import evidence_recall, normalize_evidence, percentile
+from lightmem.evaluation.metrics import evidence_precision, evidence_recall, normalize_evidence, percentile
 from lightmem.memory import Memory
 from lightmem.retrieval.composer import pack_by_budget
 
@@ -80,12 +80,14 @@ def evaluate_conversation(
             if k == kmax:
                 search_ms, stage_ms, top_hits = elapsed, dict(result.timings_ms), hits
             recall[f"@{k}"] = asdict(evidence_recall([h.item.provenance for h in hits], evidence))
+            recall[f"@{k}"]["precision"] = evidence_precision([h.item.provenance for h in hits], evidence)
             tokens[f"@{k}"] = sum(h.item.n_tokens for h in hits)
         recall = {f"@{k}": recall[f"@{k}"] for k in sorted(ks)}
         tokens = {f"@{k}": tokens[f"@{k}"] for k in sorted(ks)}
         hits = top_hits
         kept = [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], budget)]
         recall["@budget"] = asdict(evidence_recall([h.item.provenance for h in kept], evidence))
+        recall["@budget"]["precision"] = evidence_precision([h.item.provenance for h in kept], evidence)
         tokens["@budget"] = sum(h.item.n_tokens for h in kept)
         records.append(
             QuestionRecord(conv.conv_id, int(qa.category), qa.question, evidence, recall, tokens,
@@ -105,6 +107,7 @@ def aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
     for cut in records[0].recall:
         for kind in ("all", "any", "mean"):
             out[f"recall_{kind}{cut}"] = float(np.mean([r.recall[cut][kind] for r in records]))
+        out[f"precision{cut}"] = float(np.mean([r.recall[cut].get("precision", float("nan")) for r in records]))
         out[f"tokens{cut}"] = float(np.mean([r.tokens[cut] for r in records]))
     return out
 

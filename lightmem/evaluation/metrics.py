@@ -49,6 +49,12 @@ def evidence_recall(provenances: Sequence[Sequence[str]], evidence: Sequence[str
     return Recall(float(covered == gold), float(bool(covered)), len(covered) / len(gold))
 
 
+def evidence_precision(provenances: Sequence[Sequence[str]], evidence: Sequence[str]) -> float:
+    """Share of the retrieved items that cite at least one evidence turn (0 for an empty set)."""
+    gold = set(evidence)
+    return sum(1 for prov in provenances if gold & set(prov)) / len(provenances) if provenances else 0.0
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (linear interpolation); NaN for no values."""
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")

@@ -12,8 +12,10 @@ def _fmt(v: Any) -> str:
 def retrieval_table(results: dict[str, Any], ks: list[int], budget: int) -> str:
     """Per-category and overall evidence recall, as a markdown table."""
     ret = results["retrieval"]
-    cols = [f"R_all@{k}" for k in ks] + [f"R_all@{budget}tok", f"R_any@{budget}tok", f"R_mean@{budget}tok", f"tokens@{budget}"]
-    keys = [f"recall_all@{k}" for k in ks] + ["recall_all@budget", "recall_any@budget", "recall_mean@budget", "tokens@budget"]
+    cols = [f"R_all@{k}" for k in ks] + [f"P@{ks[len(ks) // 2]}", f"R_all@{budget}tok", f"R_any@{budget}tok", f"R_mean@{budget}tok",
+                                         f"tokens@{budget}"]
+    keys = [f"recall_all@{k}" for k in ks] + [f"precision@{ks[len(ks) // 2]}", "recall_all@budget", "recall_any@budget",
+                                              "recall_mean@budget", "tokens@budget"]
     lines = ["| category | n | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     rows = list(ret["by_category"].items()) + [("**overall**", ret["overall"])]
     for name, agg in rows:

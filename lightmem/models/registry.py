@@ -156,3 +156,9 @@ class ModelRegistry:
         tok.save_pretrained(tmp)
         tmp.replace(out)  # atomic: a killed conversion never leaves a half folder behind
         return out
+
+
+def checkpoint_path(name: str) -> Path:
+    """A trained checkpoint: ``$LIGHTMEM_CHECKPOINTS/<name>``, else ``checkpoints/<name>`` of the source tree."""
+    root = os.environ.get("LIGHTMEM_CHECKPOINTS")
+    return Path(root) / name if root else Path(__file__).resolve().parents[2] / "checkpoints" / name

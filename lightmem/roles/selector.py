@@ -115,6 +115,21 @@ class CrossEncoderSelector:
         return _rank(candidates, best, k, "selector")
 
 
+def default_selector() -> Selector:
+    """The default Stage 2: the trained cross-encoder shipped in checkpoints/selector.
+
+    Without that checkpoint (an install without the source tree and no
+    ``$LIGHTMEM_CHECKPOINTS``) it keeps the Stage-1 order and says so once.
+    """
+    from lightmem.models.registry import checkpoint_path
+
+    ckpt = checkpoint_path("selector")
+    if (ckpt / "adapter_config.json").exists() or (ckpt / "config.json").exists():
+        return CrossEncoderSelector(str(ckpt))
+    log.warning("no trained selector at %s (set LIGHTMEM_CHECKPOINTS or run `make train`); keeping the Stage-1 order", ckpt)
+    return Stage1Selector()
+
+
 class GenerativeSelector:
     """Pointwise relevance from an SLM: P(yes) of "does this memory support a query?".
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from lightmem.metric_logger import make_logger
 from lightmem.training.export import export, git_commit, sha256_files
 from lightmem.training.loop import TrainSpec, fit, result_dict
 from lightmem.training.lora import trainable_summary
@@ -43,7 +42,9 @@ def train_and_export(
     """Fit, evaluate the best weights on held-out data with ``test(best_dir)``, export adapter + card."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    logger = make_logger(logger_cfg.kind, out, logger_cfg.project, logger_cfg.mode, logger_cfg.name or f"train-{name}")
+    from lightmem.config import make_run_logger
+
+    logger = make_run_logger(logger_cfg, out, f"train-{name}")
     logger.log_config(config)
     params = trainable_summary(model)
     result = fit(model, train, make_batch, loss_fn, evaluate, metric, out, spec, logger, show_progress=sys.stderr.isatty())

@@ -109,8 +109,9 @@ def selector_prompt(query: str, candidate: str) -> str:
     return prompts.SELECTOR.format(hqs=prompts.bullet([query]), date=date, memory=text)
 
 
-def build_generative(model_name: str, lora: LoraSpec | None, load_in_4bit: bool = False, device: str = "auto"):
-    """SmolLM2 (or another packaged causal LM) with a LoRA adapter, 4-bit base weights on CUDA."""
+def build_generative(model_name: str, lora: LoraSpec | None, quantize: str | None = None, device: str = "auto"):
+    """SmolLM2 (or another packaged causal LM) with a LoRA adapter; ``quantize`` = ``4bit`` (NF4) or
+    ``8bit`` loads the frozen base through bitsandbytes (CUDA only)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lightmem.llm.transformers_backend import TransformersLLM, auto_dtype
@@ -119,17 +120,20 @@ def build_generative(model_name: str, lora: LoraSpec | None, load_in_4bit: bool 
     dev = pick_device(device)
     path = ModelRegistry().causal_lm_path(model_name)
     kwargs: dict[str, Any] = {"dtype": auto_dtype(dev)}
-    if load_in_4bit:
+    if quantize:
+        if quantize not in ("4bit", "8bit"):
+            raise ValueError(f"quantize must be 4bit, 8bit or null, not {quantize!r}")
         if not dev.startswith("cuda"):
-            raise ValueError("load_in_4bit needs CUDA: drop it on CPU")
+            raise ValueError(f"quantize={quantize} needs CUDA (bitsandbytes); leave it null on CPU")
         from peft import prepare_model_for_kbit_training
         from transformers import BitsAndBytesConfig
 
-        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                           bnb_4bit_compute_dtype=kwargs["dtype"])
+        kwargs["quantization_config"] = (
+            BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=kwargs["dtype"])
+            if quantize == "4bit" else BitsAndBytesConfig(load_in_8bit=True))
         kwargs["device_map"] = {"": dev}
     model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
-    if load_in_4bit:
+    if quantize:
         model = prepare_model_for_kbit_training(model)
     model = apply_lora(model, lora, "CAUSAL_LM")
     return model, TransformersLLM.from_objects(model, AutoTokenizer.from_pretrained(str(path)))

@@ -1,0 +1,73 @@
+"""Smoke runs of the data_gen and train entry points on CPU with tiny data (real MiniLM base)."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from conftest import ROOT, TINY_LOCOMO, compose
+
+sys.path.insert(0, str(ROOT))
+
+
+def _lme(path):
+    def inst(qid, qtype, answer_turn):
+        turns = [{"role": "user", "content": f"I adopted a cat named Miso {qid}.", "has_answer": answer_turn == 0},
+                 {"role": "assistant", "content": "Congratulations on the new cat!", "has_answer": False},
+                 {"role": "user", "content": f"My sister lives in Oslo {qid}.", "has_answer": answer_turn == 2}]
+        return {"question_id": qid, "question_type": qtype, "question": "What is my cat's name?", "answer": "Miso",
+                "question_date": "2023/05/30 (Tue) 10:00", "haystack_dates": ["2023/05/20 (Sat) 09:00"],
+                "haystack_session_ids": [f"s-{qid}"], "haystack_sessions": [turns], "answer_session_ids": [f"s-{qid}"]}
+
+    path.write_text(json.dumps([inst(f"q{i}", "multi-session" if i % 2 else "single-session-user", 0 if i % 2 else 2) for i in range(12)]))
+    return path
+
+
+@pytest.mark.slow
+def test_data_gen_and_all_three_trainers_run_end_to_end(tmp_path):
+    from data_gen import distill as distill_script
+    from data_gen import synth as synth_script
+    from train import complexity, compressor
+    from train import selector as selector_script
+
+    data = tmp_path / "data"
+    synth_cfg = compose("synth", [f"out_dir={data}/synth", "n_samples=60", "seed=1"])
+    card = synth_script.run(synth_cfg)
+    assert sum(card["samples"].values()) == 60
+    dcfg = compose("distill", [f"out_dir={data}", f"synth_dir={data}/synth", f"locomo_path={TINY_LOCOMO}", "locomo_train=0",
+                               "locomo_test=1", f"lme_path={_lme(tmp_path / 'lme.json')}", "encoder=hashing"])
+    dcard = distill_script.run(dcfg)
+    assert dcard["selector"]["train"]["synth"] > 0 and dcard["selector"]["train"]["locomo"] > 0
+    assert dcard["compressor"]["train"]["turns"] > 0 and dcard["compressor"]["test"]["turns"] > 0
+    rows = [json.loads(x) for x in (data / "selector_train.jsonl").read_text().splitlines()]
+    assert all(len(r["texts"]) == len(r["labels"]) for r in rows) and any(sum(r["labels"]) for r in rows)
+
+    common = ["optim.max_steps=2", "optim.eval_every=1", "optim.cpu=true", "optim.batch_size=4", f"data_dir={data}"]
+    s = selector_script.run(compose("train_selector", common + [f"out_dir={tmp_path}/run_sel", f"export_dir={tmp_path}/ck/selector",
+                                                                "max_eval_groups=8", "task.group_size=4"]))
+    assert s["train"]["steps"] == 2 and any(k.startswith("test/locomo/selector/recall_all") for k in s["test"])
+    card = json.loads((tmp_path / "ck/selector/card.json").read_text())
+    assert card["base_model"] == "all-MiniLM-L6-v2" and len(card["data_sha256"]) == 64 and card["metrics"]
+    c = complexity.run(compose("train_complexity", common + [f"out_dir={tmp_path}/run_cx", f"export_dir={tmp_path}/ck/cx"]))
+    assert 0.0 <= c["test"]["test/synth/accuracy"] <= 1.0
+    p = compressor.run(compose("train_compressor", common + [f"out_dir={tmp_path}/run_comp", f"export_dir={tmp_path}/ck/comp"]))
+    assert 0.0 <= p["test"]["test/trained/answer_kept@r0.5"] <= 1.0
+    assert (tmp_path / "ck/comp/adapter_model.safetensors").exists()
+
+
+def test_train_configs_compose_with_every_lora_option_and_the_optuna_search():
+    for name in ("train_selector", "train_complexity", "train_compressor"):
+        for lora in ("attention", "causal_lm", "full"):
+            cfg = compose(name, [f"lora={lora}"])
+            assert cfg.lora.enabled == (lora != "full")
+    cfg = compose("train_selector", ["hparams_search=selector_optuna"])
+    assert cfg.metric == "recall_all@10"
+
+
+def test_sweep_config_names_an_installed_sweeper():
+    from hydra import compose as hc
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = hc(config_name="train_selector", overrides=["hparams_search=selector_optuna"], return_hydra_config=True)
+    assert "optuna" in cfg.hydra.sweeper._target_ and "lora.r" in cfg.hydra.sweeper.params

@@ -43,8 +43,10 @@ def _stored_embedder(store: Path) -> str | None:
     return row[0] if row else None
 
 
-def _open(store: str, encoder: str | None = None, must_exist: bool = False):
+def _open(store: str, encoder: str | None = None, must_exist: bool = False, selector: str = "none"):
+    """Open a store; only ``search`` needs a Stage-2 model (``selector="trained"``)."""
     from lightmem.memory import Memory
+    from lightmem.roles.selector import Stage1Selector, default_selector
 
     path = Path(store)
     stored = _stored_embedder(path)
@@ -53,7 +55,7 @@ def _open(store: str, encoder: str | None = None, must_exist: bool = False):
     name = stored or EMBEDDERS.get(encoder or "minilm", encoder or "minilm")
     if encoder and stored and EMBEDDERS.get(encoder, encoder) != stored:
         raise LightMemError(f"{path} was built with {stored}; drop --encoder or use a new --store")
-    return Memory.open(path, embedder=_embedder(name))
+    return Memory.open(path, embedder=_embedder(name), selector=default_selector() if selector == "trained" else Stage1Selector())
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -79,7 +81,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    memory = _open(args.store, must_exist=True)
+    memory = _open(args.store, must_exist=True, selector=args.selector)
     with memory:
         hits = memory.search(args.query, args.user, k=args.k)
     if args.json:
@@ -149,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--user", required=True)
     s.add_argument("--store", required=True)
     s.add_argument("-k", type=int, default=5, help="how many items (default 5)")
+    s.add_argument("--selector", choices=["trained", "none"], default="trained",
+                   help="Stage 2: the trained cross-encoder of checkpoints/selector (default) or the Stage-1 order")
     s.add_argument("--json", action="store_true", help="print hits as JSON (text, provenance, scores)")
     s.set_defaults(func=cmd_search)
 

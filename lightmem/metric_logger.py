@@ -108,6 +108,6 @@ def quiet_third_party_logs() -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_warning()
+        hf_logging.set_verbosity_error()  # v5 prints a load report for every freshly initialised head
     except ImportError:
         pass

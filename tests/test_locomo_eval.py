@@ -89,7 +89,7 @@ def test_generative_roles_report_llm_usage_per_turn_and_question(tmp_path):
     assert results["retrieval"]["overall"]["n"] == 4 and results["cost"]["items"] == 7
 
 
-def test_roles_benchmark_runs_every_listed_setting(tmp_path):
+def test_roles_benchmark_runs_every_listed_setting(tmp_path, monkeypatch):
     cfg = compose("roles", [f"data.path={TINY_LOCOMO}", "encoder=hashing", f"out_dir={tmp_path}", "llm._target_=fakes.ScriptedLLM",
                             "controllers=[passthrough,generative]", "selectors=[none,cross_encoder]", "writers=[turn,generative]",
                             "n_queries=3", "n_queries_generative=2", "n_turns=4", "n_turns_generative=4", "turns_per_batch=2", "k=2"])
@@ -97,5 +97,11 @@ def test_roles_benchmark_runs_every_listed_setting(tmp_path):
     assert set(rows) == {("controller", "passthrough"), ("controller", "generative"), ("selector", "none"),
                          ("selector", "cross_encoder"), ("writer", "turn"), ("writer", "generative")}
     assert rows[("controller", "generative")]["llm_calls_per_unit"] > 0 and rows[("controller", "passthrough")]["n"] == 3
-    assert "make train" in rows[("selector", "cross_encoder")]["skipped"]  # no trained checkpoint: reported, not fatal
+    assert "skipped" not in rows[("selector", "cross_encoder")] and rows[("selector", "cross_encoder")]["n"] == 3  # the committed checkpoint
     assert rows[("writer", "generative")]["units"] == 4 and (tmp_path / "results.md").exists()
+    # Without a trained checkpoint the setting is reported as skipped, not fatal.
+    monkeypatch.setenv("LIGHTMEM_CHECKPOINTS", str(tmp_path / "no-checkpoints"))
+    cfg = compose("roles", [f"data.path={TINY_LOCOMO}", "encoder=hashing", f"out_dir={tmp_path}/2", "llm._target_=fakes.ScriptedLLM",
+                            "controllers=[passthrough]", "selectors=[cross_encoder]", "writers=[turn]", "n_queries=2", "n_turns=4", "k=2"])
+    rows = {(r["role"], r["setting"]): r for r in _load_entry("roles").run(cfg)["roles"]}
+    assert "make train" in rows[("selector", "cross_encoder")]["skipped"]

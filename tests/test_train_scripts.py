@@ -31,7 +31,7 @@ def test_data_gen_and_all_three_trainers_run_end_to_end(tmp_path):
     from train import selector as selector_script
 
     data = tmp_path / "data"
-    synth_cfg = compose("synth", [f"out_dir={data}/synth", "n_samples=60", "seed=1"])
+    synth_cfg = compose("synth", [f"out_dir={data}/synth", "n_samples=60", "queries_per_user=6", "seed=1"])
     card = synth_script.run(synth_cfg)
     assert sum(card["samples"].values()) == 60
     dcfg = compose("distill", [f"out_dir={data}", f"synth_dir={data}/synth", f"locomo_path={TINY_LOCOMO}", "locomo_train=0",

@@ -17,10 +17,12 @@ from lightmem.models.registry import ModelRegistry
 from lightmem.roles.complexity import TrainedComplexity
 from lightmem.training import classify
 from lightmem.training.job import read_jsonl, train_and_export
+from lightmem.training.loop import seed_everything
 
 
 def run(cfg: DictConfig) -> dict:
     quiet_third_party_logs()
+    seed_everything(cfg.optim.seed)  # before the model is built: heads and LoRA matrices are drawn then
     data = Path(cfg.data_dir)
     train, val, test = (read_jsonl(data / f"complexity_{s}.jsonl") for s in ("train", "val", "test"))
     model, tok = classify.build_classifier(str(ModelRegistry().path(cfg.base_model)), lora_spec(cfg.lora), "sequence")

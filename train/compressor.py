@@ -18,10 +18,12 @@ from lightmem.sensory.compressor import TokenClassifierCompressor
 from lightmem.training import classify
 from lightmem.training.distill import split_of
 from lightmem.training.job import read_jsonl, train_and_export
+from lightmem.training.loop import seed_everything
 
 
 def run(cfg: DictConfig) -> dict:
     quiet_third_party_logs()
+    seed_everything(cfg.optim.seed)  # before the model is built: heads and LoRA matrices are drawn then
     data = Path(cfg.data_dir)
     rows = read_jsonl(data / "compressor_train.jsonl")
     # Validation turns come from the training conversations (hash of the turn id); the test

@@ -16,10 +16,12 @@ from lightmem.config import lora_spec, to_container, train_spec
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.training import selector as sel
 from lightmem.training.job import read_jsonl, train_and_export
+from lightmem.training.loop import seed_everything
 
 
 def run(cfg: DictConfig) -> dict:
     quiet_third_party_logs()
+    seed_everything(cfg.optim.seed)  # before the model is built: heads and LoRA matrices are drawn then
     data = Path(cfg.data_dir)
     task, spec = sel.SelectorTask(**to_container(cfg.task)), train_spec(cfg.optim)
     sources = set(cfg.sources)

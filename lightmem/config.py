@@ -12,7 +12,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lightmem.memory import Memory
 from lightmem.models.embedder import Embedder
@@ -254,3 +254,18 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
         retrieval=OmegaConf.to_container(cfg.retrieval, resolve=True),
         **OmegaConf.to_container(cfg.store, resolve=True),
     )
+
+
+def per_job(cfg: DictConfig) -> DictConfig:
+    """Inside a Hydra multirun, give each job its own ``out_dir`` (its sweep subdir) and no
+    ``export_dir``: jobs would otherwise resume from each other's state and overwrite the
+    committed checkpoint. Single runs are left as configured."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return cfg
+    with open_dict(cfg):
+        cfg.out_dir = HydraConfig.get().runtime.output_dir
+        cfg.export_dir = None
+    return cfg

@@ -11,7 +11,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from lightmem.config import lora_spec, to_container, train_spec
+from lightmem.config import lora_spec, per_job, to_container, train_spec
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.models.registry import ModelRegistry
 from lightmem.roles.complexity import TrainedComplexity
@@ -54,6 +54,7 @@ def run(cfg: DictConfig) -> dict:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_complexity")
 def main(cfg: DictConfig) -> float:
+    cfg = per_job(cfg)  # a sweep's jobs neither share state nor overwrite checkpoints/
     return run(cfg)["train"]["best"].get(cfg.metric, float("nan"))
 
 

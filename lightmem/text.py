@@ -27,6 +27,11 @@ def stem(word: str) -> str:
     return _porter().stem(word)
 
 
+def words(text: str) -> list[str]:
+    """Lower-case word tokens (curly apostrophes folded), stop words kept, not stemmed."""
+    return _WORD.findall(text.lower().replace("\u2019", "'"))
+
+
 def analyze(text: str) -> list[str]:
     """Lower-case words minus stop words, Porter-stemmed. Pure and deterministic."""
-    return [stem(w) for w in _WORD.findall(text.lower().replace("\u2019", "'")) if w not in STOPWORDS]
+    return [stem(w) for w in words(text) if w not in STOPWORDS]

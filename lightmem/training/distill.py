@@ -23,7 +23,7 @@ from lightmem.datasets.formats import Conversation
 from lightmem.evaluation.metrics import normalize_answer, normalize_evidence
 from lightmem.memory import Memory
 from lightmem.roles.selector import candidate_text, item_text
-from lightmem.text import _WORD, STOPWORDS, stem
+from lightmem.text import STOPWORDS, stem, words
 
 HIGH_LME_TYPES = {"multi-session", "temporal-reasoning", "knowledge-update"}
 
@@ -82,12 +82,9 @@ def synth_groups(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             for s in samples]
 
 
-def words_of(text: str) -> list[str]:
-    return text.split()
-
-
 def _norm(word: str) -> str | None:
-    m = _WORD.findall(word.lower().replace("\u2019", "'"))
+    """The stem of a whitespace-separated word's first token; None for punctuation only."""
+    m = words(word)
     return stem(m[0]) if m else None
 
 
@@ -121,12 +118,12 @@ def compressor_examples(raw_samples: Sequence[dict[str, Any]]) -> list[dict[str,
                 continue
             for t in turns:
                 dia, text = str(t.get("dia_id")), str(t.get("text") or "")
-                words = words_of(text)
-                if dia not in facts or not words:
+                turn_words = text.split()  # the compressor keeps or drops whole whitespace words
+                if dia not in facts or not turn_words:
                     continue
-                keep_stems = {stem(w) for f in facts[dia] for w in _WORD.findall(f.lower())}
-                norms = [_norm(w) for w in words]
-                out.append({"id": f"{sample.get('sample_id')}:{dia}", "conversation": sample.get("sample_id"), "words": words,
+                keep_stems = {stem(w) for f in facts[dia] for w in words(f)}
+                norms = [_norm(w) for w in turn_words]
+                out.append({"id": f"{sample.get('sample_id')}:{dia}", "conversation": sample.get("sample_id"), "words": turn_words,
                             "labels": [int(n is not None and n in keep_stems) for n in norms],
                             "answer": [int(n is not None and n in answers.get(dia, set())) for n in norms]})
     return out

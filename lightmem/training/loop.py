@@ -151,12 +151,11 @@ def fit(
     while st["step"] < total and not stopped:
         order = list(range(len(examples)))
         random.Random(spec.seed * 1_000_003 + st["epoch"]).shuffle(order)
-        order = order[acc.process_index :: acc.num_processes]  # each process its own shard
+        order += order[: -len(order) % acc.num_processes]  # equal shards: every process takes the same steps
+        order = order[acc.process_index :: acc.num_processes]
         for m in range(st["micro"], micro_per_epoch):
-            idx = order[m * spec.batch_size : (m + 1) * spec.batch_size]
-            if not idx:
-                break
-            batch = make_batch([examples[i] for i in idx], random.Random(hash((spec.seed, st["epoch"], m)) & 0xFFFFFFFF))
+            rows = [examples[i] for i in order[m * spec.batch_size : (m + 1) * spec.batch_size]]
+            batch = make_batch(rows, random.Random(hash((spec.seed, st["epoch"], m)) & 0xFFFFFFFF))
             batch = {k: v.to(acc.device) if torch.is_tensor(v) else v for k, v in batch.items()}
             with acc.accumulate(model):
                 loss = loss_fn(model, batch)
@@ -179,9 +178,6 @@ def fit(
                 save_last()
             if stopped or st["step"] >= total:
                 break
-        else:
-            st["epoch"], st["micro"] = st["epoch"] + 1, 0
-            continue
         if st["micro"] >= micro_per_epoch:
             st["epoch"], st["micro"] = st["epoch"] + 1, 0
     bar.close()

@@ -179,13 +179,10 @@ def evaluate_groups(score: Callable[[list[str], list[str]], list[float]] | None,
     """
     p, r, rr = [], [], []
     for g in groups:
-        n = len(g["stage1"]) if "stage1" in g else len(g["texts"])
-        n = sum(1 for s in g.get("stage1", [0.0] * n) if s != float("-inf"))
+        stage1 = [s for s in g.get("stage1", [0.0] * len(g["texts"])) if s != float("-inf")]  # -inf: added, not retrieved
+        n = len(stage1)
         texts, labels = g["texts"][:n], g["labels"][:n]
-        if score is None:
-            scores = list(g["stage1"][:n]) if "stage1" in g else [0.0] * n
-        else:
-            scores = score([g["query"]] * n, texts)
+        scores = stage1 if score is None else score([g["query"]] * n, texts)
         p.append(precision_at_k(labels, scores, k))
         r.append(recall_all_at_k(labels, scores, k, n_relevant=g.get("n_evidence") or sum(labels)))
         rr.append(reciprocal_rank(labels, scores))

@@ -211,6 +211,7 @@ class SharedRuntime:
 
     def __init__(self, cfg: DictConfig) -> None:
         self.cfg, self._llm, self._nlp = cfg, None, None
+        self._selectors: dict[str, Any] = {}
 
     def llm(self):
         if self._llm is None:
@@ -223,6 +224,14 @@ class SharedRuntime:
 
             self._nlp = ModelRegistry().spacy(disable=("parser", "lemmatizer"))
         return self._nlp
+
+    def selector(self, node: DictConfig) -> Any:
+        """A selector built once per config node: selectors keep no per-user state, and a
+        trained one would otherwise reload its model for every conversation of an evaluation."""
+        key = OmegaConf.to_yaml(node, resolve=True)
+        if key not in self._selectors:
+            self._selectors[key] = self.role(node)
+        return self._selectors[key]
 
     def role(self, node: DictConfig) -> Any:
         """Instantiate a role, passing ``llm`` / ``nlp`` when its class takes them (``nlp: true`` in YAML)."""
@@ -245,7 +254,7 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
     return Memory.open(
         path,
         embedder=embedder or build_embedder(cfg),
-        selector=shared.role(cfg.selector),
+        selector=shared.selector(cfg.selector),
         controller=shared.role(cfg.controller),
         writer=shared.role(cfg.writer),
         maintainer=Maintainer(dup_threshold=cfg.memory.dup_threshold) if cfg.memory.maintenance else None,

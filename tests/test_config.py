@@ -62,3 +62,16 @@ def test_schema_rejects_unknown_keys():
 
 def test_latency_config_disables_the_query_cache():
     assert compose("latency", []).encoder.query_cache_size == 0
+
+
+def test_shared_runtime_builds_a_selector_once_per_config(tmp_path, tiny_selector_ckpt):
+    from lightmem.config import SharedRuntime
+
+    cfg = compose("locomo", ["encoder=hashing", "selector=cross_encoder", f"selector.checkpoint={tiny_selector_ckpt}"])
+    shared = SharedRuntime(cfg)
+    a, b = build_memory(cfg, tmp_path / "a", shared=shared), build_memory(cfg, tmp_path / "b", shared=shared)
+    c = build_memory(compose("locomo", ["encoder=hashing", "selector=none"]), tmp_path / "c", shared=shared)
+    assert a.retriever.selector is b.retriever.selector  # one model load for all conversations
+    assert type(c.retriever.selector).__name__ == "Stage1Selector"  # another config still gets its own
+    for m in (a, b, c):
+        m.close()

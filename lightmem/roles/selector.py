@@ -77,7 +77,7 @@ class CrossEncoderSelector:
     def from_objects(cls, model, tokenizer, max_length: int = 128, batch_size: int = 64, num_layers: int | None = None,
                      int8: bool = False) -> "CrossEncoderSelector":
         self = cls.__new__(cls)
-        self.device = "cpu"
+        self.device = str(next(model.parameters()).device)
         self._init(model, tokenizer, max_length, batch_size, num_layers, int8)
         return self
 

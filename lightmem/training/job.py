@@ -4,13 +4,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lightmem.training.export import export, git_commit, sha256_files
-from lightmem.training.loop import TrainSpec, fit, result_dict
+from lightmem.training.loop import TrainSpec, fit
 from lightmem.training.lora import trainable_summary
 
 
@@ -50,8 +51,8 @@ def train_and_export(
     result = fit(model, train, make_batch, loss_fn, evaluate, metric, out, spec, logger, show_progress=sys.stderr.isatty())
     metrics = test(out / "best")
     logger.log_metrics(metrics)
-    training = {k: v for k, v in result_dict(result).items() if k != "history"}
-    summary = {"train": result_dict(result), "test": metrics, "params": params, "n_train": len(train)}
+    summary = {"train": asdict(result), "test": metrics, "params": params, "n_train": len(train)}
+    training = {k: v for k, v in summary["train"].items() if k != "history"}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     if export_dir:
         full = {**card, "params": params, "data_sha256": sha256_files(data_files), "commit": git_commit(), "metrics": metrics,

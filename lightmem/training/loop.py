@@ -15,7 +15,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +185,3 @@ def fit(
     epochs_done = st["step"] / steps_per_epoch
     best = next((h for h in st["history"] if h.get(metric) == st["best"]), {})
     return TrainResult(best, st["step"], epochs_done, seconds, seconds / max(epochs_done, 1e-9), stopped, st["history"])
-
-
-def result_dict(r: TrainResult) -> dict[str, Any]:
-    return asdict(r)

@@ -93,9 +93,7 @@ def cross_encoder_scorer(model, tok, max_length: int, batch_size: int = 64) -> C
     """Scores with the very class retrieval uses, so evaluation measures the deployed path."""
     from lightmem.roles.selector import CrossEncoderSelector
 
-    sel = CrossEncoderSelector.from_objects(model, tok, max_length=max_length, batch_size=batch_size)
-    sel.device = str(next(model.parameters()).device)
-    return sel.scores
+    return CrossEncoderSelector.from_objects(model, tok, max_length=max_length, batch_size=batch_size).scores
 
 
 # --- the generative variant (SmolLM2 yes/no) ----------------------------------------------------

@@ -84,6 +84,8 @@ class PipelineConfig:
     controller: Any = _role("lightmem.roles.controller.PassthroughController")
     selector: Any = _role("lightmem.roles.selector.Stage1Selector")
     writer: Any = _role("lightmem.roles.writer.TurnWriter")
+    # The sensory stages before the Writer (conf/sensory/*.yaml); off unless ``enabled``.
+    sensory: Any = field(default_factory=lambda: {"enabled": False})
     # The LLM runtime shared by the generative roles; built only when one of them asks.
     llm: Any = field(default_factory=lambda: {"_target_": "lightmem.llm.transformers_backend.TransformersLLM"})
     logger: LoggerConfig = field(default_factory=LoggerConfig)
@@ -212,6 +214,7 @@ class SharedRuntime:
     def __init__(self, cfg: DictConfig) -> None:
         self.cfg, self._llm, self._nlp = cfg, None, None
         self._selectors: dict[str, Any] = {}
+        self._compressors: dict[str, Any] = {}
 
     def llm(self):
         if self._llm is None:
@@ -233,6 +236,13 @@ class SharedRuntime:
             self._selectors[key] = self.role(node)
         return self._selectors[key]
 
+    def compressor(self, node: DictConfig) -> Any:
+        """A compressor built once per config node (its model is the heavy part of the write path)."""
+        key = OmegaConf.to_yaml(node, resolve=True)
+        if key not in self._compressors:
+            self._compressors[key] = instantiate(node)
+        return self._compressors[key]
+
     def role(self, node: DictConfig) -> Any:
         """Instantiate a role, passing ``llm`` / ``nlp`` when its class takes them (``nlp: true`` in YAML)."""
         params = inspect.signature(get_class(node._target_)).parameters
@@ -247,13 +257,41 @@ class SharedRuntime:
         return instantiate(node, **kwargs)
 
 
+def write_path_spec(node: DictConfig) -> Any:
+    """The ``sensory`` node → WritePathSpec (unknown keys fail loudly)."""
+    from lightmem.sensory import pipeline as p
+
+    d = to_container(node)
+    seg = dict(d.get("segment", {}))
+    if "layers" in seg:
+        seg["layers"] = tuple(seg["layers"])
+    return p.WritePathSpec(
+        normalize=p.NormalizeSpec(**d.get("normalize", {})), compress=p.CompressSpec(**d.get("compress", {})),
+        segment=p.SegmentSpec(**seg), stm_threshold=int(d.get("stm_threshold", 512)),
+        gate=p.GateSpec(**d.get("gate", {})), importance=p.ImportanceSpec(**d.get("importance", {})),
+    )
+
+
+def build_write_path(node: DictConfig | None, embedder: Embedder, shared: SharedRuntime) -> Any:
+    """The write path of a ``sensory`` node, or None when it is off."""
+    if node is None or not node.get("enabled", False):
+        return None
+    from lightmem.sensory.pipeline import WritePath
+
+    spec = write_path_spec(node)
+    needs_model = spec.compress.enabled or (spec.segment.enabled and spec.segment.method != "similarity")
+    compressor = shared.compressor(node.compressor) if needs_model and node.get("compressor") else None
+    return WritePath.build(embedder, spec, compressor, shared.nlp() if node.get("nlp") else None)
+
+
 def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None,
                  shared: SharedRuntime | None = None) -> Memory:
     """A Memory at ``path`` built from a PipelineConfig (pass ``embedder`` / ``shared`` to reuse them)."""
     shared = shared or SharedRuntime(cfg)
+    embedder = embedder or build_embedder(cfg)
     return Memory.open(
         path,
-        embedder=embedder or build_embedder(cfg),
+        embedder=embedder,
         selector=shared.selector(cfg.selector),
         controller=shared.role(cfg.controller),
         writer=shared.role(cfg.writer),
@@ -261,6 +299,7 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
         k=cfg.memory.k,
         budget=cfg.memory.budget,
         retrieval=OmegaConf.to_container(cfg.retrieval, resolve=True),
+        write_path=build_write_path(cfg.get("sensory"), embedder, shared),
         **OmegaConf.to_container(cfg.store, resolve=True),
     )
 

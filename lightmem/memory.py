@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from lightmem.errors import InvalidInputError
 from lightmem.messages import check_user_id, to_turns
 from lightmem.models.embedder import Embedder
@@ -16,7 +18,8 @@ from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector, default_selector
-from lightmem.roles.writer import TurnWriter, Writer
+from lightmem.roles.writer import DraftItem, TurnWriter, Writer, write_segments
+from lightmem.sensory.pipeline import WritePath
 from lightmem.stores.mtm import MTMStore
 from lightmem.timeutil import now as wall_clock
 from lightmem.timeutil import parse_timestamp
@@ -46,11 +49,13 @@ class Memory:
         counter: TokenCounter | None = None,
         k: int = 10,
         clock: Callable[[], float] = wall_clock,
+        write_path: WritePath | None = None,
     ) -> None:
         self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
         self.controller = controller or PassthroughController()
         self.writer = writer or TurnWriter()
         self.maintainer = maintainer
+        self.write_path = write_path
         self.counter = counter or embedder.token_counter()
         self.k = _check_k(k)
         self.clock = clock
@@ -68,6 +73,7 @@ class Memory:
         budget: int = 2048,
         capacity: int = 10_000,
         retrieval: Mapping[str, Any] | None = None,
+        write_path: WritePath | None = None,
         **store_kwargs: Any,
     ) -> "Memory":
         """Open (or create) a store folder; every part left out is the default CPU pipeline's.
@@ -84,6 +90,8 @@ class Memory:
             budget: Default prompt budget of ``build_context`` (tokens).
             capacity: Active items per user before the least retained are archived.
             retrieval: Keyword arguments of ``TwoStageRetriever`` (fusion, weights...).
+            write_path: Sensory stages and STM buffer before the Writer (compression, topic
+                segmentation, gates, normalization); none by default: the Writer gets raw turns.
             **store_kwargs: Keyword arguments of ``MTMStore`` (index, synchronous...).
         """
         if embedder is None:
@@ -94,7 +102,7 @@ class Memory:
         retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **dict(retrieval or {}))
         counter = embedder.token_counter()
         return cls(store, embedder, retriever, ContextComposer(counter, budget), controller=controller, writer=writer,
-                   maintainer=maintainer, counter=counter, k=k)
+                   maintainer=maintainer, counter=counter, k=k, write_path=write_path)
 
     # -- write path --------------------------------------------------------------------------
     def add(
@@ -114,16 +122,58 @@ class Memory:
         return self.add_turns(user_id, to_turns(messages, timestamp, session_id), context)
 
     def add_turns(self, user_id: str, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[MemoryItem]:
-        """Write already-validated turns (the loaders produce them) in one transaction."""
+        """Write already-validated turns (the loaders produce them) in one transaction.
+
+        With a write path, turns first fill its buffers; entries are written when the STM
+        buffer releases segments, and the turns still buffered are marked pending in the
+        same transaction (``flush`` writes them at once).
+        """
         user_id = check_user_id(user_id)
         known = self.store.known_turns(user_id, [t.turn_id for t in turns]) if turns else set()
         turns = [t for t in turns if t.turn_id not in known]  # a resumed ingest skips what is stored
-        if not turns:
+        if self.write_path is None:
+            return self._commit(user_id, turns, self.writer.write(turns, context) if turns else [])
+        return self._through_write_path(user_id, turns, context, drain=False)
+
+    def flush(self, user_id: str, context: Sequence[str] = ()) -> list[MemoryItem]:
+        """Write everything the write path still buffers for ``user_id`` (end of a conversation)."""
+        user_id = check_user_id(user_id)
+        if self.write_path is None:
             return []
-        drafts = self.writer.write(turns, context)
+        return self._through_write_path(user_id, [], context, drain=True)
+
+    def pending(self, user_id: str) -> list[Turn]:
+        """Turns stored but not yet written into items (the write path's buffers), oldest first."""
+        return self.store.sql.pending_turns(check_user_id(user_id))
+
+    def _through_write_path(self, user_id: str, turns: Sequence[Turn], context: Sequence[str], drain: bool) -> list[MemoryItem]:
+        wp = self.write_path
+        assert wp is not None
+        # After a restart, the buffers start from the turns the store marks pending.
+        restored = [] if wp.has_state(user_id) else self.store.sql.pending_turns(user_id)
+        if not turns and not restored and not (drain and wp.pending(user_id)):
+            return []
+        snap = wp.snapshot(user_id)
+        try:
+            flushed = wp.push(user_id, [*restored, *turns])
+            if drain:
+                more = wp.drain(user_id)
+                flushed.segments += more.segments
+                flushed.dropped += more.dropped
+            drafts = write_segments(self.writer, flushed.segments, context) if flushed.segments else []
+            return self._commit(user_id, turns, drafts, pending=[t.turn_id for t in wp.pending(user_id)])
+        except BaseException:
+            wp.restore(user_id, snap)  # buffers go back to what the store holds
+            raise
+
+    def _commit(self, user_id: str, turns: Sequence[Turn], drafts: Sequence[DraftItem],
+                pending: Sequence[str] | None = None) -> list[MemoryItem]:
+        """Embed the drafts and store them with the turns in one transaction."""
+        if not turns and not drafts and pending is None:
+            return []
         texts = [d.text for d in drafts]
-        vecs = self.embedder.encode(texts)
-        n_tokens = self.counter.count(texts)
+        vecs = self.embedder.encode(texts) if texts else np.zeros((0, self.embedder.dim), dtype=np.float32)
+        n_tokens = self.counter.count(texts) if texts else []
         at = self.clock()
         items = [
             MemoryItem(
@@ -133,7 +183,7 @@ class Memory:
             )
             for d, n in zip(drafts, n_tokens)
         ]
-        written = self.store.write(user_id, turns, items, vecs, at)
+        written = self.store.write(user_id, turns, items, vecs, at, pending=pending)
         if self.maintainer is not None and written:
             row = {it.id: i for i, it in enumerate(items)}
             self.maintainer.maintain(self, user_id, written, vecs[[row[w.id] for w in written]])
@@ -222,7 +272,10 @@ class Memory:
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Erase everything of a user: turns, items and history."""
-        return self.store.delete_user(check_user_id(user_id))
+        user_id = check_user_id(user_id)
+        if self.write_path is not None:
+            self.write_path.forget(user_id)
+        return self.store.delete_user(user_id)
 
     def history(self, item_id: str, user_id: str) -> list[HistoryEvent]:
         return self.store.sql.history(check_user_id(user_id), item_id)

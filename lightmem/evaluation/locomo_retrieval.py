@@ -55,6 +55,7 @@ def evaluate_conversation(
     t0 = time.perf_counter()
     for session in conv.sessions:
         memory.add_turns(user, session.turns)
+    memory.flush(user)  # the write path's buffers, if any, become items before questions are asked
     ingest_s = time.perf_counter() - t0
     kmax = max(ks)
     # Questions are asked after the last session: relative time in them is anchored there.

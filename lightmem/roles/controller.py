@@ -18,6 +18,7 @@ from lightmem.llm.base import LLM
 from lightmem.roles import prompts
 from lightmem.roles.complexity import ComplexityScorer, HeuristicComplexity, adaptive_k
 from lightmem.roles.jsonio import call_json
+from lightmem.sensory.entities import labelled_entities
 from lightmem.sensory.normalize import find_time_window
 from lightmem.timeutil import iso, parse_timestamp
 from lightmem.timeutil import now as wall_clock
@@ -47,10 +48,6 @@ _PERSONAL = re.compile(r"\b(i|me|my|mine|we|our|us|you|your|yours)\b", re.I)
 _THIRD = re.compile(r"\b(he|she|him|her|his|hers|they|them|their)\b", re.I)
 _RECENT = re.compile(r"\b(recent(ly)?|just|today|yesterday|last (night|week|weekend)|this (week|morning))\b", re.I)
 _SPLIT = re.compile(r",?\s+\b(?:and|or|but)\b\s+(?=(?:what|when|where|who|why|how|which|did|does|do|is|was|has|have)\b)", re.I)
-_NAME = re.compile(r"\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)?\b")
-_ENTITY_LABELS = {"PERSON", "ORG", "GPE", "LOC", "EVENT", "WORK_OF_ART", "PRODUCT", "NORP", "FAC"}
-_NOT_NAMES = {"What", "When", "Where", "Who", "Why", "How", "Which", "Did", "Does", "Do", "Is", "Was", "The", "A", "An", "I",
-              "Has", "Have", "Would", "Could", "Can", "Are", "Were", "In", "On", "At", "If", "My", "Yes", "No", "Hey", "Hi"}
 
 
 class FastController:
@@ -87,9 +84,7 @@ class FastController:
 
     def _labelled(self, text: str) -> list[tuple[str, str]]:
         """Named entities with labels; without spaCy, capitalised words labelled ``NAME``."""
-        if self.nlp is not None:
-            return [(e.text, e.label_) for e in self.nlp(text).ents if e.label_ in _ENTITY_LABELS]
-        return [(m.group(0), "NAME") for m in _NAME.finditer(text) if m.group(0).split()[0] not in _NOT_NAMES]
+        return labelled_entities(text, self.nlp)
 
     def _entities(self, text: str) -> list[str]:
         return [t for t, _ in self._labelled(text)]

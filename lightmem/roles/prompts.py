@@ -62,6 +62,26 @@ Do not copy the whole dialogue. Do not invent facts. Do not write anything but t
 {{"memories": [{{"text": "...", "source_turns": ["<turn id>"]}}]}}
 JSON:"""
 
+WRITER_SEGMENTS = """### Role
+You are the memory writer. You turn a conversation into short memory entries reused in later conversations.
+
+### Input
+Date of the conversation: {date}
+Earlier context:
+{context}
+New turns, grouped by topic (id: speaker: text; words were pre-compressed):
+{segments}
+
+### Task
+For each topic, write concise, self-contained facts worth remembering: name people instead of using "I", "you", "he" or "she", and keep absolute dates. Skip greetings and chit-chat. Cite the ids of the turns each fact comes from.
+
+### Constraints
+Do not copy the whole dialogue. Do not invent facts. Do not write anything but the JSON object.
+
+### Output Format
+{{"memories": [{{"topic": "...", "text": "...", "source_turns": ["<turn id>"]}}]}}
+JSON:"""
+
 RETRY_SUFFIX = "\n\nYour previous answer was not valid JSON. Reply with only the JSON object in the exact output format, nothing else.\nJSON:"
 
 

@@ -4,6 +4,9 @@
 self-contained without generation (speakers named, dates anchored, entities tagged);
 ``GenerativeWriter`` asks an SLM for compact facts and falls back to the extractive
 entries whenever the model's output is unusable, so no turn is ever lost.
+
+With the sensory write path on, writers get topic segments (``write_segments``): the turns
+are already normalized and compressed, and each entry is {topic, summary, source turns}.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from lightmem.llm.base import LLM
 from lightmem.roles import prompts
 from lightmem.roles.jsonio import call_json
 from lightmem.sensory.normalize import anchor_dates, name_speakers
+from lightmem.sensory.pipeline import Processed, Segment
 from lightmem.timeutil import iso
 from lightmem.types import ItemKind, Turn
 
@@ -44,6 +48,60 @@ class Writer(Protocol):
     def write(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[DraftItem]: ...
 
 
+def write_segments(writer: Writer, segments: Sequence[Segment], context: Sequence[str] = ()) -> list[DraftItem]:
+    """Entries for topic segments: the writer's ``write_segments``, else its ``write`` on the raw turns."""
+    if hasattr(writer, "write_segments"):
+        return writer.write_segments(segments, context)
+    return writer.write([p.turn for s in segments for p in s.turns], context)
+
+
+def _chunks(seg: Segment, max_tokens: int) -> list[list[Processed]]:
+    """A segment's turns in runs of at most ``max_tokens`` (a longer single turn is cut by words)."""
+    out: list[list[Processed]] = [[]]
+    used = 0
+    for p in seg.turns:
+        if out[-1] and used + p.n_tokens > max_tokens:
+            out.append([])
+            used = 0
+        out[-1].append(p)
+        used += p.n_tokens
+    return out
+
+
+def _split_words(text: str, n_tokens: int, max_tokens: int) -> list[str]:
+    """``text`` cut into about ``ceil(n_tokens / max_tokens)`` pieces of whole words."""
+    parts = max(1, -(-n_tokens // max_tokens))
+    ws = text.split()
+    step = max(1, -(-len(ws) // parts))
+    return [" ".join(ws[i : i + step]) for i in range(0, len(ws), step)] or [text]
+
+
+def segment_drafts(segments: Sequence[Segment], granularity: str = "segment", max_tokens: int = 160,
+                   writer: str = "extractive") -> list[DraftItem]:
+    """Entries made from segments without generation.
+
+    ``segment``: one entry per segment (split at turn boundaries to stay under ``max_tokens``,
+    the embedder's useful length); ``turn``: one entry per turn, tagged with its segment's topic.
+    """
+    if granularity not in ("segment", "turn"):
+        raise ValueError(f"granularity must be 'segment' or 'turn', got {granularity!r}")
+    drafts: list[DraftItem] = []
+    for seg in segments:
+        runs = [[p] for p in seg.turns] if granularity == "turn" else _chunks(seg, max_tokens)
+        for run in runs:
+            lines = [f"{p.turn.speaker}: {p.compressed}" for p in run]
+            n = sum(p.n_tokens for p in run)
+            texts = _split_words(lines[0], n, max_tokens) if len(run) == 1 and n > max_tokens else ["\n".join(lines)]
+            ents = list(dict.fromkeys(e for p in run for e, label in p.entities if label != "DATE"))
+            meta = {"writer": writer, "speaker": run[0].turn.speaker, "segment": seg.turn_ids[0]}
+            if run[0].turn.session_id:
+                meta["session_id"] = run[0].turn.session_id
+            for text in texts:
+                drafts.append(DraftItem(text=text, provenance=[p.turn.turn_id for p in run], event_time=run[0].turn.timestamp,
+                                        topic=seg.topic, entities=ents, metadata=dict(meta)))
+    return drafts
+
+
 def _meta(t: Turn) -> dict[str, Any]:
     return {"speaker": t.speaker, **({"session_id": t.session_id} if t.session_id else {})}
 
@@ -53,6 +111,10 @@ class TurnWriter:
 
     def write(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[DraftItem]:
         return [DraftItem(text=t.render(), provenance=[t.turn_id], event_time=t.timestamp, metadata=_meta(t)) for t in turns]
+
+    def write_segments(self, segments: Sequence[Segment], context: Sequence[str] = ()) -> list[DraftItem]:
+        """One entry per (normalized, compressed) turn, tagged with its segment's topic."""
+        return segment_drafts(segments, "turn", writer="turn")
 
 
 def _listener(turns: Sequence[Turn], i: int, context: Sequence[str]) -> str | None:
@@ -75,12 +137,20 @@ class ExtractiveWriter:
         nlp: Optional spaCy pipeline; named entities become the item's ``entities``.
         name_speakers: Replace I / my / you by the speakers' names.
         anchor_dates: Append absolute dates to relative ones ("yesterday [7 May 2023]").
+        granularity: With the write path: ``segment`` (an entry per topic segment) or ``turn``.
+        max_tokens: With the write path: the longest entry (longer segments are split).
     """
 
     _LABELS = {"PERSON", "ORG", "GPE", "LOC", "EVENT", "WORK_OF_ART", "PRODUCT", "FAC", "NORP", "DATE"}
 
-    def __init__(self, nlp: Any = None, name_speakers: bool = True, anchor_dates: bool = True) -> None:
+    def __init__(self, nlp: Any = None, name_speakers: bool = True, anchor_dates: bool = True, granularity: str = "segment",
+                 max_tokens: int = 160) -> None:
         self.nlp, self.name, self.anchor = nlp, name_speakers, anchor_dates
+        self.granularity, self.max_tokens = granularity, max_tokens
+
+    def write_segments(self, segments: Sequence[Segment], context: Sequence[str] = ()) -> list[DraftItem]:
+        """{topic, summary, source turns} per segment: the summary is the segment's compressed turns."""
+        return segment_drafts(segments, self.granularity, self.max_tokens)
 
     def write(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[DraftItem]:
         texts = []
@@ -102,6 +172,7 @@ class ExtractiveWriter:
 class _Entry(BaseModel):
     text: str = Field(min_length=3, max_length=600)
     source_turns: list[str] = Field(default_factory=list)
+    topic: str | None = Field(default=None, max_length=120)
 
 
 class WriterOutput(BaseModel):
@@ -124,9 +195,11 @@ class GenerativeWriter:
         max_new_tokens: Length limit of the JSON answer.
     """
 
-    def __init__(self, llm: LLM, fallback: Writer | None = None, turns_per_call: int = 8, max_new_tokens: int = 256) -> None:
+    def __init__(self, llm: LLM, fallback: Writer | None = None, turns_per_call: int = 8, max_new_tokens: int = 256,
+                 tokens_per_call: int = 768) -> None:
         self.llm, self.fallback = llm, fallback or ExtractiveWriter()
         self.turns_per_call, self.max_new_tokens = max(1, turns_per_call), max_new_tokens
+        self.tokens_per_call = max(1, tokens_per_call)
 
     def write(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[DraftItem]:
         batches = [list(turns[i : i + self.turns_per_call]) for i in range(0, len(turns), self.turns_per_call)]
@@ -141,15 +214,48 @@ class GenerativeWriter:
         outs = call_json(self.llm, batch_prompts, WriterOutput, "writer", prompts.retry, self.max_new_tokens)
         drafts: list[DraftItem] = []
         for batch, out in zip(batches, outs):
-            by_id = {t.turn_id: t for t in batch}
-            entries = [] if out is None else [e for e in out.memories if any(s in by_id for s in e.source_turns)]
-            if not entries:
-                if out is not None and out.memories:
-                    self.llm.meter.failure("writer")  # entries without valid provenance
-                drafts.extend(self.fallback.write(batch, context))
-                continue
-            for e in entries:
-                src = [s for s in dict.fromkeys(e.source_turns) if s in by_id]
-                drafts.append(DraftItem(text=e.text.strip(), provenance=src, event_time=max(by_id[s].timestamp for s in src),
-                                        metadata={"writer": "generative"}))
+            drafts.extend(self._drafts(out, batch, {}) or self.fallback.write(batch, context))
+        return drafts
+
+    def write_segments(self, segments: Sequence[Segment], context: Sequence[str] = ()) -> list[DraftItem]:
+        """One call per STM flush (split only past ``tokens_per_call``): every segment of the
+        buffer is summarized in the same prompt, as LightMem's f_sum does."""
+        groups: list[list[Segment]] = []
+        used = 0
+        for seg in segments:
+            if not groups or used + seg.n_tokens > self.tokens_per_call:
+                groups.append([])
+                used = 0
+            groups[-1].append(seg)
+            used += seg.n_tokens
+        batch_prompts = [
+            prompts.WRITER_SEGMENTS.format(
+                date=iso(g[0].turns[0].turn.timestamp)[:10],
+                context=prompts.bullet(list(context)[-6:]),
+                segments="\n".join(
+                    f"Topic: {seg.topic}\n" + "\n".join(f"{p.turn.turn_id}: {p.turn.speaker}: {p.compressed}" for p in seg.turns)
+                    for seg in g
+                ),
+            )
+            for g in groups
+        ]
+        outs = call_json(self.llm, batch_prompts, WriterOutput, "writer", prompts.retry, self.max_new_tokens)
+        drafts: list[DraftItem] = []
+        for g, out in zip(groups, outs):
+            topics = {p.turn.turn_id: seg.topic for seg in g for p in seg.turns}
+            made = self._drafts(out, [p.turn for seg in g for p in seg.turns], topics)
+            drafts.extend(made or write_segments(self.fallback, g, context))
+        return drafts
+
+    def _drafts(self, out: WriterOutput | None, batch: Sequence[Turn], topics: dict[str, str]) -> list[DraftItem]:
+        """Entries citing turns of the batch (none: the caller falls back)."""
+        by_id = {t.turn_id: t for t in batch}
+        entries = [] if out is None else [e for e in out.memories if any(s in by_id for s in e.source_turns)]
+        if not entries and out is not None and out.memories:
+            self.llm.meter.failure("writer")  # entries without valid provenance
+        drafts = []
+        for e in entries:
+            src = [s for s in dict.fromkeys(e.source_turns) if s in by_id]
+            drafts.append(DraftItem(text=e.text.strip(), provenance=src, event_time=max(by_id[s].timestamp for s in src),
+                                    topic=(e.topic or topics.get(src[0]) or None), metadata={"writer": "generative"}))
         return drafts

@@ -1,12 +1,14 @@
-"""Make a turn interpretable alone: speakers named instead of I / you, relative dates anchored.
+"""Make a turn interpretable alone: speakers named instead of I / you, he / she resolved to
+the last-mentioned person, relative dates anchored to the session date.
 
 Pure functions of (text, speaker, listener, anchor time). Relative expressions keep their
-wording and gain the absolute date in brackets ("yesterday [7 May 2023]"), so lexical
-matching on either form still works.
+wording and gain the absolute date in brackets ("yesterday [2023-05-07]", or "[7 May 2023]"
+with ``style="text"``), so lexical matching on either form still works.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
@@ -19,6 +21,18 @@ def _day(ts: float) -> datetime:
 
 def _fmt(d: datetime) -> str:
     return f"{d.day} {d.strftime('%B %Y')}"
+
+
+def _iso_label(start: datetime, end: datetime) -> str:
+    """ISO-8601 for a span: a day ``2023-05-07``, a month ``2023-05``, a year ``2023``, else ``start/end``."""
+    days = (end - start).days
+    if days == 1:
+        return start.date().isoformat()
+    if start.day == 1 and start.month == 1 and end.year == start.year + 1 and end.month == 1:
+        return str(start.year)
+    if start.day == 1 and end.day == 1 and days in range(28, 32):
+        return start.strftime("%Y-%m")
+    return f"{start.date().isoformat()}/{(end - timedelta(days=1)).date().isoformat()}"
 
 
 def _month_shift(d: datetime, n: int) -> datetime:
@@ -53,11 +67,16 @@ def relative_span(expr: str, anchor: float) -> tuple[datetime, datetime, str] | 
             return start, _month_shift(start, 1), start.strftime("%B %Y")
         start = today.replace(year=today.year + shift, month=1, day=1)
         return start, start.replace(year=start.year + 1), str(start.year)
-    m = re.fullmatch(r"(last|this past|on|next) (monday|tuesday|wednesday|thursday|friday|saturday|sunday)", e)
+    m = re.fullmatch(r"(last|this past|on|next|this) (monday|tuesday|wednesday|thursday|friday|saturday|sunday)", e)
     if m:
         which, wd = m.groups()
         delta = (today.weekday() - _WEEKDAYS.index(wd)) % 7 or 7
-        d = today + timedelta(days=(7 - delta) % 7 or 7) if which == "next" else today - timedelta(days=delta)
+        if which == "this":  # the one of the current week (Monday first)
+            d = today - timedelta(days=today.weekday()) + timedelta(days=_WEEKDAYS.index(wd))
+        elif which == "next":
+            d = today + timedelta(days=(7 - delta) % 7 or 7)
+        else:  # last / this past / on: conversations mostly report what already happened
+            d = today - timedelta(days=delta)
         return d, d + one, _fmt(d)
     m = re.fullmatch(r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few) (day|week|month|year)s? ago", e)
     if m:
@@ -80,18 +99,26 @@ def relative_span(expr: str, anchor: float) -> tuple[datetime, datetime, str] | 
 _REL = re.compile(
     r"\b(today|tonight|this (?:morning|afternoon|evening)|yesterday|last night|tomorrow|"
     r"(?:last|this|next) (?:week|weekend|month|year)|"
-    r"(?:last|this past|next) (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    r"(?:last|this past|next|this|on) (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
     r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few) (?:day|week|month|year)s? ago)\b",
     re.I,
 )
 
 
-def anchor_dates(text: str, anchor: float) -> str:
-    """Append the absolute date to each relative expression: "yesterday [7 May 2023]"."""
+def anchor_dates(text: str, anchor: float, style: str = "text") -> str:
+    """Append the absolute date to each relative expression.
+
+    ``style="text"``: "yesterday [7 May 2023]"; ``style="iso"``: "yesterday [2023-05-07]"
+    (months ``2023-05``, years ``2023``, weeks ``2023-05-01/2023-05-07``).
+    """
+    if style not in ("text", "iso"):
+        raise ValueError(f"style must be 'text' or 'iso', got {style!r}")
 
     def sub(m: re.Match) -> str:
         span = relative_span(m.group(0), anchor)
-        return f"{m.group(0)} [{span[2]}]" if span else m.group(0)
+        if not span:
+            return m.group(0)
+        return f"{m.group(0)} [{_iso_label(span[0], span[1]) if style == 'iso' else span[2]}]"
 
     return _REL.sub(sub, text)
 
@@ -126,3 +153,68 @@ def name_speakers(text: str, speaker: str, listener: str | None = None) -> str:
             out = rep.format(l=listener)
             text = re.sub(pat, lambda _m, out=out: out, text)
     return text
+
+
+_FEMALE = {"she", "her", "hers", "herself"}
+_MALE = {"he", "him", "his", "himself"}
+_KIN_F = ("mother", "mom", "mum", "sister", "daughter", "wife", "girlfriend", "aunt", "niece", "grandma",
+          "grandmother", "granddaughter", "stepmother", "fiancee", "lady", "woman", "girl")
+_KIN_M = ("father", "dad", "brother", "son", "husband", "boyfriend", "uncle", "nephew", "grandpa", "grandfather",
+          "grandson", "stepfather", "fiance", "man", "guy", "boy")
+_KIN = re.compile(r"\b((?:[A-Z][\w-]*'s|my|your|his|her|our|their)\s+(?:\w+\s+)?(" + "|".join(_KIN_F + _KIN_M) + r"))\b", re.I)
+_PRONOUN = re.compile(r"\b(he|she|him|his|her|hers|himself|herself)\b", re.I)
+# "her" before one of these is an object pronoun ("I told her about it"); otherwise a possessive.
+_NOT_NOUN = frozenset("""about at to for from with in on by of and or but so that this the a an up out off
+    back again too yet as if when while how what why where who whom which over after before into onto than
+    is was be been being will would can could should might must did does do had has have""".split())
+
+
+@dataclass
+class Referents:
+    """The last-mentioned female, male and unknown-gender persons (the coreference state)."""
+
+    female: str | None = None
+    male: str | None = None
+    person: str | None = None  # a name whose gender is unknown
+
+    def observe(self, names: list[str], text: str) -> None:
+        """Update from the persons a (normalized) turn names, in order of appearance."""
+        spans = [(m.start(), m.group(1), m.group(2).lower()) for m in _KIN.finditer(text)]
+        spans += [(text.find(n), n, "") for n in names if n in text]
+        for _, phrase, kin in sorted(spans):
+            if kin in _KIN_F:
+                self.female = phrase
+            elif kin in _KIN_M:
+                self.male = phrase
+            else:
+                self.person = phrase
+
+    def resolve(self, pronoun: str) -> str | None:
+        p = pronoun.lower()
+        if p in _FEMALE:
+            return self.female or self.person
+        return self.male or self.person
+
+
+def resolve_pronouns(text: str, refs: Referents, exclude: tuple[str, ...] = ()) -> str:
+    """Replace he / she / him / his / her by the last-mentioned person of that gender.
+
+    A pronoun is left alone when no referent is known, or when the referent is one of
+    ``exclude`` (the speaker and listener, already named by ``name_speakers``).
+    """
+
+    def sub(m: re.Match) -> str:
+        who = refs.resolve(m.group(1))
+        if not who or who in exclude:
+            return m.group(0)
+        p = m.group(1).lower()
+        if p in ("his", "hers"):
+            return f"{who}'s"
+        if p == "her":
+            nxt = m.string[m.end():].lstrip()
+            word = re.match(r"[A-Za-z']+", nxt)
+            if word and word.group(0).lower() not in _NOT_NOUN:
+                return f"{who}'s"
+        return who
+
+    return _PRONOUN.sub(sub, text)

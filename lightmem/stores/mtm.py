@@ -162,11 +162,14 @@ class MTMStore:
         return part
 
     # -- writes ----------------------------------------------------------------------------
-    def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray, now: float) -> list[MemoryItem]:
+    def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray, now: float,
+              pending: Sequence[str] | None = None) -> list[MemoryItem]:
         """Persist turns and their items in one transaction, then index the items.
 
         Turns whose id the user already has are skipped with their items, so re-running an
-        interrupted ingest resumes it instead of duplicating memory.
+        interrupted ingest resumes it instead of duplicating memory. ``pending`` (when given)
+        replaces, in the same transaction, the ids of the user's turns still buffered by the
+        write path.
         """
         if len(items) != len(vectors):
             raise InvalidInputError("items and vectors differ in length")
@@ -190,6 +193,8 @@ class MTMStore:
                     rid = self.sql.insert_item(c, item, vec)
                     self.sql.log(c, user_id, item.id, "ADD", None, item.text, now)
                     written.append((rid, item, vec))
+                if pending is not None:
+                    self.sql.set_pending(c, user_id, pending)
                 evicted = self._evict(c, user_id, len(part.vectors) + len(written), now)
             try:
                 for rid, item, vec in written:
@@ -288,7 +293,7 @@ class MTMStore:
             with self.sql.transaction() as c:
                 counts = {
                     table: c.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,)).rowcount
-                    for table in ("items", "turns", "history")
+                    for table in ("items", "turns", "history", "pending")
                 }
             self._parts.pop(user_id, None)
             self._touched.pop(user_id, None)

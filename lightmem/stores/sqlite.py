@@ -48,6 +48,9 @@ CREATE TABLE IF NOT EXISTS history (
   old_text TEXT, new_text TEXT, at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS history_by_item ON history (user_id, item_id);
+CREATE TABLE IF NOT EXISTS pending (
+  user_id TEXT NOT NULL, turn_id TEXT NOT NULL, PRIMARY KEY (user_id, turn_id)
+);
 """
 
 _ITEM_COLS = (
@@ -214,15 +217,36 @@ class SQLiteStore:
         )
         return [Turn(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
 
+    def pending_turns(self, user_id: str) -> list[Turn]:
+        """Turns stored but still in the write path's buffers (no items yet), oldest first."""
+        rows = self.query(
+            "SELECT t.turn_id, t.speaker, t.text, t.timestamp, t.session_id, t.caption, t.metadata FROM turns t "
+            "JOIN pending p ON p.user_id = t.user_id AND p.turn_id = t.turn_id WHERE t.user_id = ? ORDER BY t.pk",
+            (user_id,),
+        )
+        return [Turn(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+
+    @staticmethod
+    def set_pending(c: sqlite3.Connection, user_id: str, turn_ids: Sequence[str]) -> None:
+        """Replace the user's pending marks (call inside transaction())."""
+        c.execute("DELETE FROM pending WHERE user_id = ?", (user_id,))
+        c.executemany("INSERT OR IGNORE INTO pending (user_id, turn_id) VALUES (?, ?)", [(user_id, t) for t in turn_ids])
+
     def users(self) -> list[str]:
         rows = self.query("SELECT user_id FROM turns UNION SELECT user_id FROM items ORDER BY 1")
         return [r[0] for r in rows]
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """Per user: turns, active items, archived items."""
+        """Per user: turns, active items, archived items, turns pending in the write path's buffers."""
         out: dict[str, dict[str, int]] = {}
+
+        def row(uid: str) -> dict[str, int]:
+            return out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0, "pending": 0})
+
         for uid, n in self.query("SELECT user_id, COUNT(*) FROM turns GROUP BY user_id"):
-            out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0})["turns"] = n
+            row(uid)["turns"] = n
         for uid, arch, n in self.query("SELECT user_id, archived, COUNT(*) FROM items GROUP BY user_id, archived"):
-            out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0})["archived" if arch else "items"] = n
+            row(uid)["archived" if arch else "items"] = n
+        for uid, n in self.query("SELECT user_id, COUNT(*) FROM pending GROUP BY user_id"):
+            row(uid)["pending"] = n
         return out

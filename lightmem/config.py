@@ -145,6 +145,25 @@ class DistillConfig(PipelineConfig):
     k: int = 10
 
 
+@dataclass
+class SensoryBenchConfig(PipelineConfig):
+    """eval/sensory.py: compression, segmentation and ingestion cost of the write path."""
+
+    parts: list[str] = field(default_factory=lambda: ["compression", "segmentation", "ingest"])
+    locomo_path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/locomo/locomo_dev.json"
+    locomo_conversations: Any = "0-4"
+    rates: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7])
+    lme_path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/longmemeval/longmemeval_s_dev.json.gz"
+    lme_instances: Any = "0-9"
+    seg_methods: list[str] = field(default_factory=lambda: ["hybrid", "attention", "similarity"])
+    seg_rates: list[float] = field(default_factory=lambda: [0.6])
+    seg_taus: list[float] = field(default_factory=lambda: [0.3])
+    ingest_conversation: Any = 0
+    ingest_writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "generative"])
+    ingest_sensory: list[str] = field(default_factory=lambda: ["none", "lightmem"])
+    out_dir: str = "outputs/sensory"
+
+
 def register_configs() -> None:
     """Register the schemas the YAML files in conf/ extend (``defaults: [schema_...]``)."""
     cs = ConfigStore.instance()
@@ -152,6 +171,7 @@ def register_configs() -> None:
     cs.store(name="schema_latency", node=LatencyBenchConfig)
     cs.store(name="schema_roles", node=RolesBenchConfig)
     cs.store(name="schema_distill", node=DistillConfig)
+    cs.store(name="schema_sensory_bench", node=SensoryBenchConfig)
 
 
 register_configs()

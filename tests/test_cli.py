@@ -20,7 +20,7 @@ def test_ingest_search_stats_delete(tmp_path, capsys):
     assert len(reranked) == 2 and all("selector" in h["scores"] for h in reranked)
     assert main(["stats", "--store", store, "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
-    assert stats["users"]["tiny-a"] == {"turns": 7, "items": 7, "archived": 0}
+    assert stats["users"]["tiny-a"] == {"turns": 7, "items": 7, "archived": 0, "pending": 0}
     assert stats["embedder"] == "hashing-256"
     # re-ingesting resumes instead of duplicating
     assert main(["ingest", str(TINY_LOCOMO), "--store", store, "-q"]) == 0

@@ -56,3 +56,52 @@ def plot_recall(results: dict[str, Any], ks: list[int], path: str | Path) -> Pat
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    lines = ["| " + " | ".join(cols) + " |", "|---" * len(cols) + "|"]
+    lines += ["| " + " | ".join(_fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def sensory_tables(results: dict[str, Any]) -> str:
+    """The write-path benchmark's sections as markdown tables."""
+    parts = []
+    if results.get("compression"):
+        parts.append("## Compression (LoCoMo turns)\n\n" + _table(results["compression"], ["rate", "word_ratio", "answer_words",
+                                                                                           "answer_word_retention"]))
+    if results.get("segmentation"):
+        parts.append("## Segmentation vs LongMemEval session boundaries (user turns; recall = the paper's accuracy)\n\n"
+                     + _table(results["segmentation"], ["rate", "method", "tau", "true", "pred", "recall", "precision", "f1",
+                                                        "recall_tol1", "precision_tol1"]))
+    if results.get("ingest"):
+        parts.append("## Ingestion (one Memory.add per turn, CPU)\n\n" + _table(
+            results["ingest"], ["sensory", "writer", "conversation", "turns", "turns_per_s", "items", "item_tokens", "llm_calls"]))
+    return "\n\n".join(parts)
+
+
+def plot_segmentation(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    """Boundary recall / precision / F1 per segmentation setting (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    labels = [f"{r['method']}\nr={r['rate']}" + (f" τ={r['tau']}" if r.get("tau") is not None else "") for r in rows]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    for i, key in enumerate(("recall", "precision", "f1")):
+        ax.bar(x + (i - 1) * 0.27, [r[key] for r in rows], 0.27, label=key)
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("session boundaries (exact turn)")
+    ax.set_title("Topic segmentation vs LongMemEval sessions")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

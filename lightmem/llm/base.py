@@ -78,3 +78,21 @@ class UsageMeter:
     def reset(self) -> None:
         with self._lock:
             self._roles.clear()
+
+
+class DryRunLLM:
+    """Counts calls and prompt tokens without a model: every answer is ``reply``.
+
+    For cost accounting (LLM calls per conversation depend on the write path, not on what
+    the model says); the generative roles fall back to their non-generative path.
+    """
+
+    name = "dry-run"
+
+    def __init__(self, reply: str = '{"memories": []}', **_backend_options: object) -> None:
+        self.reply, self.meter = reply, UsageMeter()
+
+    def generate(self, prompts: Sequence[str], *, role: str = "default", max_new_tokens: int | None = None) -> list[str]:
+        for p in prompts:
+            self.meter.record(role, len(p.split()), len(self.reply.split()), 0.0)
+        return [self.reply for _ in prompts]

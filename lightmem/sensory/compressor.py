@@ -220,7 +220,7 @@ class CrossEntropyCompressor(_WordCompressor):
             window = torch.tensor([ids[start : start + self.max_tokens]], device=self.device)
             with torch.inference_mode():
                 logp = torch.log_softmax(self.model(input_ids=window).logits[0].float(), dim=-1)
-            nll = -logp[:-1].gather(1, window[0, 1:, None])[:, 0].cpu().tolist()
+            nll = (-logp[:-1].gather(1, window[0, 1:, None])[:, 0]).cpu().tolist()
             ce[start + 1 : start + 1 + len(nll)] = nll  # a window's first token has no prefix: kept
         sums: dict[int, list[float]] = {}
         for j, c in zip(owner, ce):

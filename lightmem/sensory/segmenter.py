@@ -110,8 +110,6 @@ class TopicSegmenter:
             raise ValueError(f"segmentation method {method!r} needs the compressor's encoder (model=...)")
         self.model, self.tok, self.tau, self.method = model, tokenizer, tau, method
         self.layers, self.sink, self.max_tokens = tuple(layers), sink, max_tokens
-        if model is not None and hasattr(model, "set_attn_implementation"):
-            model.set_attn_implementation("eager")  # sdpa returns no attention weights
 
     def count(self, text: str) -> int:
         return len(self.tok(text, add_special_tokens=False)["input_ids"]) if self.tok is not None else len(text.split())
@@ -133,8 +131,16 @@ class TopicSegmenter:
         if self.tok.sep_token_id is not None:
             ids.append(self.tok.sep_token_id)
         device = next(self.model.parameters()).device
-        with torch.inference_mode():
-            out = self.model(input_ids=torch.tensor([ids], device=device), output_attentions=True)
+        # sdpa returns no attention weights: eager for this pass only (the compressor keeps sdpa)
+        before = getattr(self.model.config, "_attn_implementation", None)
+        if before not in (None, "eager"):
+            self.model.set_attn_implementation("eager")
+        try:
+            with torch.inference_mode():
+                out = self.model(input_ids=torch.tensor([ids], device=device), output_attentions=True)
+        finally:
+            if before not in (None, "eager"):
+                self.model.set_attn_implementation(before)
         att = torch.stack([out.attentions[i][0] for i in self.layers]).float().mean(dim=(0, 1)).cpu().numpy()
         return turn_attention(att, spans, self.sink)
 

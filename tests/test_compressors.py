@@ -1,0 +1,73 @@
+"""The compressors and the segmenter's attention on real models: the committed checkpoint, a
+full (LLMLingua-2 format) token-classification folder, and the Eq. 2 cross-entropy scorer."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+
+CKPT = ROOT / "checkpoints" / "compressor"
+
+
+@pytest.fixture(scope="module")
+def compressor():
+    from lightmem.sensory.compressor import TokenClassifierCompressor
+
+    return TokenClassifierCompressor(str(CKPT), rate=0.6, device="cpu")
+
+
+def test_a_full_token_classifier_folder_loads_like_an_llmlingua2_checkpoint(compressor, tmp_path):
+    from lightmem.sensory.compressor import TokenClassifierCompressor
+
+    compressor.model.save_pretrained(tmp_path / "full")  # config.json + weights, no adapter
+    compressor.tok.save_pretrained(tmp_path / "full")
+    full = TokenClassifierCompressor(str(tmp_path / "full"), rate=0.6, device="cpu")
+    words = "Caroline went to the LGBTQ support group yesterday and loved it".split()
+    assert np.allclose(full.word_probs(words), compressor.word_probs(words), atol=1e-5)
+
+
+def test_batched_scores_match_one_by_one_and_long_inputs_are_windowed(compressor):
+    docs = [["hello", "there"], "I adopted a puppy named Max last week".split(), [f"w{i}" for i in range(450)]]
+    batched = compressor.word_scores_many(docs)
+    assert [len(b) for b in batched] == [2, 8, 450]
+    for d, b in zip(docs, batched):
+        assert np.allclose(compressor.word_probs(d), b, atol=1e-5)
+
+
+def test_fit_compresses_until_the_limit(compressor):
+    text = " ".join(f"topic{i % 50} detail" for i in range(2000))
+    short = compressor.fit(text, 128, compressor.count_tokens)
+    assert compressor.count_tokens(short) <= 128 and set(short.split()) <= set(text.split())
+
+
+def test_segmenter_attention_on_the_compressor_encoder(compressor):
+    from lightmem.sensory.segmenter import TopicSegmenter
+
+    seg = TopicSegmenter(compressor.model, compressor.tok, method="attention")
+    texts = ["I love hiking", "we climbed a mountain", "the view was great", "my cat is sick", "the vet said rest",
+             "I bought a new car"]
+    m = seg.attention_matrix(texts)
+    assert m.shape == (6, 6) and np.isfinite(m).all() and (m >= 0).all()
+    assert all(0 < b < 6 for b in seg.boundaries(texts))
+    assert compressor.model.config._attn_implementation != "eager"  # restored for compression
+
+
+def test_cross_entropy_compressor_keeps_the_least_predictable_words():
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from lightmem.models.registry import ModelRegistry
+    from lightmem.sensory.compressor import CrossEntropyCompressor
+
+    tok = AutoTokenizer.from_pretrained(str(ModelRegistry().path("all-MiniLM-L6-v2")))
+    torch.manual_seed(0)
+    lm = GPT2LMHeadModel(GPT2Config(vocab_size=tok.vocab_size, n_layer=1, n_embd=32, n_head=2, n_positions=64)).eval()
+    ce = CrossEntropyCompressor.from_objects(lm, tok, rate=0.5, max_tokens=16)
+    words = "the quick brown fox jumps over the lazy dog again and again".split() * 3
+    scores = ce.word_scores_many([words])[0]
+    assert len(scores) == len(words) and math.isinf(scores[0]) and all(s > 0 for s in scores)
+    out = ce.compress(" ".join(words))
+    assert out.split()[0] == "the" and len(out.split()) == math.ceil(0.5 * len(words))

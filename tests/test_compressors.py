@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from conftest import ROOT
 
 CKPT = ROOT / "checkpoints" / "compressor"
 

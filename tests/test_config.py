@@ -75,3 +75,30 @@ def test_shared_runtime_builds_a_selector_once_per_config(tmp_path, tiny_selecto
     assert type(c.retriever.selector).__name__ == "Stage1Selector"  # another config still gets its own
     for m in (a, b, c):
         m.close()
+
+
+@pytest.mark.parametrize("option", ["none", "lightmem", "full", "cross_entropy"])
+def test_sensory_options_compose_into_a_write_path_spec(option):
+    from lightmem.config import write_path_spec
+
+    cfg = compose("locomo", [f"sensory={option}"])
+    if option == "none":
+        assert cfg.sensory.enabled is False
+        return
+    spec = write_path_spec(cfg.sensory)
+    assert spec.compress.rate == 0.6 and spec.segment.buffer_tokens == 512 and spec.stm_threshold == 512
+    assert spec.gate.enabled is (option == "full") and spec.importance.enabled is (option == "full")
+    assert spec.segment.layers == (-3, -2, -1)
+
+
+def test_build_memory_wires_the_write_path(tmp_path, embedder):
+    from lightmem.config import build_memory
+
+    cfg = compose("locomo", ["sensory=lightmem", "sensory.compress.enabled=false", "sensory.segment.method=similarity",
+                             "selector=none", "sensory.stm_threshold=0"])
+    m = build_memory(cfg, tmp_path / "s", embedder=embedder)
+    assert m.write_path is not None and m.write_path.compressor is None
+    m.add([{"speaker": "Caroline", "text": "I went hiking yesterday."}], user_id="u", timestamp="2023-05-08")
+    m.flush("u")
+    assert m.get_all("u")[0].text == "Caroline: Caroline went hiking yesterday [2023-05-07]."
+    m.close()

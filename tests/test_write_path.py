@@ -15,7 +15,7 @@ from lightmem.sensory.compressor import _WordCompressor
 from lightmem.sensory.pipeline import GateSpec, NormalizeSpec, SegmentSpec, WritePath, WritePathSpec
 from lightmem.sensory.segmenter import TopicSegmenter
 from lightmem.types import Turn
-from tests.fakes import ScriptedLLM
+from fakes import ScriptedLLM
 
 DAY = 1_683_554_160.0  # 2023-05-08 13:56 UTC
 

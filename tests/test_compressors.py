@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
 
 CKPT = ROOT / "checkpoints" / "compressor"

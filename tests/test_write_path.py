@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from fakes import ScriptedLLM
 
 from lightmem.errors import InvalidInputError
 from lightmem.memory import Memory
@@ -15,7 +16,6 @@ from lightmem.sensory.compressor import _WordCompressor
 from lightmem.sensory.pipeline import GateSpec, NormalizeSpec, SegmentSpec, WritePath, WritePathSpec
 from lightmem.sensory.segmenter import TopicSegmenter
 from lightmem.types import Turn
-from fakes import ScriptedLLM
 
 DAY = 1_683_554_160.0  # 2023-05-08 13:56 UTC
 

@@ -123,3 +123,15 @@ def test_importance_windows_keep_anchors_and_similar_neighbours():
     keep = gates.importance_windows([True, False, False, False, False], vecs, radius=2, tau=0.3)
     assert keep == [True, True, False, False, False]  # turn 3 is similar but out of the window
     assert gates.importance_windows([False] * 3, vecs[:3]) == [False] * 3
+
+
+def test_attention_boundary_shift_moves_the_cut_and_stays_in_range():
+    m = np.array([
+        [1.0, 0, 0, 0, 0],
+        [0.5, 1, 0, 0, 0],
+        [0.8, 0.2, 1, 0, 0],
+        [0.1, 0.1, 0.8, 1, 0],
+        [0.4, 0.4, 0.1, 0.1, 1],
+    ])
+    assert segmenter.attention_boundaries(m, shift=-1) == [2]
+    assert segmenter.attention_boundaries(m, shift=5) == []

@@ -57,6 +57,7 @@ class SegmentSpec:
     session_boundaries: bool = True  # a new session always opens a new segment
     layers: tuple[int, ...] = (-3, -2, -1)  # encoder layers averaged for the attention boundaries
     sink: int = 3  # positions masked at each end of the sequence (attention sinks)
+    shift: int = 0  # attention peak k → boundary before k + shift (0: the paper's rule)
 
 
 @dataclass
@@ -194,7 +195,7 @@ class WritePath:
 
                 encoder = TokenClassifierCompressor(str(checkpoint_path("compressor")), device="cpu")
             segmenter = TopicSegmenter(encoder.model if encoder else None, encoder.tok if encoder else None, seg.tau, seg.method,
-                                       seg.layers, seg.sink, seg.buffer_tokens)
+                                       seg.layers, seg.sink, seg.buffer_tokens, seg.shift)
         return cls(spec, embedder, compressor if spec.compress.enabled else None, segmenter, nlp)
 
     # -- state -----------------------------------------------------------------------------

@@ -36,11 +36,16 @@ def adjacent_attention(turn_matrix: np.ndarray) -> np.ndarray:
     return a
 
 
-def attention_boundaries(turn_matrix: np.ndarray) -> list[int]:
-    """B1: turns k whose attention to turn k-1 is a local peak (a boundary opens before k)."""
+def attention_boundaries(turn_matrix: np.ndarray, shift: int = 0) -> list[int]:
+    """B1: turns k whose attention to turn k-1 is a local peak; the boundary opens before k + ``shift``.
+
+    ``shift=0`` is the paper's rule (the peak turn opens the new topic); ``shift=-1`` reads the
+    peak as the second turn of the new topic, which attends most to the first one.
+    """
     a = adjacent_attention(turn_matrix)
+    n = turn_matrix.shape[0]
     # a[1] is 1 by construction (a single preceding turn); peaks are looked for from k = 2.
-    return [k + 2 for k in local_peaks(np.nan_to_num(a[2:], nan=0.0))]
+    return sorted({k + 2 + shift for k in local_peaks(np.nan_to_num(a[2:], nan=0.0))} & set(range(1, n)))
 
 
 def similarity_boundaries(vectors: np.ndarray, tau: float) -> list[int]:
@@ -100,16 +105,17 @@ class TopicSegmenter:
         layers: Encoder layers averaged for B1 (negative counts from the top).
         sink: Positions masked at each end of the sequence.
         max_tokens: Encoder window (the sensory buffer's size).
+        shift: Where a peak puts the boundary (see ``attention_boundaries``).
     """
 
     def __init__(self, model=None, tokenizer=None, tau: float = 0.3, method: str = "hybrid",
-                 layers: Sequence[int] = (-3, -2, -1), sink: int = 3, max_tokens: int = 512) -> None:
+                 layers: Sequence[int] = (-3, -2, -1), sink: int = 3, max_tokens: int = 512, shift: int = 0) -> None:
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         if method != "similarity" and model is None:
             raise ValueError(f"segmentation method {method!r} needs the compressor's encoder (model=...)")
         self.model, self.tok, self.tau, self.method = model, tokenizer, tau, method
-        self.layers, self.sink, self.max_tokens = tuple(layers), sink, max_tokens
+        self.layers, self.sink, self.max_tokens, self.shift = tuple(layers), sink, max_tokens, shift
 
     def count(self, text: str) -> int:
         return len(self.tok(text, add_special_tokens=False)["input_ids"]) if self.tok is not None else len(text.split())
@@ -149,7 +155,7 @@ class TopicSegmenter:
         n = len(texts)
         if n < 2:
             return []
-        b1 = attention_boundaries(self.attention_matrix(texts)) if self.method != "similarity" else []
+        b1 = attention_boundaries(self.attention_matrix(texts), self.shift) if self.method != "similarity" else []
         if self.method == "attention":
             return combine(b1, [], "attention")
         if vectors is None:

@@ -251,17 +251,18 @@ class SharedRuntime:
     def selector(self, node: DictConfig) -> Any:
         """A selector built once per config node: selectors keep no per-user state, and a
         trained one would otherwise reload its model for every conversation of an evaluation."""
-        key = OmegaConf.to_yaml(node, resolve=True)
-        if key not in self._selectors:
-            self._selectors[key] = self.role(node)
-        return self._selectors[key]
+        return self._once(self._selectors, node, lambda: self.role(node))
 
     def compressor(self, node: DictConfig) -> Any:
         """A compressor built once per config node (its model is the heavy part of the write path)."""
+        return self._once(self._compressors, node, lambda: instantiate(node))
+
+    @staticmethod
+    def _once(cache: dict[str, Any], node: DictConfig, build: Any) -> Any:
         key = OmegaConf.to_yaml(node, resolve=True)
-        if key not in self._compressors:
-            self._compressors[key] = instantiate(node)
-        return self._compressors[key]
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
 
     def role(self, node: DictConfig) -> Any:
         """Instantiate a role, passing ``llm`` / ``nlp`` when its class takes them (``nlp: true`` in YAML)."""

@@ -69,6 +69,11 @@ def row_to_item(row: sqlite3.Row | tuple) -> MemoryItem:
     )
 
 
+def _row_to_turn(r: tuple) -> Turn:
+    """(turn_id, speaker, text, timestamp, session_id, caption, metadata) → Turn."""
+    return Turn(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]))
+
+
 class SQLiteStore:
     """Thread-safe access to one lightmem database file.
 
@@ -215,7 +220,7 @@ class SQLiteStore:
             "SELECT turn_id, speaker, text, timestamp, session_id, caption, metadata FROM turns WHERE user_id = ? ORDER BY pk",
             (user_id,),
         )
-        return [Turn(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+        return [_row_to_turn(r) for r in rows]
 
     def pending_turns(self, user_id: str) -> list[Turn]:
         """Turns stored but still in the write path's buffers (no items yet), oldest first."""
@@ -224,7 +229,7 @@ class SQLiteStore:
             "JOIN pending p ON p.user_id = t.user_id AND p.turn_id = t.turn_id WHERE t.user_id = ? ORDER BY t.pk",
             (user_id,),
         )
-        return [Turn(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+        return [_row_to_turn(r) for r in rows]
 
     @staticmethod
     def set_pending(c: sqlite3.Connection, user_id: str, turn_ids: Sequence[str]) -> None:

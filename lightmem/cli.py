@@ -43,7 +43,7 @@ def _stored_embedder(store: Path) -> str | None:
     return row[0] if row else None
 
 
-def _open(store: str, encoder: str | None = None, must_exist: bool = False, selector: str = "none"):
+def _open(store: str, encoder: str | None = None, must_exist: bool = False, selector: str = "none", ltm=None):
     """Open a store; only ``search`` needs a Stage-2 model (``selector="trained"``)."""
     from lightmem.memory import Memory
     from lightmem.roles.selector import Stage1Selector, default_selector
@@ -55,7 +55,20 @@ def _open(store: str, encoder: str | None = None, must_exist: bool = False, sele
     name = stored or EMBEDDERS.get(encoder or "minilm", encoder or "minilm")
     if encoder and stored and EMBEDDERS.get(encoder, encoder) != stored:
         raise LightMemError(f"{path} was built with {stored}; drop --encoder or use a new --store")
-    return Memory.open(path, embedder=_embedder(name), selector=default_selector() if selector == "trained" else Stage1Selector())
+    return Memory.open(path, embedder=_embedder(name), selector=default_selector() if selector == "trained" else Stage1Selector(),
+                       ltm=ltm)
+
+
+def _ltm_options(no_nlp: bool = False):
+    """Foreground LTM (the CLI runs cycles itself), with spaCy unless ``no_nlp``."""
+    from lightmem.ltm import LTMOptions
+
+    nlp = None
+    if not no_nlp:
+        from lightmem.models.registry import ModelRegistry
+
+        nlp = ModelRegistry().spacy()
+    return LTMOptions(background=False, nlp=nlp)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -113,6 +126,54 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_consolidate(args: argparse.Namespace) -> int:
+    memory = _open(args.store, must_exist=True, ltm=_ltm_options(args.no_nlp))
+    with memory:
+        if args.user is not None and args.user not in memory.store.sql.users():
+            raise LightMemError(f"user {args.user!r} has nothing in {args.store}")
+        users = [args.user] if args.user else memory.store.sql.users()
+        reports = []
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, disable=args.quiet) as progress:
+            task = progress.add_task("consolidating", total=len(users))
+            for u in users:
+                reports += memory.consolidate(u)
+                progress.advance(task)
+        stats = memory.ltm_stats()
+    if args.json:
+        print(json.dumps({"cycles": [r.to_dict() for r in reports], "ltm": stats}, indent=2))
+        return 0
+    table = Table(title=f"consolidation of {args.store}")
+    for col in ("user", "cycle", "items", "units", "+nodes", "merged", "+edges", "dropped", "abstracts", "superseded", "s"):
+        table.add_column(col, no_wrap=True)
+    for r in reports:
+        table.add_row(r.user_id, str(r.cycle), str(sum(r.selected.values())), str(r.units), str(r.graph.get("nodes_added", 0)),
+                      str(r.graph.get("nodes_merged", 0)), str(r.graph.get("edges_added", 0)), str(r.graph.get("nodes_dropped", 0)),
+                      str(r.mtm.get("abstracts", 0)), str(r.mtm.get("superseded", 0) + r.mtm.get("merged", 0)),
+                      f"{r.seconds.get('total', 0):.2f}")
+    Console(width=max(120, Console().width)).print(table)
+    console.print(f"LTM: {stats['nodes']} nodes, {stats['edges']} edges ({stats['nodes_dropped']} nodes dropped), {stats['cycles']} cycles")
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from lightmem.ltm.export import export_graph, plot_graph
+    from lightmem.ltm.graph import KnowledgeGraph
+
+    memory = _open(args.store, must_exist=True)
+    with memory:
+        graph = KnowledgeGraph(memory.store.sql, memory.embedder.encode, memory.embedder.dim)
+        stats = graph.stats()
+        if args.export:
+            console.print(f"wrote {export_graph(graph, args.export, args.include_dropped)}")
+        picture = args.plot or (str(Path(args.export).with_suffix(".png")) if args.export else None)
+        if picture:
+            console.print(f"wrote {plot_graph(graph, picture, args.max_nodes)}")
+    print(json.dumps(stats) if args.json else
+          f"LTM: {stats['nodes']} nodes, {stats['edges']} edges, {stats['nodes_dropped']} nodes dropped, {stats['cycles']} cycles")
+    return 0
+
+
 def cmd_delete_user(args: argparse.Namespace) -> int:
     memory = _open(args.store, must_exist=True)
     with memory:
@@ -130,7 +191,7 @@ def cmd_delete_user(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lightmem",
-        description="Long-term memory for LLM agents: ingest conversations into a per-user store and search it.",
+        description="Long-term memory for LLM agents: ingest conversations into a per-user store, search it, consolidate it into a knowledge graph.",
         epilog="Example: lightmem ingest locomo.json --store mem/ && lightmem search 'When did Caroline go to the support group?' --user conv-26 --store mem/",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
@@ -160,6 +221,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--store", required=True)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_stats)
+
+    s = sub.add_parser("consolidate", help="run offline consolidation now: MTM -> de-identified LTM graph")
+    s.add_argument("--store", required=True)
+    s.add_argument("--user", help="only this user (default: every user of the store)")
+    s.add_argument("--no-nlp", action="store_true", help="rules only: no spaCy parser / NER (faster, coarser graph)")
+    s.add_argument("--json", action="store_true", help="print each cycle's report as JSON")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_consolidate)
+
+    s = sub.add_parser("graph", help="inspect the LTM graph: export it (JSON or GraphML) and render a picture")
+    s.add_argument("--store", required=True)
+    s.add_argument("--export", help="FILE.json (node-link) or FILE.graphml; a picture FILE.png is drawn next to it")
+    s.add_argument("--plot", help="picture file (default: next to --export)")
+    s.add_argument("--max-nodes", type=int, default=60, help="nodes in the picture, best supported first (default 60)")
+    s.add_argument("--include-dropped", action="store_true", help="also export nodes and edges decay dropped")
+    s.add_argument("--json", action="store_true", help="print the graph's counts as JSON")
+    s.set_defaults(func=cmd_graph)
 
     s = sub.add_parser("delete-user", help="erase a user's turns, items and history")
     s.add_argument("user")

@@ -86,6 +86,8 @@ class PipelineConfig:
     writer: Any = _role("lightmem.roles.writer.TurnWriter")
     # The sensory stages before the Writer (conf/sensory/*.yaml); off unless ``enabled``.
     sensory: Any = field(default_factory=lambda: {"enabled": False})
+    # Long-term memory and offline consolidation (conf/ltm/*.yaml); off unless ``enabled``.
+    ltm: Any = field(default_factory=lambda: {"enabled": False})
     # The LLM runtime shared by the generative roles; built only when one of them asks.
     llm: Any = field(default_factory=lambda: {"_target_": "lightmem.llm.transformers_backend.TransformersLLM"})
     logger: LoggerConfig = field(default_factory=LoggerConfig)
@@ -232,7 +234,7 @@ class SharedRuntime:
     """
 
     def __init__(self, cfg: DictConfig) -> None:
-        self.cfg, self._llm, self._nlp = cfg, None, None
+        self.cfg, self._llm, self._nlp, self._parser = cfg, None, None, None
         self._selectors: dict[str, Any] = {}
         self._compressors: dict[str, Any] = {}
 
@@ -247,6 +249,14 @@ class SharedRuntime:
 
             self._nlp = ModelRegistry().spacy(disable=("parser", "lemmatizer"))
         return self._nlp
+
+    def parser(self):
+        """spaCy with the dependency parser (LTM abstraction needs it; ``nlp()`` drops it for speed)."""
+        if self._parser is None:
+            from lightmem.models.registry import ModelRegistry
+
+            self._parser = ModelRegistry().spacy()
+        return self._parser
 
     def selector(self, node: DictConfig) -> Any:
         """A selector built once per config node: selectors keep no per-user state, and a
@@ -305,6 +315,24 @@ def build_write_path(node: DictConfig | None, embedder: Embedder, shared: Shared
     return WritePath.build(embedder, spec, compressor, shared.nlp() if node.get("nlp") else None)
 
 
+def ltm_options(node: DictConfig | None, shared: SharedRuntime) -> Any:
+    """The ``ltm`` node → LTMOptions, or None when LTM is off (unknown keys fail loudly)."""
+    if node is None or not node.get("enabled", False):
+        return None
+    from lightmem.ltm import ConsolidationSpec, GraphSpec, LTMOptions
+    from lightmem.ltm.recursive import ClusterSpec
+    from lightmem.ltm.sleep import QueueSpec
+
+    d = to_container(node)
+    d.pop("enabled")
+    cons = dict(d.pop("consolidation", {}))
+    queue, cluster = QueueSpec(**cons.pop("queue", {})), ClusterSpec(**cons.pop("cluster", {}))
+    nlp = d.pop("nlp", False)
+    generative = d.get("abstractor") == "generative"
+    return LTMOptions(consolidation=ConsolidationSpec(queue=queue, cluster=cluster, **cons), graph=GraphSpec(**d.pop("graph", {})),
+                      nlp=shared.parser() if nlp else None, llm=shared.llm() if generative else None, **d)
+
+
 def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None,
                  shared: SharedRuntime | None = None) -> Memory:
     """A Memory at ``path`` built from a PipelineConfig (pass ``embedder`` / ``shared`` to reuse them)."""
@@ -321,6 +349,7 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
         budget=cfg.memory.budget,
         retrieval=OmegaConf.to_container(cfg.retrieval, resolve=True),
         write_path=build_write_path(cfg.get("sensory"), embedder, shared),
+        ltm=ltm_options(cfg.get("ltm"), shared),
         **OmegaConf.to_container(cfg.store, resolve=True),
     )
 

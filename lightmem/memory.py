@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from lightmem.errors import InvalidInputError
+from lightmem.ltm import CycleReport, LTMOptions, LTMRuntime, build_ltm
 from lightmem.messages import check_user_id, to_turns
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
@@ -50,6 +51,7 @@ class Memory:
         k: int = 10,
         clock: Callable[[], float] = wall_clock,
         write_path: WritePath | None = None,
+        ltm: LTMRuntime | None = None,
     ) -> None:
         self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
         self.controller = controller or PassthroughController()
@@ -59,6 +61,9 @@ class Memory:
         self.counter = counter or embedder.token_counter()
         self.k = _check_k(k)
         self.clock = clock
+        self.ltm = ltm
+        if ltm is not None:
+            self.retriever.ltm = ltm.graph
 
     @classmethod
     def open(
@@ -74,6 +79,7 @@ class Memory:
         capacity: int = 10_000,
         retrieval: Mapping[str, Any] | None = None,
         write_path: WritePath | None = None,
+        ltm: LTMOptions | None = None,
         **store_kwargs: Any,
     ) -> "Memory":
         """Open (or create) a store folder; every part left out is the default CPU pipeline's.
@@ -92,6 +98,9 @@ class Memory:
             retrieval: Keyword arguments of ``TwoStageRetriever`` (fusion, weights...).
             write_path: Sensory stages and STM buffer before the Writer (compression, topic
                 segmentation, gates, normalization); none by default: the Writer gets raw turns.
+            ltm: Long-term memory: the de-identified knowledge graph, its offline consolidation
+                (in a background thread unless ``background=False``) and LTM routing of
+                search. None by default: MTM only.
             **store_kwargs: Keyword arguments of ``MTMStore`` (index, synchronous...).
         """
         if embedder is None:
@@ -99,10 +108,12 @@ class Memory:
 
             embedder = SentenceTransformerEmbedder()
         store = MTMStore(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
-        retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **dict(retrieval or {}))
+        routing = {} if ltm is None else {"routing": ltm.routing, "cross_share": ltm.cross_share, "ltm_hops": ltm.hops}
+        retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **{**dict(retrieval or {}), **routing})
         counter = embedder.token_counter()
+        runtime = build_ltm(store, embedder, ltm) if ltm is not None else None
         return cls(store, embedder, retriever, ContextComposer(counter, budget), controller=controller, writer=writer,
-                   maintainer=maintainer, counter=counter, k=k, write_path=write_path)
+                   maintainer=maintainer, counter=counter, k=k, write_path=write_path, ltm=runtime)
 
     # -- write path --------------------------------------------------------------------------
     def add(
@@ -187,7 +198,41 @@ class Memory:
         if self.maintainer is not None and written:
             row = {it.id: i for i, it in enumerate(items)}
             self.maintainer.maintain(self, user_id, written, vecs[[row[w.id] for w in written]])
+        if self.ltm is not None and self.ltm.scheduler is not None and turns:
+            spec = self.ltm.consolidator.spec
+            pressure = self.store.size(user_id) >= spec.pressure * self.store.capacity
+            self.ltm.scheduler.notify(user_id, len(turns), pressure)  # never waits for a cycle
         return written
+
+    # -- offline path ------------------------------------------------------------------------
+    def consolidate(self, user_id: str | None = None, max_cycles: int = 1000) -> list[CycleReport]:
+        """Run consolidation now, in this thread, until nothing is left to select.
+
+        For one user, or for every user of the store. The background scheduler (when
+        running) keeps working; cycles are atomic, so both may run.
+        """
+        if self.ltm is None:
+            raise InvalidInputError("this Memory has no LTM; open it with ltm=LTMOptions()")
+        users = [check_user_id(user_id)] if user_id is not None else self.store.sql.users()
+        reports = []
+        for uid in users:
+            for _ in range(max_cycles):
+                rep = self.ltm.consolidator.run(uid)
+                if not rep.cycle:
+                    break
+                reports.append(rep)
+        return reports
+
+    def wait_for_consolidation(self, timeout: float | None = None) -> bool:
+        """Block until the background scheduler is idle (evaluations, tests). True when idle."""
+        if self.ltm is None or self.ltm.scheduler is None:
+            return True
+        return self.ltm.scheduler.wait(timeout)
+
+    def sources(self, item_id: str, user_id: str) -> list[MemoryItem]:
+        """The archived entries an abstract entry was consolidated from (recoverable with ``restore``)."""
+        item = self.get(item_id, user_id, include_archived=True)
+        return [self.get(m, user_id, include_archived=True) for m in item.metadata.get("members", [])]
 
     # -- read path ---------------------------------------------------------------------------
     def search(
@@ -292,7 +337,13 @@ class Memory:
     def stats(self) -> dict[str, dict[str, int]]:
         return self.store.sql.counts()
 
+    def ltm_stats(self) -> dict[str, int]:
+        """Nodes, edges (active and dropped) and cycles of the LTM graph; empty without LTM."""
+        return self.ltm.graph.stats() if self.ltm is not None else {}
+
     def close(self) -> None:
+        if self.ltm is not None and self.ltm.scheduler is not None:
+            self.ltm.scheduler.close()  # a running cycle commits or rolls back whole first
         self.store.close()
 
     def __enter__(self) -> "Memory":

@@ -11,6 +11,7 @@ class ItemKind(str, enum.Enum):
 
     EPISODIC = "episodic"
     ABSTRACT = "abstract"
+    KNOWLEDGE = "knowledge"  # an LTM graph node returned by search (user-agnostic, no provenance)
 
 
 class Route(str, enum.Enum):
@@ -81,6 +82,75 @@ class MemoryItem:
     def is_current(self) -> bool:
         """True while no newer item supersedes this one."""
         return self.superseded_by is None and self.valid_to is None
+
+
+class NodeKind(str, enum.Enum):
+    """LTM node types (LightMem-SLM Table 9)."""
+
+    ENTITY = "entity"  # a concrete object, place or named item ("support group", "Paris")
+    CONCEPT = "concept"  # an abstract class or property ("group", "capital city", "inspiring")
+
+
+class EdgeType(str, enum.Enum):
+    """LTM edge types (LightMem-SLM Table 9)."""
+
+    IS_A = "IsA"
+    HAS_PROPERTY = "HasProperty"
+    RELATED_TO = "RelatedTo"
+    IMPLIES = "Implies"
+
+
+@dataclass
+class KnowledgeNode:
+    """One de-identified LTM unit. It never names a user: no user id, no provenance.
+
+    Attributes:
+        id: Row id in the graph table.
+        key: Normalised name (lower case, no determiners); unique among nodes.
+        kind: Entity or Concept.
+        text: Display name.
+        facts: De-identified statements that support the node (newest last, bounded).
+        confidence: In (0, 1]; grows with evidence, decays when unsupported.
+        evidence: How many consolidated episodes supported it, across cycles.
+        first_seen: Unix seconds of the first consolidation that produced it.
+        last_seen: Unix seconds of the last consolidation that supported it.
+        last_cycle: The consolidation cycle that last supported it.
+        active: False once decay dropped it (kept on disk, out of the index).
+    """
+
+    id: int
+    key: str
+    kind: NodeKind
+    text: str
+    facts: list[str]
+    confidence: float
+    evidence: int
+    first_seen: float
+    last_seen: float
+    last_cycle: int = 0
+    active: bool = True
+
+    def render(self, neighbours: list[tuple[EdgeType, str]] = ()) -> str:  # type: ignore[assignment]
+        """The text a search hit shows: name, supporting facts, then typed links."""
+        body = self.text + (": " + " | ".join(f.rstrip(" .") for f in self.facts) if self.facts else "")
+        if neighbours:
+            by_type: dict[str, list[str]] = {}
+            for et, name in neighbours:
+                by_type.setdefault(et.value, []).append(name)
+            body += ". " + "; ".join(f"{t} {', '.join(ns)}" for t, ns in by_type.items())
+        return body
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A typed, weighted link between two LTM nodes."""
+
+    src: int
+    dst: int
+    type: EdgeType
+    confidence: float
+    evidence: int
+    label: str = ""  # e.g. the verb of a RelatedTo extracted from "X joined Y"
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,12 @@ def evaluate_conversation(
         memory.add_turns(user, session.turns)
     memory.flush(user)  # the write path's buffers, if any, become items before questions are asked
     ingest_s = time.perf_counter() - t0
+    consolidate_s, cycles = 0.0, 0
+    if memory.ltm is not None:  # questions come after a "night": whatever is left is consolidated
+        t1 = time.perf_counter()
+        memory.wait_for_consolidation()
+        cycles = len(memory.consolidate(user)) + (len(memory.ltm.scheduler.reports) if memory.ltm.scheduler else 0)
+        consolidate_s = time.perf_counter() - t1
     kmax = max(ks)
     # Questions are asked after the last session: relative time in them is anchored there.
     asked_at = max((s.timestamp for s in conv.sessions), default=None)
@@ -96,8 +102,11 @@ def evaluate_conversation(
         )
         on_question()
     n_turns = sum(len(s.turns) for s in conv.sessions)
-    return records, {"ingest_s": ingest_s, "turns": n_turns, "items": memory.stats().get(user, {}).get("items", 0),
-                     "llm": _usage_delta(usage_before, memory.usage())}
+    stats = {"ingest_s": ingest_s, "turns": n_turns, "items": memory.stats().get(user, {}).get("items", 0),
+             "llm": _usage_delta(usage_before, memory.usage())}
+    if memory.ltm is not None:
+        stats.update({"consolidate_s": consolidate_s, "cycles": cycles, **{f"ltm_{k}": v for k, v in memory.ltm_stats().items()}})
+    return records, stats
 
 
 def aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
@@ -133,6 +142,10 @@ def summarize(records: Sequence[QuestionRecord], ingest: Sequence[dict[str, floa
     cost = {k: v for k, v in overall.items() if k.startswith("tokens")}
     cost.update({"turns": turns, "items": sum(i["items"] for i in ingest), "ingest_s": ingest_s, "searches": len(records) * (len(records[0].recall) - 1) if records else 0})
     cost["llm"] = _merge_usage([i.get("llm", {}) for i in ingest], turns, len(records))
+    if any("consolidate_s" in i for i in ingest):
+        ltm_keys = sorted({k for i in ingest for k in i if k.startswith("ltm_") or k in ("consolidate_s", "cycles")})
+        cost["ltm"] = {k: float(sum(i.get(k, 0) for i in ingest)) for k in ltm_keys}
+        cost["ltm"]["nodes_per_turn"] = cost["ltm"].get("ltm_nodes", 0.0) / turns if turns else float("nan")
     return {
         "retrieval": {
             "overall": overall,

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from lightmem.models.tokens import TokenCounter
 from lightmem.timeutil import iso
-from lightmem.types import ComposedContext, MemoryItem
+from lightmem.types import ComposedContext, ItemKind, MemoryItem
 
 
 def pack_by_budget(costs: Sequence[int], budget: int) -> list[int]:
@@ -30,7 +30,10 @@ def pack_by_budget(costs: Sequence[int], budget: int) -> list[int]:
 
 
 def format_memory(item: MemoryItem) -> str:
-    """One memory line of the prompt: ``- [date] text`` (SimpleMem Eq. 9's [t_m: content])."""
+    """One memory line of the prompt: ``- [date] text`` (SimpleMem Eq. 9's [t_m: content]);
+    LTM knowledge is not tied to a date: ``- [knowledge] text``."""
+    if item.kind is ItemKind.KNOWLEDGE:
+        return f"- [knowledge] {item.text}"
     return f"- [{iso(item.event_time)}] {item.text}"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,9 @@ from lightmem.retrieval import scoring
 from lightmem.retrieval.scoring import Fusion
 from lightmem.roles.selector import Selector
 from lightmem.stores.mtm import MTMStore
-from lightmem.types import Hit, RetrievalPlan
+from lightmem.types import Hit, ItemKind, MemoryItem, RetrievalPlan, Route
+
+ROUTINGS = ("concurrent", "controller", "mtm_only", "ltm_only")
 
 
 @dataclass
@@ -46,6 +49,10 @@ class TwoStageRetriever:
         depth_factor: Each signal retrieves ``depth_factor × quota`` before fusion.
         candidate_factor: Stage 1 returns ``candidate_factor × K`` candidates (2 in the paper).
         recency_half_life_days: Half-life of the recency term.
+        ltm: The LTM knowledge graph (None: MTM only).
+        routing: How HQs reach the tiers when ``ltm`` is set (see ``LTMOptions.routing``).
+        cross_share: Share of an HQ's quota spent on the tier it was not routed to (``concurrent``).
+        ltm_hops: Edge hops of LTM expansion.
     """
 
     def __init__(
@@ -62,7 +69,13 @@ class TwoStageRetriever:
         depth_factor: int = 2,
         candidate_factor: int = 2,
         recency_half_life_days: float = 30.0,
+        ltm: Any = None,
+        routing: str = "concurrent",
+        cross_share: float = 0.5,
+        ltm_hops: int = 1,
     ) -> None:
+        if routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
         self.store, self.embedder, self.selector = store, embedder, selector
         self.fusion = Fusion(fusion)
         self.w_dense, self.w_lexical, self.w_meta, self.w_recency = w_dense, w_lexical, w_meta, w_recency
@@ -70,6 +83,7 @@ class TwoStageRetriever:
         self.depth_factor = max(1, depth_factor)
         self.candidate_factor = max(1, candidate_factor)
         self.half_life = recency_half_life_days
+        self.ltm, self.routing, self.cross_share, self.ltm_hops = ltm, routing, cross_share, ltm_hops
 
     def retrieve(self, plan: RetrievalPlan, user_id: str, now: float) -> RetrievalResult:
         t0 = time.perf_counter()
@@ -81,25 +95,58 @@ class TwoStageRetriever:
         t2 = time.perf_counter()
         hits = self.selector.select(plan, candidates, plan.k)[: plan.k]
         t3 = time.perf_counter()
-        rid_of = {hit.item.id: rid for rid, hit in ranked}
+        rid_of = {hit.item.id: rid for rid, hit in ranked if isinstance(rid, int)}
         self.store.touch(user_id, [rid_of[h.item.id] for h in hits if h.item.id in rid_of], now)
         ms = lambda a, b: (b - a) * 1000.0  # noqa: E731
         return RetrievalResult(hits, candidates, {"embed": ms(t0, t1), "stage1": ms(t1, t2), "stage2": ms(t2, t3)}, plan)
 
-    def stage1(self, plan: RetrievalPlan, user_id: str, qvecs: np.ndarray, now: float) -> list[tuple[int, Hit]]:
+    def stage1(self, plan: RetrievalPlan, user_id: str, qvecs: np.ndarray, now: float) -> list[tuple[Any, Hit]]:
         """Per-HQ hybrid retrieval with quota ⌈2K/n⌉, union keeping the best score, top 2K.
 
-        Returns (row id, hit) pairs, best first; the row id is the store's internal key.
+        Returns (key, hit) pairs, best first: the key is the store's row id for an MTM item
+        and ``("ltm", node id)`` for an LTM node.
         """
         budget = self.candidate_factor * plan.k
         default_quota = math.ceil(budget / len(plan.hqs))
-        best: dict[int, Hit] = {}
+        best: dict[Any, Hit] = {}
+
+        def keep(pairs: list[tuple[Any, Hit]]) -> None:
+            for key, hit in pairs:
+                if key not in best or hit.score > best[key].score:
+                    best[key] = hit
+
         for hq, qvec in zip(plan.hqs, qvecs):
             quota = hq.quota or default_quota
-            for rid, hit in self._hybrid(hq.text, qvec, quota, plan, user_id, now):
-                if rid not in best or hit.score > best[rid].score:
-                    best[rid] = hit
+            mtm_q, ltm_q = self._quotas(hq.route, quota, plan)
+            if mtm_q:
+                keep(self._hybrid(hq.text, qvec, mtm_q, plan, user_id, now))
+            if ltm_q:
+                keep(self._ltm(hq.text, qvec, ltm_q))
         return sorted(best.items(), key=lambda kv: -kv[1].score)[:budget]
+
+    def _quotas(self, route: Route, quota: int, plan: RetrievalPlan) -> tuple[int, int]:
+        """(MTM quota, LTM quota) of one HQ under the routing policy."""
+        f = plan.filters
+        ltm_ok = self.ltm is not None and f.time_from is None and f.time_to is None and (
+            not f.kinds or ItemKind.KNOWLEDGE in f.kinds)
+        if not ltm_ok or self.routing == "mtm_only":
+            return quota, 0
+        if self.routing == "ltm_only":
+            return 0, quota
+        cross = math.ceil(quota * self.cross_share) if self.routing == "concurrent" else 0
+        return (quota, cross) if route is Route.MTM else (cross, quota)
+
+    def _ltm(self, text: str, qvec: np.ndarray, quota: int) -> list[tuple[Any, Hit]]:
+        """LTM nodes for one HQ: hybrid seeds expanded along edges, as knowledge hits."""
+        out = []
+        for node, score, rendered in self.ltm.search(qvec, text, quota, self.ltm_hops, self.w_lexical):
+            item = MemoryItem(
+                id=f"ltm:{node.id}", user_id="", text=rendered, provenance=[], created_at=node.first_seen,
+                event_time=node.last_seen, last_access=node.last_seen, kind=ItemKind.KNOWLEDGE, topic=node.text,
+                metadata={"ltm_node": node.id, "confidence": node.confidence, "evidence": node.evidence},
+            )
+            out.append((("ltm", node.id), Hit(item=item, scores={"ltm": score, "stage1": score}, score=score, hq=text)))
+        return out
 
     def _hybrid(self, text: str, qvec: np.ndarray, quota: int, plan: RetrievalPlan, user_id: str, now: float) -> list[tuple[int, Hit]]:
         depth = quota * self.depth_factor

@@ -82,6 +82,50 @@ Do not copy the whole dialogue. Do not invent facts. Do not write anything but t
 {{"memories": [{{"topic": "...", "text": "...", "source_turns": ["<turn id>"]}}]}}
 JSON:"""
 
+CONSOLIDATOR = """### Role
+You are the offline memory consolidator. You turn episodic memories into general, reusable knowledge.
+
+### Input
+Episodes (personal details already replaced by placeholders such as [PERSON]):
+{episodes}
+
+### Task
+Write the stable, general knowledge these episodes support, as short statements. For each, list the entities and concepts it mentions, and typed relations between them: IsA (entity to its class), HasProperty (entity to an attribute or state), RelatedTo (associated), Implies (cause to effect).
+
+### Constraints
+Never name a person, an e-mail, a phone number, an address or a date. Skip greetings and chit-chat. Do not invent facts. Do not write anything but the JSON object.
+
+### Output Format
+{{"units": [{{"statement": "...", "nodes": [{{"name": "...", "type": "entity|concept"}}], "edges": [{{"src": "...", "type": "IsA|HasProperty|RelatedTo|Implies", "dst": "..."}}]}}]}}
+JSON:"""
+
+UPDATE = """### Role
+You maintain a memory store. Decide how a newer entry affects an older one.
+
+### Input
+Older entry: {old}
+Newer entry: {new}
+
+### Task
+Answer "merge" if both say the same thing, "update" if the newer one replaces or contradicts the older one, or "ignore" if both should stay as they are.
+
+### Output Format
+{{"decision": "merge|update|ignore"}}
+JSON:"""
+
+ABSTRACT = """### Role
+You consolidate memories. Write one entry that keeps every fact of the related entries below.
+
+### Input
+{entries}
+
+### Constraints
+Keep names, numbers and dates. Do not add anything. Do not write anything but the JSON object.
+
+### Output Format
+{{"text": "..."}}
+JSON:"""
+
 RETRY_SUFFIX = "\n\nYour previous answer was not valid JSON. Reply with only the JSON object in the exact output format, nothing else.\nJSON:"
 
 

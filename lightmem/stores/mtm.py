@@ -13,18 +13,20 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.retrieval.scoring import retention_score
 from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.sqlite import SQLiteStore, row_to_item
+from lightmem.stores.sqlite import _ITEM_COLS, SQLiteStore, row_to_item
 from lightmem.stores.vector_index import VectorIndex
 from lightmem.types import Filters, ItemKind, MemoryItem, Turn
 
 log = logging.getLogger(__name__)
 DB_NAME = "lightmem.sqlite"
+_ITEM_COLS_LIST = _ITEM_COLS.split(",")
 
 
 @dataclass
@@ -78,6 +80,33 @@ class _Partition:
             )
 
         return np.fromiter((keep(int(r)) for r in ids), dtype=bool, count=len(ids))
+
+
+@dataclass
+class OfflineChanges:
+    """What one consolidation cycle does to a user's MTM, applied in its transaction.
+
+    Attributes:
+        supersede: (target id, newer id, "merge" | "update"): the target stops being current
+            (sleep-time update).
+        provenance: Item id → turn ids to add (a merged target's provenance moves to the newer entry).
+        abstracts: (abstract item, its vector, member ids): inserted; members archived.
+        marks: (item id, access count) of the items this cycle consolidated.
+    """
+
+    supersede: list[tuple[str, str, str]] = field(default_factory=list)
+    provenance: dict[str, list[str]] = field(default_factory=dict)
+    abstracts: list[tuple[MemoryItem, np.ndarray, list[str]]] = field(default_factory=list)
+    marks: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass
+class _OfflineDelta:
+    superseded: list[int] = field(default_factory=list)
+    archived: list[int] = field(default_factory=list)
+    added: list[tuple[int, MemoryItem, np.ndarray]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=lambda: {"superseded": 0, "merged": 0, "abstracts": 0, "archived": 0,
+                                                            "marked": 0, "skipped": 0})
 
 
 def _tags(topic: str | None, entities: Sequence[str]) -> frozenset[str]:
@@ -293,7 +322,7 @@ class MTMStore:
             with self.sql.transaction() as c:
                 counts = {
                     table: c.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,)).rowcount
-                    for table in ("items", "turns", "history", "pending")
+                    for table in ("items", "turns", "history", "pending", "consolidated")
                 }
             self._parts.pop(user_id, None)
             self._touched.pop(user_id, None)
@@ -348,6 +377,116 @@ class MTMStore:
 
     def size(self, user_id: str) -> int:
         return len(self._part(user_id).vectors)
+
+    # -- offline consolidation ----------------------------------------------------------------
+    def vectors(self, user_id: str, rids: Sequence[int]) -> np.ndarray:
+        """Stored vectors of indexed items (from the in-memory mirror)."""
+        with self._lock:
+            part = self._part(user_id)
+            return part.vectors.vecs[[part.vectors.row_of(int(r)) for r in rids]].copy()
+
+    def consolidation_candidates(self, user_id: str, limit: int, reactivation: int = 2,
+                                 pressure: float = 0.9) -> list[tuple[int, MemoryItem, str]]:
+        """Algorithm 3, step 1: (rid, item, reason) of at most ``limit`` unarchived items.
+
+        Reasons: ``new`` (never consolidated), ``reactivated`` (retrieved at least
+        ``reactivation`` times since it was), ``pressure`` (under capacity pressure, the
+        least retained unconsolidated items come first: they are next to be archived).
+        """
+        self.flush()  # access counts must include the buffered ones
+        cols = ", ".join(f"i.{c.strip()}" for c in _ITEM_COLS_LIST)
+        base = (f"SELECT {cols} FROM items i LEFT JOIN consolidated c ON c.user_id = i.user_id AND c.item_id = i.id "
+                "WHERE i.user_id = ? AND i.archived = 0")
+        rows = self.sql.query(base + " AND c.item_id IS NULL ORDER BY i.rid", (user_id,))
+        new = [(int(r[0]), row_to_item(r)) for r in rows]
+        under_pressure = self.size(user_id) >= pressure * self.capacity
+        if under_pressure and new:
+            scores = retention_score(np.asarray([it.last_access for _, it in new]), np.asarray([it.access_count for _, it in new]),
+                                     np.asarray([it.utility for _, it in new]), now=max(it.last_access for _, it in new),
+                                     half_life_days=self.half_life_days)
+            new = [new[i] for i in np.argsort(scores, kind="stable")]
+        out = [(rid, it, "pressure" if under_pressure else "new") for rid, it in new[:limit]]
+        if len(out) < limit:
+            rows = self.sql.query(base + " AND i.access_count - c.access_seen >= ? ORDER BY i.rid LIMIT ?",
+                                  (user_id, reactivation, limit - len(out)))
+            out += [(int(r[0]), row_to_item(r), "reactivated") for r in rows]
+        return out
+
+    def apply_offline(self, c: Any, user_id: str, changes: OfflineChanges, cycle: int, now: float) -> _OfflineDelta:
+        """Write a cycle's MTM changes inside the caller's transaction (hold ``sql.lock``).
+
+        Items deleted or archived since the cycle read them are skipped, and so is a cluster
+        with such a member: the cycle never resurrects what the user removed.
+        """
+        d = _OfflineDelta()
+
+        def live(item_id: str) -> tuple[int, str, str] | None:
+            return c.execute("SELECT rid, text, provenance FROM items WHERE user_id = ? AND id = ? AND archived = 0",
+                             (user_id, item_id)).fetchone()
+
+        for item_id, turns in changes.provenance.items():
+            row = live(item_id)
+            if row is None:
+                continue
+            prov = list(dict.fromkeys([*json.loads(row[2]), *turns]))
+            c.execute("UPDATE items SET provenance = ? WHERE rid = ?", (json.dumps(prov), row[0]))
+        for target, by, decision in changes.supersede:
+            row, newer = live(target), live(by)
+            if row is None or newer is None:
+                d.counts["skipped"] += 1
+                continue
+            if decision == "update":  # the newer entry ends the older fact's validity
+                (t_by,), = c.execute("SELECT event_time FROM items WHERE rid = ?", (newer[0],)).fetchall()
+                c.execute("UPDATE items SET superseded_by = ?, valid_to = COALESCE(valid_to, ?) WHERE rid = ?", (by, t_by, row[0]))
+            else:  # merge: still true, now represented (with its provenance) by the newer entry
+                c.execute("UPDATE items SET superseded_by = ? WHERE rid = ?", (by, row[0]))
+            self.sql.log(c, user_id, target, decision.upper(), row[1], f"superseded by {by}", now)
+            d.superseded.append(int(row[0]))
+            d.counts["merged" if decision == "merge" else "superseded"] += 1
+        for item, vec, members in changes.abstracts:
+            rows = [live(m) for m in members]
+            if any(r is None for r in rows):
+                d.counts["skipped"] += 1
+                continue
+            rid = self.sql.insert_item(c, item, vec)
+            self.sql.log(c, user_id, item.id, "ADD", None, item.text, now)
+            for m, r in zip(members, rows):
+                c.execute("UPDATE items SET archived = 1 WHERE rid = ?", (r[0],))
+                self.sql.log(c, user_id, m, "CONSOLIDATE", r[1], f"abstracted into {item.id}", now)
+                d.archived.append(int(r[0]))
+            c.execute("INSERT OR REPLACE INTO consolidated (user_id, item_id, cycle, access_seen, at) VALUES (?, ?, ?, 0, ?)",
+                      (user_id, item.id, cycle, now))
+            d.added.append((rid, item, np.asarray(vec, dtype=np.float32)))
+            d.counts["abstracts"] += 1
+            d.counts["archived"] += len(members)
+        for item_id, access in changes.marks:
+            if c.execute("SELECT 1 FROM items WHERE user_id = ? AND id = ?", (user_id, item_id)).fetchone():
+                c.execute("INSERT OR REPLACE INTO consolidated (user_id, item_id, cycle, access_seen, at) VALUES (?, ?, ?, ?, ?)",
+                          (user_id, item_id, cycle, access, now))
+                d.counts["marked"] += 1
+        return d
+
+    def refresh_offline(self, user_id: str, d: _OfflineDelta) -> None:
+        """Bring the user's indexes in line with a committed cycle (call under ``sql.lock``)."""
+        part = self._parts.get(user_id)
+        if part is None:
+            return  # loaded lazily from SQLite, which has the cycle
+        for rid in d.superseded:
+            m = part.meta.get(rid)
+            if m is not None and m.current:
+                part.meta[rid] = replace(m, current=False)
+                part.n_not_current += 1
+        part.remove(d.archived)
+        for rid, item, vec in d.added:
+            part.add(rid, item, vec)
+
+    def consolidation_state(self, user_id: str) -> dict[str, int]:
+        """Consolidated and not-yet-consolidated active items of a user."""
+        (done,), = self.sql.query(
+            "SELECT COUNT(*) FROM consolidated c JOIN items i ON i.user_id = c.user_id AND i.id = c.item_id "
+            "WHERE c.user_id = ? AND i.archived = 0", (user_id,))
+        (active,), = self.sql.query("SELECT COUNT(*) FROM items WHERE user_id = ? AND archived = 0", (user_id,))
+        return {"consolidated": int(done), "unconsolidated": int(active - done)}
 
     # -- access statistics (buffered: the read path must not wait on fsync) -------------------
     def touch(self, user_id: str, rids: Sequence[int], at: float) -> None:

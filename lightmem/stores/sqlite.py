@@ -51,6 +51,10 @@ CREATE INDEX IF NOT EXISTS history_by_item ON history (user_id, item_id);
 CREATE TABLE IF NOT EXISTS pending (
   user_id TEXT NOT NULL, turn_id TEXT NOT NULL, PRIMARY KEY (user_id, turn_id)
 );
+CREATE TABLE IF NOT EXISTS consolidated (
+  user_id TEXT NOT NULL, item_id TEXT NOT NULL, cycle INTEGER NOT NULL, access_seen INTEGER NOT NULL,
+  at REAL NOT NULL, PRIMARY KEY (user_id, item_id)
+);
 """
 
 _ITEM_COLS = (
@@ -236,6 +240,10 @@ class SQLiteStore:
         """Replace the user's pending marks (call inside transaction())."""
         c.execute("DELETE FROM pending WHERE user_id = ?", (user_id,))
         c.executemany("INSERT OR IGNORE INTO pending (user_id, turn_id) VALUES (?, ?)", [(user_id, t) for t in turn_ids])
+
+    def speakers(self, user_id: str) -> list[str]:
+        """The distinct speakers of a user's turns (names the consolidator must scrub)."""
+        return [r[0] for r in self.query("SELECT DISTINCT speaker FROM turns WHERE user_id = ?", (user_id,))]
 
     def users(self) -> list[str]:
         rows = self.query("SELECT user_id FROM turns UNION SELECT user_id FROM items ORDER BY 1")

@@ -1,0 +1,76 @@
+"""Long-term memory: a de-identified knowledge graph built by offline consolidation.
+
+``LTMOptions`` groups what ``Memory.open(..., ltm=LTMOptions())`` needs; ``build_ltm``
+wires the graph, the consolidator and the background scheduler over an open store.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightmem.ltm.consolidation import ConsolidationSpec, Consolidator, CycleReport
+from lightmem.ltm.graph import GraphSpec, KnowledgeGraph
+from lightmem.ltm.scheduler import ConsolidationScheduler
+
+__all__ = ["LTMOptions", "LTMRuntime", "build_ltm", "ConsolidationSpec", "Consolidator", "CycleReport", "GraphSpec",
+           "KnowledgeGraph", "ConsolidationScheduler"]
+
+
+@dataclass
+class LTMOptions:
+    """LTM and consolidation settings.
+
+    Attributes:
+        consolidation: What a cycle does (batch, triggers, which steps).
+        graph: Merge, link and decay rules of the graph.
+        background: Run cycles in a background thread as turns arrive; otherwise only
+            ``Memory.consolidate`` runs them.
+        nice: Priority increment of the background thread.
+        routing: How HQs reach the tiers: ``concurrent`` (each HQ searches its routed tier
+            and, with ``cross_share`` of its quota, the other: covers the update gap),
+            ``controller`` (only the routed tier), ``mtm_only``, ``ltm_only``.
+        cross_share: Share of an HQ's quota spent on the tier it was not routed to.
+        hops: Edge hops of LTM expansion (1 or 2).
+        abstractor: ``extractive`` (spaCy patterns) or ``generative`` (the LLM runtime).
+        nlp: A spaCy pipeline with the parser for the extractive abstractor and
+            de-identification (None: rules only).
+        llm: The offline LLM (generative abstraction, update decisions, cluster abstracts).
+    """
+
+    consolidation: ConsolidationSpec = field(default_factory=ConsolidationSpec)
+    graph: GraphSpec = field(default_factory=GraphSpec)
+    background: bool = True
+    nice: int = 10
+    routing: str = "concurrent"
+    cross_share: float = 0.5
+    hops: int = 1
+    abstractor: str = "extractive"
+    nlp: Any = None
+    llm: Any = None
+
+
+@dataclass
+class LTMRuntime:
+    graph: KnowledgeGraph
+    consolidator: Consolidator
+    scheduler: ConsolidationScheduler | None
+
+
+def build_ltm(store: Any, embedder: Any, options: LTMOptions, clock: Any = None) -> LTMRuntime:
+    """The graph over ``store``'s database, its consolidator and (when ``background``) its scheduler."""
+    from lightmem.ltm.abstraction import ExtractiveAbstractor, GenerativeAbstractor
+    from lightmem.ltm.deidentify import Deidentifier
+
+    if options.abstractor not in ("extractive", "generative"):
+        raise ValueError(f"abstractor must be 'extractive' or 'generative', got {options.abstractor!r}")
+    if options.abstractor == "generative" and options.llm is None:
+        raise ValueError("the generative abstractor needs an LLM runtime (LTMOptions.llm)")
+    graph = KnowledgeGraph(store.sql, embedder.encode, embedder.dim, options.graph)
+    deid = Deidentifier(options.nlp)
+    extractive = ExtractiveAbstractor(options.nlp)
+    abstractor = GenerativeAbstractor(options.llm, extractive, deid) if options.abstractor == "generative" else extractive
+    kw = {"clock": clock} if clock is not None else {}
+    consolidator = Consolidator(store, embedder, graph, abstractor, deid, options.llm, options.consolidation, **kw)
+    scheduler = (ConsolidationScheduler(consolidator, options.consolidation.every_n_turns, options.nice)
+                 if options.background else None)
+    return LTMRuntime(graph, consolidator, scheduler)

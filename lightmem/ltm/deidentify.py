@@ -1,0 +1,133 @@
+"""De-identification: personal identifiers → typed placeholders before anything reaches LTM.
+
+LTM is shared, user-agnostic knowledge (LightMem-SLM §3.2): it must hold no user id and no
+personal identifier. ``Deidentifier.scrub`` replaces, in this order,
+
+- the user ids it is told about, and id-like tokens (``user_42``, UUIDs, long hex) → ``[USER]`` / ``[ID]``
+- e-mail addresses → ``[EMAIL]``, URLs → ``[URL]``, phone numbers → ``[PHONE]``
+- street addresses ("221B Baker Street", "12 Rue de Rivoli") → ``[ADDRESS]``
+- person names: the names it is told about (speakers), titled names ("Dr. Lee"), and
+  spaCy ``PERSON`` entities when a pipeline is given → ``[PERSON]``
+- session-specific dates: the write path's ``[2023-05-07]`` annotations are removed
+
+Pure apart from the optional spaCy call; the rules are deliberately conservative about
+names without NER (a capitalised word may be a place), and strict about everything else.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+PERSON, EMAIL, PHONE, ADDRESS, USER, ID, URL = "[PERSON]", "[EMAIL]", "[PHONE]", "[ADDRESS]", "[USER]", "[ID]", "[URL]"
+PLACEHOLDERS = (PERSON, EMAIL, PHONE, ADDRESS, USER, ID, URL)
+
+_EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+_URL = re.compile(r"\b(?:https?://|www\.)\S+", re.I)
+# +44 20 7946 0958, (555) 123-4567, 555.123.4567, 0612345678: 7+ digits with separators.
+_PHONE = re.compile(r"(?<![\w/-])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{1,4}\)[\s.-]?)?\d{2,4}(?:[\s.-]?\d{2,4}){1,4}(?![\w/-])")
+_STREET = (
+    r"street|st\.?|avenue|ave\.?|road|rd\.?|boulevard|blvd\.?|lane|ln\.?|drive|dr\.?|court|ct\.?|place|pl\.?|"
+    r"square|sq\.?|terrace|way|highway|hwy\.?|parkway"
+)
+_ADDRESS = re.compile(
+    rf"\b\d{{1,5}}[A-Za-z]?,?\s+(?:[A-Z][\w'-]*\s+){{0,3}}(?:{_STREET})\b(?:,?\s+(?:apt|apartment|suite|unit)\.?\s*\w+)?"
+    r"|\b(?:\d{1,5},?\s+)?(?:rue|via|calle|avenida|straße|strasse)\s+(?:de\s+|del\s+|la\s+)?[A-Z][\w'-]*(?:\s+\d{1,5})?",
+    re.I,
+)
+_USER_TOKEN = re.compile(r"\b(?:user|uid|usr|customer|client|account|acct)[_\-#:]?\d+\b", re.I)
+_UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
+_HEX_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{12,}\b", re.I)
+_TITLED = re.compile(r"\b(?:Mr|Mrs|Ms|Miss|Dr|Prof|Mx)\.?\s+[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?")
+_DATE_NOTE = re.compile(r"\s*\[\d{4}(?:-\d{2}){0,2}(?:/\d{4}-\d{2}-\d{2})?\]")
+_SPEAKER = re.compile(r"^\s*([^:\n]{1,40}):\s+")
+
+
+class Deidentifier:
+    """Replaces personal identifiers by placeholders.
+
+    Args:
+        nlp: Optional spaCy pipeline; its ``PERSON`` entities are replaced as well.
+        names: Person names always replaced (e.g. the speakers of a user's turns).
+        user_ids: User ids always replaced by ``[USER]``.
+    """
+
+    def __init__(self, nlp: Any = None, names: Iterable[str] = (), user_ids: Iterable[str] = ()) -> None:
+        self.nlp = nlp
+        self.names = {n.strip() for n in names if n and n.strip()}
+        self.user_ids = {u for u in user_ids if u}
+
+    def with_context(self, names: Iterable[str] = (), user_ids: Iterable[str] = ()) -> "Deidentifier":
+        """A copy that also knows these names and user ids (one user's batch)."""
+        return Deidentifier(self.nlp, [*self.names, *names], [*self.user_ids, *user_ids])
+
+    def scrub(self, text: str) -> str:
+        return self.scrub_many([text])[0]
+
+    def scrub_many(self, texts: Sequence[str]) -> list[str]:
+        """De-identify many texts (spaCy runs batched over the rule-scrubbed texts)."""
+        out = [self._rules(t) for t in texts]
+        if self.nlp is not None:
+            out = [_replace_spans(t, [(e.start_char, e.end_char) for e in doc.ents if e.label_ == "PERSON"], PERSON)
+                   for t, doc in zip(out, self.nlp.pipe(out))]
+        return [_tidy(t) for t in out]
+
+    def _rules(self, text: str) -> str:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
+        t = _DATE_NOTE.sub("", text)
+        # Known ids first: a user id may itself look like an e-mail or a name.
+        for uid in sorted(self.user_ids, key=len, reverse=True):
+            t = re.sub(rf"(?<![\w@.]){re.escape(uid)}(?![\w@])", USER, t, flags=re.I)
+        t = _EMAIL.sub(EMAIL, t)
+        t = _URL.sub(URL, t)
+        t = _UUID.sub(ID, t)
+        t = _USER_TOKEN.sub(USER, t)
+        t = _HEX_ID.sub(ID, t)
+        t = _ADDRESS.sub(ADDRESS, t)
+        t = _PHONE.sub(lambda m: PHONE if _is_phone(m.group(0)) else m.group(0), t)
+        t = _TITLED.sub(PERSON, t)
+        for name in sorted(self.names, key=len, reverse=True):
+            parts = [re.escape(p) for p in name.split()]
+            # The full name, and each part of a multi-word name on its own ("Mel" of "Melanie"
+            # is not caught; "Caroline" of "Caroline Smith" is).
+            for pat in ([r"\s+".join(parts)] + (parts if len(parts) > 1 else [])):
+                t = re.sub(rf"\b{pat}\b", PERSON, t, flags=re.I)
+        return t
+
+
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def _is_phone(s: str) -> bool:
+    """7+ digits and not an ISO date (2023-05-07 has 8 digits and separators too)."""
+    return sum(c.isdigit() for c in s) >= 7 and not _ISO_DATE.match(s.strip())
+
+
+def _replace_spans(text: str, spans: list[tuple[int, int]], placeholder: str) -> str:
+    for start, end in sorted(spans, reverse=True):
+        if text[start:end] not in PLACEHOLDERS:
+            text = text[:start] + placeholder + text[end:]
+    return text
+
+
+def _tidy(text: str) -> str:
+    # "[PERSON] [PERSON]" (first and last name replaced apart) reads as one person.
+    text = re.sub(r"(\[PERSON\])(?:\s+\[PERSON\])+", r"\1", text)
+    return re.sub(r"\s{2,}", " ", text).strip()
+
+
+def strip_speaker(text: str) -> str:
+    """The body of a ``speaker: text`` memory line."""
+    return _SPEAKER.sub("", text, count=1)
+
+
+def leaks(text: str, names: Iterable[str] = (), user_ids: Iterable[str] = ()) -> list[str]:
+    """Identifiers still present in ``text``: the given names and ids, e-mails, phone numbers.
+
+    The check the tests and ``KnowledgeGraph.audit`` run over everything LTM stores.
+    """
+    found = [n for n in [*names, *user_ids] if n and re.search(rf"\b{re.escape(n)}\b", text, re.I)]
+    found += _EMAIL.findall(text)
+    found += [m.group(0) for m in _PHONE.finditer(text) if _is_phone(m.group(0))]
+    return found

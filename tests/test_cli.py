@@ -48,3 +48,19 @@ def test_clear_errors(tmp_path, capsys):
     assert main(["ingest", str(bad), "--store", str(tmp_path / "s"), "-q"]) == 2
     assert "not valid JSON" in " ".join(capsys.readouterr().err.split())
     assert main(["ingest", str(tmp_path / "nope.json"), "--store", str(tmp_path / "s"), "-q"]) == 2
+
+
+def test_consolidate_and_graph_export(tmp_path, capsys):
+    store = str(tmp_path / "s")
+    assert main(["ingest", str(TINY_LOCOMO), "--store", store, "--encoder", "hashing", "-q"]) == 0
+    assert main(["consolidate", "--store", store, "--user", "nobody", "-q"]) == 2  # a clear error
+    assert main(["consolidate", "--store", store, "--json", "-q"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ltm"]["nodes"] > 0 and out["cycles"][0]["selected"]["new"] > 0
+    assert main(["graph", "--store", store, "--export", str(tmp_path / "g.json"), "--json"]) == 0
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert len(data["nodes"]) == out["ltm"]["nodes"] and (tmp_path / "g.png").stat().st_size > 0
+    assert all("user_id" not in n for n in data["nodes"])
+    assert main(["graph", "--store", store, "--export", str(tmp_path / "g.graphml"), "--plot", str(tmp_path / "p.png")]) == 0
+    assert "<graphml" in (tmp_path / "g.graphml").read_text() and (tmp_path / "p.png").exists()
+    assert main(["graph", "--store", str(tmp_path / "missing")]) == 2

@@ -102,3 +102,21 @@ def test_build_memory_wires_the_write_path(tmp_path, embedder):
     m.flush("u")
     assert m.get_all("u")[0].text == "Caroline: Caroline went hiking yesterday [2023-05-07]."
     m.close()
+
+
+@pytest.mark.parametrize("option, hops", [("lightmem", 1), ("flat", 0)])
+def test_ltm_options_compose_and_wire(tmp_path, embedder, option, hops):
+    from lightmem.config import build_memory
+
+    cfg = compose("locomo", [f"ltm={option}", "selector=none", "ltm.nlp=false", "ltm.background=false",
+                             "ltm.consolidation.recursive=false", "ltm.routing=controller"])
+    m = build_memory(cfg, tmp_path / "s", embedder=embedder)
+    assert m.ltm is not None and m.ltm.scheduler is None and m.retriever.ltm is m.ltm.graph
+    assert m.retriever.routing == "controller" and m.retriever.ltm_hops == hops
+    assert m.ltm.consolidator.spec.recursive is False and m.ltm.consolidator.spec.cluster.tau == 0.85
+    m.add([{"speaker": "Ann", "text": "The Science Museum opened a new Space Wing."}], user_id="u", timestamp="2023-05-08")
+    assert m.consolidate("u")[0].units >= 1
+    m.close()
+    assert compose("locomo", []).ltm.enabled is False
+    with pytest.raises(Exception, match="nonsense"):
+        build_memory(compose("locomo", ["ltm=lightmem", "+ltm.nonsense=1", "ltm.nlp=false"]), tmp_path / "t", embedder=embedder)

@@ -109,7 +109,7 @@ def test_delete_user_erases_everything_of_that_user_only(memory):
     memory.add("Ava's phone is 555-0100", user_id="ava")
     memory.add("Ben's phone is 555-0199", user_id="ben")
     removed = memory.delete_user("ava")
-    assert removed == {"items": 1, "turns": 1, "history": 1, "pending": 0}
+    assert removed == {"items": 1, "turns": 1, "history": 1, "pending": 0, "consolidated": 0}
     assert memory.search("phone", "ava", k=5) == [] and memory.get_all("ava") == []
     assert memory.store.sql.query("SELECT COUNT(*) FROM history WHERE user_id = 'ava'")[0][0] == 0
     assert len(memory.search("phone", "ben", k=5)) == 1

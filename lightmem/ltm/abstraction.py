@@ -26,6 +26,7 @@ from lightmem.llm.base import LLM
 from lightmem.ltm.deidentify import PLACEHOLDERS, Deidentifier
 from lightmem.roles import prompts
 from lightmem.roles.jsonio import call_json
+from lightmem.text import STOPWORDS
 from lightmem.types import EdgeType, NodeKind
 
 log = logging.getLogger(__name__)
@@ -225,8 +226,14 @@ class ExtractiveAbstractor:
                 continue
             keys = []
             for m in re.finditer(r"\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*\b", sent):
-                key = node_key(m.group(0))
-                if m.start() > 0 and _usable(key) and key not in keys and m.group(0) not in ("I",):
+                words = m.group(0).split()
+                while words and (words[0].lower() in STOPWORDS or words[0].lower() in _VAGUE or words[0] == "Another"):
+                    words = words[1:]
+                # A lone capitalised word opening the sentence is more often "Yesterday" than a name.
+                if not words or (m.start() == 0 and len(words) == len(m.group(0).split()) == 1):
+                    continue
+                key = node_key(" ".join(words))
+                if _usable(key) and key not in keys:
                     keys.append(key)
             if not keys:
                 continue

@@ -166,12 +166,16 @@ class Consolidator:
         pool: dict[int, MemoryItem] = {rid: it for rid, it, _ in batch if it.is_current}
         if not pool:
             return
-        vec_of = dict(zip(pool, self.store.vectors(user_id, list(pool))))
-        for _rid, vec in list(vec_of.items()):
-            ids, _ = self.store.search_dense(user_id, vec, spec.k + 4, Filters())
-            pool.update({r: it for r, it in self.store.fetch(user_id, [int(i) for i in ids if int(i) not in pool]).items()})
-        rids = list(pool)
-        vecs = self.store.vectors(user_id, rids)
+        with self.store.lock:  # brief: one consistent view of the user's index (no model runs here)
+            pool = {r: it for r, it in pool.items() if r in self.store.indexed(user_id, list(pool))}
+            vec_of = dict(zip(pool, self.store.vectors(user_id, list(pool))))
+            for vec in list(vec_of.values()):
+                ids, _ = self.store.search_dense(user_id, vec, spec.k + 4, Filters())
+                pool.update(self.store.fetch(user_id, [int(i) for i in ids if int(i) not in pool]))
+            rids = list(pool)
+            vecs = self.store.vectors(user_id, rids)
+        if not vec_of:
+            return
         # rank in (event time, row id) order: a later write of the same moment counts as later
         order = np.empty(len(rids), dtype=np.int64)
         order[np.lexsort((np.asarray(rids), np.asarray([pool[r].event_time for r in rids])))] = np.arange(len(rids))
@@ -196,15 +200,17 @@ class Consolidator:
         seeds = {rid: it for rid, it, _ in batch if it.is_current and it.id not in busy}
         if not seeds:
             return
-        pool: dict[int, MemoryItem] = dict(seeds)
-        for _rid, vec in zip(list(seeds), self.store.vectors(user_id, list(seeds))):
-            ids, _ = self.store.search_dense(user_id, vec, spec.neighbours, Filters())
-            pool.update(self.store.fetch(user_id, [int(i) for i in ids if int(i) not in pool]))
-        pool = {r: it for r, it in pool.items() if it.id not in busy and it.kind is not ItemKind.KNOWLEDGE}
-        rids = list(pool)
+        with self.store.lock:  # brief: one consistent view of the user's index
+            seeds = {r: it for r, it in seeds.items() if r in self.store.indexed(user_id, list(seeds))}
+            pool: dict[int, MemoryItem] = dict(seeds)
+            for vec in self.store.vectors(user_id, list(seeds)):
+                ids, _ = self.store.search_dense(user_id, vec, spec.neighbours, Filters())
+                pool.update(self.store.fetch(user_id, [int(i) for i in ids if int(i) not in pool]))
+            pool = {r: it for r, it in pool.items() if it.id not in busy and not it.archived}
+            rids = list(pool)
+            vecs = self.store.vectors(user_id, rids)
         if len(rids) < spec.min_size:
             return
-        vecs = self.store.vectors(user_id, rids)
         omega = recursive.affinity(vecs, np.asarray([pool[r].event_time for r in rids]), spec.beta, spec.lam)
         seed_rows = [i for i, r in enumerate(rids) if r in seeds]
         clusters = recursive.dense_clusters(omega, seed_rows, spec.tau, spec.min_size, spec.max_size)

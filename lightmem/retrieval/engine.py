@@ -150,31 +150,34 @@ class TwoStageRetriever:
 
     def _hybrid(self, text: str, qvec: np.ndarray, quota: int, plan: RetrievalPlan, user_id: str, now: float) -> list[tuple[int, Hit]]:
         depth = quota * self.depth_factor
-        empty = np.zeros(0, dtype=np.int64)
-        # A signal with weight 0 cannot move a candidate: do not pay for its search.
-        d_ids = self.store.search_dense(user_id, qvec, depth, plan.filters)[0] if self.w_dense else empty
-        l_ids, _, bm25_of = self.store.search_lexical(user_id, text, depth if self.w_lexical else 0, plan.filters)
-        union = list(dict.fromkeys([*d_ids.tolist(), *l_ids.tolist()]))
-        if not union:
-            return []
-        cos = self.store.cosine(user_id, qvec, union)
-        bm = bm25_of(union)
-        bm_norm = scoring.normalize_max(bm)
-        event_times, tags_of = self.store.signals(user_id, union)
-        tags = plan.intent.get("tags")
-        meta = scoring.metadata_match(tags_of, set(tags) if tags else None)
-        window = plan.intent.get("time_window")
-        if window:  # a soft time constraint from the controller counts as a metadata match
-            meta = np.maximum(meta, scoring.in_window(event_times, window[0], window[1]))
-        if self.fusion is Fusion.RRF:
-            fused_map = scoring.reciprocal_rank_fusion([d_ids.tolist(), l_ids.tolist()], self.rrf_k, [self.w_dense, self.w_lexical])
-            fused = np.asarray([fused_map.get(r, 0.0) for r in union]) + self.w_meta * meta / (self.rrf_k + 1)
-        else:
-            rec = scoring.recency_decay(event_times, now, self.half_life)
-            fused = scoring.weighted_fusion(cos, bm_norm, meta, rec, self.w_dense, self.w_lexical, self.w_meta, self.w_recency)
-        order = np.argsort(-fused, kind="stable")[:quota]
-        # Only the chosen rows are read from SQLite, scoped to this user.
-        items = self.store.fetch(user_id, [union[i] for i in order])
+        # One consistent view of the indexes: a consolidation commit in between could
+        # archive a row the dense search returned.
+        with self.store.lock:
+            empty = np.zeros(0, dtype=np.int64)
+            # A signal with weight 0 cannot move a candidate: do not pay for its search.
+            d_ids = self.store.search_dense(user_id, qvec, depth, plan.filters)[0] if self.w_dense else empty
+            l_ids, _, bm25_of = self.store.search_lexical(user_id, text, depth if self.w_lexical else 0, plan.filters)
+            union = list(dict.fromkeys([*d_ids.tolist(), *l_ids.tolist()]))
+            if not union:
+                return []
+            cos = self.store.cosine(user_id, qvec, union)
+            bm = bm25_of(union)
+            bm_norm = scoring.normalize_max(bm)
+            event_times, tags_of = self.store.signals(user_id, union)
+            tags = plan.intent.get("tags")
+            meta = scoring.metadata_match(tags_of, set(tags) if tags else None)
+            window = plan.intent.get("time_window")
+            if window:  # a soft time constraint from the controller counts as a metadata match
+                meta = np.maximum(meta, scoring.in_window(event_times, window[0], window[1]))
+            if self.fusion is Fusion.RRF:
+                fused_map = scoring.reciprocal_rank_fusion([d_ids.tolist(), l_ids.tolist()], self.rrf_k, [self.w_dense, self.w_lexical])
+                fused = np.asarray([fused_map.get(r, 0.0) for r in union]) + self.w_meta * meta / (self.rrf_k + 1)
+            else:
+                rec = scoring.recency_decay(event_times, now, self.half_life)
+                fused = scoring.weighted_fusion(cos, bm_norm, meta, rec, self.w_dense, self.w_lexical, self.w_meta, self.w_recency)
+            order = np.argsort(-fused, kind="stable")[:quota]
+            # Only the chosen rows are read from SQLite, scoped to this user.
+            items = self.store.fetch(user_id, [union[i] for i in order])
         out = []
         for i in order:
             rid = union[i]

@@ -169,6 +169,11 @@ class MTMStore:
                 f"(dim {self.dim}). Open it with the same encoder, or use a new store folder."
             )
 
+    @property
+    def lock(self):
+        """The store's re-entrant lock: hold it for several index reads that must agree."""
+        return self._lock
+
     # -- partitions ------------------------------------------------------------------------
     def _part(self, user_id: str) -> _Partition:
         with self._lock:
@@ -379,6 +384,12 @@ class MTMStore:
         return len(self._part(user_id).vectors)
 
     # -- offline consolidation ----------------------------------------------------------------
+    def indexed(self, user_id: str, rids: Sequence[int]) -> set[int]:
+        """Which of these row ids the user's index holds (unarchived, not deleted)."""
+        with self._lock:
+            part = self._part(user_id)
+            return {int(r) for r in rids if int(r) in part.vectors}
+
     def vectors(self, user_id: str, rids: Sequence[int]) -> np.ndarray:
         """Stored vectors of indexed items (from the in-memory mirror)."""
         with self._lock:

@@ -166,6 +166,18 @@ class SensoryBenchConfig(PipelineConfig):
     out_dir: str = "outputs/sensory"
 
 
+@dataclass
+class LTMBenchConfig(PipelineConfig):
+    """eval/ltm.py: consolidation growth and cost, search latency idle vs during consolidation."""
+
+    data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
+    conversation: Any = 0
+    copies: int = 2
+    n_queries: int = 100
+    k: int = 10
+    out_dir: str = "outputs/ltm_bench"
+
+
 def register_configs() -> None:
     """Register the schemas the YAML files in conf/ extend (``defaults: [schema_...]``)."""
     cs = ConfigStore.instance()
@@ -174,6 +186,7 @@ def register_configs() -> None:
     cs.store(name="schema_roles", node=RolesBenchConfig)
     cs.store(name="schema_distill", node=DistillConfig)
     cs.store(name="schema_sensory_bench", node=SensoryBenchConfig)
+    cs.store(name="schema_ltm_bench", node=LTMBenchConfig)
 
 
 register_configs()

@@ -140,7 +140,7 @@ class Consolidator:
                 rep.cycle, rep.graph, rep.mtm = cycle, dict(delta.counts), dict(mtm.counts)
                 KnowledgeGraph.finish_cycle(c, cycle, {"units": rep.units, **rep.graph, **{f"mtm_{k}": v for k, v in rep.mtm.items()}})
             self.store.refresh_offline(user_id, mtm)
-            self.graph.refresh(delta)
+        self.graph.refresh(delta)  # its own lock: MTM searches need not wait for it
         t5 = time.perf_counter()
         rep.seconds = {"select": t1 - t0, "abstract": t2 - t1, "sleep_update": t3 - t2, "recursive": t4 - t3,
                        "commit": t5 - t4, "total": t5 - t0}
@@ -166,20 +166,16 @@ class Consolidator:
         pool: dict[int, MemoryItem] = {rid: it for rid, it, _ in batch if it.is_current}
         if not pool:
             return
-        with self.store.lock:  # brief: one consistent view of the user's index (no model runs here)
-            pool = {r: it for r, it in pool.items() if r in self.store.indexed(user_id, list(pool))}
-            vec_of = dict(zip(pool, self.store.vectors(user_id, list(pool))))
-            for vec in list(vec_of.values()):
-                ids, _ = self.store.search_dense(user_id, vec, spec.k + 4, Filters())
-                pool.update(self.store.fetch(user_id, [int(i) for i in ids if int(i) not in pool]))
-            rids = list(pool)
-            vecs = self.store.vectors(user_id, rids)
-        if not vec_of:
+        targets_rid = set(pool)
+        pool = self._neighbourhood(user_id, pool, spec.k + 4)
+        rids, vecs = self._vectors(user_id, pool)
+        pool = {r: pool[r] for r in rids}
+        targets = [i for i, r in enumerate(rids) if r in targets_rid]
+        if not targets:
             return
         # rank in (event time, row id) order: a later write of the same moment counts as later
         order = np.empty(len(rids), dtype=np.int64)
         order[np.lexsort((np.asarray(rids), np.asarray([pool[r].event_time for r in rids])))] = np.arange(len(rids))
-        targets = [i for i, r in enumerate(rids) if r in vec_of]
         queues = sleep.update_queues(vecs, order, targets, spec.k, spec.min_similarity)
         pairs = [(i, j, s) for i, q in queues.items() for j, s in q]
         decisions = sleep.decide([(pool[rids[i]].text, pool[rids[j]].text, s) for i, j, s in pairs], spec, self.llm)
@@ -194,21 +190,37 @@ class Consolidator:
         for row, turns in moved.items():
             changes.provenance[pool[rids[row]].id] = list(dict.fromkeys(turns))
 
+    def _neighbourhood(self, user_id: str, seeds: dict[int, MemoryItem], k: int) -> dict[int, MemoryItem]:
+        """Seeds plus their ``k`` nearest current entries. Each read takes the store's lock
+        on its own, so a search waits at most one lookup, never a whole batch."""
+        pool = dict(seeds)
+        for rid in list(seeds):
+            with self.store.lock:
+                if rid not in self.store.indexed(user_id, [rid]):
+                    pool.pop(rid, None)
+                    continue
+                vec = self.store.vectors(user_id, [rid])[0]
+                ids, _ = self.store.search_dense(user_id, vec, k, Filters())
+            pool.update(self.store.fetch(user_id, [int(i) for i in ids if int(i) not in pool]))
+        return pool
+
+    def _vectors(self, user_id: str, pool: dict[int, MemoryItem]) -> tuple[list[int], np.ndarray]:
+        """Row ids still indexed and their vectors (rows archived meanwhile drop out)."""
+        with self.store.lock:
+            rids = [r for r in pool if r in self.store.indexed(user_id, list(pool))]
+            return rids, self.store.vectors(user_id, rids)
+
     def _recursive(self, user_id: str, batch: list, changes: OfflineChanges, busy: set[str]) -> None:
         """SimpleMem §2.2: clusters around the batch's entries become abstract entries."""
         spec = self.spec.cluster
         seeds = {rid: it for rid, it, _ in batch if it.is_current and it.id not in busy}
         if not seeds:
             return
-        with self.store.lock:  # brief: one consistent view of the user's index
-            seeds = {r: it for r, it in seeds.items() if r in self.store.indexed(user_id, list(seeds))}
-            pool: dict[int, MemoryItem] = dict(seeds)
-            for vec in self.store.vectors(user_id, list(seeds)):
-                ids, _ = self.store.search_dense(user_id, vec, spec.neighbours, Filters())
-                pool.update(self.store.fetch(user_id, [int(i) for i in ids if int(i) not in pool]))
-            pool = {r: it for r, it in pool.items() if it.id not in busy and not it.archived}
-            rids = list(pool)
-            vecs = self.store.vectors(user_id, rids)
+        pool = self._neighbourhood(user_id, seeds, spec.neighbours)
+        pool = {r: it for r, it in pool.items() if it.id not in busy and not it.archived}
+        rids, vecs = self._vectors(user_id, pool)
+        pool = {r: pool[r] for r in rids}
+        seeds = {r: it for r, it in seeds.items() if r in pool}
         if len(rids) < spec.min_size:
             return
         omega = recursive.affinity(vecs, np.asarray([pool[r].event_time for r in rids]), spec.beta, spec.lam)

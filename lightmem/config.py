@@ -94,12 +94,67 @@ class PipelineConfig:
 
 
 @dataclass
+class QAConfig:
+    """Answer generation from the packed memories (the ``llm`` node is the generator)."""
+
+    enabled: bool = False
+    judge: Any = None  # an LLM node (e.g. conf/llm/openai.yaml's keys); the LLM judge runs only when set
+    batch_size: int = 8
+    max_new_tokens: int = 32
+    window: int = 2048  # the full-context baseline's context window (tokens)
+
+
+@dataclass
+class InjectConfig:
+    """Error injection of the stress tests (LightMem-SLM §4.6-4.7); all off by default."""
+
+    hq_noise: float = 0.0  # share of HQs that are irrelevant queries
+    write_noise: float = 0.0  # share of Writer entries replaced by word salad
+    saturation: float = 0.0  # irrelevant recent turns before the questions, as a multiple of the conversation's turns
+
+
+@dataclass
 class LocomoEvalConfig(PipelineConfig):
     data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
     ks: list[int] = field(default_factory=lambda: [5, 10, 20])
     budget: int = 600
     out_dir: str = "outputs/locomo"
     keep_stores: bool = False
+    system: str = "memory"  # memory | full_context
+    qa: QAConfig = field(default_factory=QAConfig)
+    inject: InjectConfig = field(default_factory=InjectConfig)
+    seed: int = 0  # seeds the stochastic parts: error injection (and sampling generators)
+
+
+@dataclass
+class LongMemEvalDataConfig:
+    path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/longmemeval/longmemeval_oracle_dev.json"
+    max_instances: int | None = None  # spread evenly over the file (every question type keeps its share)
+    types: list[str] | None = None  # keep only these question types
+
+
+@dataclass
+class LongMemEvalConfig(PipelineConfig):
+    data: LongMemEvalDataConfig = field(default_factory=LongMemEvalDataConfig)
+    ks: list[int] = field(default_factory=lambda: [5, 10, 20])
+    budget: int = 600
+    out_dir: str = "outputs/longmemeval"
+    qa: QAConfig = field(default_factory=QAConfig)
+    seed: int = 0
+
+
+@dataclass
+class GrowthConfig(PipelineConfig):
+    """MTM growth along one trajectory (LightMem-SLM §4.5)."""
+
+    locomo_path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/locomo/locomo_dev.json"
+    locomo_conversations: Any = "0-4"
+    filler_path: str | None = "${oc.env:LIGHTMEM_DATA,../shared/data}/longmemeval/longmemeval_s_dev.json.gz"
+    sizes: list[int] = field(default_factory=lambda: [100, 1000, 5000, 10_000])
+    k: int = 10
+    budget: int = 600
+    max_questions: int | None = 300  # per checkpoint, spread evenly over the answerable ones
+    out_dir: str = "outputs/growth"
 
 
 @dataclass
@@ -183,6 +238,8 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="schema_locomo", node=LocomoEvalConfig)
     cs.store(name="schema_latency", node=LatencyBenchConfig)
+    cs.store(name="schema_longmemeval", node=LongMemEvalConfig)
+    cs.store(name="schema_growth", node=GrowthConfig)
     cs.store(name="schema_roles", node=RolesBenchConfig)
     cs.store(name="schema_distill", node=DistillConfig)
     cs.store(name="schema_sensory_bench", node=SensoryBenchConfig)

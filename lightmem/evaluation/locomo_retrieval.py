@@ -1,8 +1,14 @@
-"""LoCoMo retrieval evaluation: ingest each conversation turn by turn, score evidence recall.
+"""LoCoMo evaluation: ingest each conversation turn by turn, score evidence recall, answer.
 
-No generator is involved: every item carries the ids of the turns it came from, and a
+Retrieval needs no generator: every item carries the ids of the turns it came from, and a
 question's evidence is covered when those ids reach the retrieved set (at K, or within
-a token budget packed exactly as the context composer packs memories).
+a token budget packed exactly as the context composer packs memories). With ``QAOptions``
+the memories packed within the budget become the context of a generator's answer, scored
+with LoCoMo's F1, BLEU-1, ROUGE-L and, when a judge LLM is configured, the LLM judge.
+
+The harness calls only ``add_turns``, ``flush``, ``retrieve``, ``usage``, ``stats``, ``close``
+and ``ltm`` of the system under test, so baselines that are not a ``Memory``
+(``lightmem.evaluation.baselines``) run through it unchanged.
 """
 from __future__ import annotations
 
@@ -18,11 +24,24 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lightmem.datasets.formats import Conversation
 from lightmem.evaluation.metrics import evidence_precision, evidence_recall, normalize_evidence, percentile
+from lightmem.evaluation.qa import LOCOMO_JUDGE_PROMPT, generate_answers, judge, locomo_scores, parse_locomo_label
+from lightmem.llm.base import LLM
 from lightmem.memory import Memory
-from lightmem.retrieval.composer import pack_by_budget
+from lightmem.retrieval.composer import format_memory, pack_by_budget
 
 log = logging.getLogger(__name__)
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+ADVERSARIAL = 5  # reported apart: its "answer" is that the conversation does not say
+
+
+@dataclass
+class QAOptions:
+    """The generator (and optional judge) that answer each question from its packed memories."""
+
+    llm: LLM
+    judge: LLM | None = None
+    batch_size: int = 8
+    max_new_tokens: int = 32
 
 
 @dataclass
@@ -38,6 +57,20 @@ class QuestionRecord:
     retrieved: list[list[str]]  # provenance of the hits at max K, best first
     search_ms: float
     stage_ms: dict[str, float] = field(default_factory=dict)
+    answer: str = ""
+    qa: dict[str, Any] = field(default_factory=dict)  # prediction, f1, bleu1, rouge_l, judge, generate_ms, e2e_ms
+
+
+def sample_questions(conv: Conversation, categories: Sequence[int], max_questions: int | None = None) -> list:
+    """The scorable questions (category kept, usable evidence); with ``max_questions``, that many spread
+    evenly over the conversation (every category and session keeps its share, no randomness)."""
+    eligible = [q for q in conv.qa if q.category in categories and normalize_evidence(q.evidence)]
+    if max_questions is None or max_questions >= len(eligible):
+        return eligible
+    if max_questions <= 0:
+        return []
+    idx = np.unique(np.linspace(0, len(eligible) - 1, max_questions).round().astype(int))
+    return [eligible[i] for i in idx]
 
 
 def evaluate_conversation(
@@ -48,8 +81,14 @@ def evaluate_conversation(
     categories: Sequence[int],
     on_question: Callable[[], None] = lambda: None,
     max_questions: int | None = None,
+    qa_options: QAOptions | None = None,
+    after_ingest: Callable[[Memory, Conversation], dict[str, Any]] | None = None,
 ) -> tuple[list[QuestionRecord], dict[str, float]]:
-    """Ingest ``conv`` into ``memory`` session by session, then score its questions."""
+    """Ingest ``conv`` into ``memory`` session by session, then score its questions.
+
+    ``after_ingest(memory, conv)`` runs after consolidation and before the questions (the
+    update-gap stress test writes its recent noise there); what it returns lands in the stats.
+    """
     user = conv.conv_id
     usage_before = memory.usage()  # roles may share a runtime across conversations
     t0 = time.perf_counter()
@@ -63,19 +102,16 @@ def evaluate_conversation(
         memory.wait_for_consolidation()
         cycles = len(memory.consolidate(user)) + (len(memory.ltm.scheduler.reports) if memory.ltm.scheduler else 0)
         consolidate_s = time.perf_counter() - t1
+    injected = after_ingest(memory, conv) if after_ingest is not None else {}
+    qa_budget = int(getattr(memory, "context_budget", budget))  # full context packs to the generator window
+    contexts: list[str] = []
+    context_tokens: list[int] = []
     kmax = max(ks)
     # Questions are asked after the last session: relative time in them is anchored there.
     asked_at = max((s.timestamp for s in conv.sessions), default=None)
     records = []
-    for qa in conv.qa:
-        if qa.category not in categories:
-            continue
-        if max_questions is not None and len(records) >= max_questions:
-            break
+    for qa in sample_questions(conv, categories, max_questions):
         evidence = normalize_evidence(qa.evidence)
-        if not evidence:
-            log.debug("skipping a question without usable evidence: %s", qa.question)
-            continue
         recall, tokens, stage_ms = {}, {}, {}
         search_ms = 0.0
         # Largest K first: that search is the timed one and sees a cold query-vector cache.
@@ -93,20 +129,67 @@ def evaluate_conversation(
         tokens = {f"@{k}": tokens[f"@{k}"] for k in sorted(ks)}
         hits = top_hits
         kept = [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], budget)]
+        if qa_options is not None:
+            packed = kept if qa_budget == budget else [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], qa_budget)]
+            contexts.append("\n".join(format_memory(h.item) for h in packed))
+            context_tokens.append(sum(h.item.n_tokens for h in packed))
         recall["@budget"] = asdict(evidence_recall([h.item.provenance for h in kept], evidence))
         recall["@budget"]["precision"] = evidence_precision([h.item.provenance for h in kept], evidence)
         tokens["@budget"] = sum(h.item.n_tokens for h in kept)
         records.append(
             QuestionRecord(conv.conv_id, int(qa.category), qa.question, evidence, recall, tokens,
-                           [list(h.item.provenance) for h in hits], search_ms, stage_ms)
+                           [list(h.item.provenance) for h in hits], search_ms, stage_ms, answer=str(qa.answer))
         )
         on_question()
+    qa_usage: dict[str, dict[str, float]] = {}
+    if qa_options is not None and records:
+        qa_usage = answer_questions(records, contexts, qa_options, context_tokens)
     n_turns = sum(len(s.turns) for s in conv.sessions)
     stats = {"ingest_s": ingest_s, "turns": n_turns, "items": memory.stats().get(user, {}).get("items", 0),
-             "llm": _usage_delta(usage_before, memory.usage())}
+             "llm": {r: u for r, u in _usage_delta(usage_before, memory.usage()).items() if r not in QA_ROLES},
+             "llm_qa": qa_usage, **injected}
     if memory.ltm is not None:
         stats.update({"consolidate_s": consolidate_s, "cycles": cycles, **{f"ltm_{k}": v for k, v in memory.ltm_stats().items()}})
     return records, stats
+
+
+QA_ROLES = ("generator", "judge")
+
+
+def answer_questions(records: Sequence[QuestionRecord], contexts: Sequence[str], opts: QAOptions,
+                     context_tokens: Sequence[int] | None = None) -> dict[str, dict[str, float]]:
+    """Generate, score and (with a judge) judge the answer of every record, in place; returns the LLM usage."""
+    meters = {id(m): m for m in (opts.llm.meter, getattr(opts.judge, "meter", None)) if m is not None}
+    before = {}
+    for m in meters.values():
+        before.update(m.summary())
+    gens = generate_answers(opts.llm, [r.question for r in records], contexts, opts.batch_size, opts.max_new_tokens)
+    verdicts: list[float | None] = [None] * len(records)
+    if opts.judge is not None:
+        prompts = [LOCOMO_JUDGE_PROMPT.format(question=r.question, gold=r.answer, prediction=g.text) for r, g in zip(records, gens)]
+        verdicts = judge(opts.judge, prompts, parse_locomo_label, opts.batch_size)
+    ctx_tokens = list(context_tokens) if context_tokens is not None else [0] * len(records)
+    for r, g, v, n in zip(records, gens, verdicts, ctx_tokens):
+        r.qa = {"prediction": g.text, **locomo_scores(g.text, r.answer, r.category), "judge": v,
+                "generate_ms": g.ms, "e2e_ms": r.search_ms + g.ms, "context_tokens": int(n)}
+    after = {}
+    for m in meters.values():
+        after.update(m.summary())
+    return {role: u for role, u in _usage_delta(before, after).items() if role in QA_ROLES}
+
+
+def qa_aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
+    """Mean F1, BLEU-1, ROUGE-L and judge accuracy (over judged questions) of a set of answered questions."""
+    done = [r for r in records if r.qa]
+    if not done:
+        return {"n": 0}
+    out: dict[str, Any] = {"n": len(done)}
+    for key in ("f1", "bleu1", "rouge_l"):
+        out[key] = float(np.mean([r.qa[key] for r in done]))
+    judged = [r.qa["judge"] for r in done if r.qa.get("judge") is not None]
+    out["judge_accuracy"] = float(np.mean(judged)) if judged else None
+    out["judged"] = len(judged)
+    return out
 
 
 def aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
@@ -129,7 +212,8 @@ def summarize(records: Sequence[QuestionRecord], ingest: Sequence[dict[str, floa
     for r in records:
         by_cat[r.category].append(r)
         by_conv[r.conv_id].append(r)
-    overall = aggregate(records)
+    scored = [r for r in records if r.category != ADVERSARIAL]
+    overall = aggregate(scored)
     search = [r.search_ms for r in records]
     latency = {"search_ms_p50": percentile(search, 50), "search_ms_p95": percentile(search, 95), "search_ms_mean": float(np.mean(search)) if search else float("nan")}
     for stage in ("embed", "stage1", "stage2"):
@@ -139,6 +223,12 @@ def summarize(records: Sequence[QuestionRecord], ingest: Sequence[dict[str, floa
     turns = sum(i["turns"] for i in ingest)
     ingest_s = sum(i["ingest_s"] for i in ingest)
     latency["ingest_turns_per_s"] = turns / ingest_s if ingest_s > 0 else float("nan")
+    answered = [r for r in records if r.qa]
+    if answered:
+        for key, name in (("generate_ms", "generate"), ("e2e_ms", "e2e")):
+            vals = [r.qa[key] for r in answered]
+            latency[f"{name}_ms_p50"], latency[f"{name}_ms_p95"] = percentile(vals, 50), percentile(vals, 95)
+        latency["retrieval_ms_p50"], latency["retrieval_ms_p95"] = latency["search_ms_p50"], latency["search_ms_p95"]
     cost = {k: v for k, v in overall.items() if k.startswith("tokens")}
     cost.update({"turns": turns, "items": sum(i["items"] for i in ingest), "ingest_s": ingest_s, "searches": len(records) * (len(records[0].recall) - 1) if records else 0})
     cost["llm"] = _merge_usage([i.get("llm", {}) for i in ingest], turns, len(records))
@@ -146,7 +236,10 @@ def summarize(records: Sequence[QuestionRecord], ingest: Sequence[dict[str, floa
         ltm_keys = sorted({k for i in ingest for k in i if k.startswith("ltm_") or k in ("consolidate_s", "cycles")})
         cost["ltm"] = {k: float(sum(i.get(k, 0) for i in ingest)) for k in ltm_keys}
         cost["ltm"]["nodes_per_turn"] = cost["ltm"].get("ltm_nodes", 0.0) / turns if turns else float("nan")
-    return {
+    injected = {k: float(sum(i.get(k, 0) for i in ingest)) for k in sorted({k for i in ingest for k in i if k.startswith("injected_")})}
+    if injected:
+        cost["injected"] = injected
+    out = {
         "retrieval": {
             "overall": overall,
             "by_category": {f"{c}-{CATEGORY_NAMES.get(c, c)}": aggregate(rs) for c, rs in sorted(by_cat.items())},
@@ -155,6 +248,13 @@ def summarize(records: Sequence[QuestionRecord], ingest: Sequence[dict[str, floa
         "latency": latency,
         "cost": cost,
     }
+    if answered:
+        by_cat_qa = {f"{c}-{CATEGORY_NAMES.get(c, c)}": qa_aggregate(rs) for c, rs in sorted(by_cat.items())}
+        out["qa"] = {"overall": qa_aggregate([r for r in answered if r.category != ADVERSARIAL]), "by_category": by_cat_qa,
+                     "adversarial": qa_aggregate([r for r in answered if r.category == ADVERSARIAL])}
+        cost["context_tokens_per_question"] = float(np.mean([r.qa["context_tokens"] for r in answered]))
+        cost["llm_qa"] = _merge_usage([i.get("llm_qa", {}) for i in ingest], turns, len(answered))
+    return out
 
 
 _COUNTS = ("calls", "input_tokens", "output_tokens", "failures", "repaired")
@@ -188,13 +288,15 @@ def run_locomo_retrieval(
     categories: Sequence[int] = (1, 2, 3, 4),
     show_progress: bool = True,
     max_questions: int | None = None,
+    qa_options: QAOptions | None = None,
+    after_ingest: Callable[[Memory, Conversation], dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], list[QuestionRecord]]:
     """Evaluate each conversation in a fresh Memory from ``make_memory(conv_id)``."""
     if not ks or min(ks) <= 0:
         raise ValueError("ks must be positive integers")
     if budget <= 0:
         raise ValueError("budget must be positive")
-    n_q = sum(min(sum(1 for q in c.qa if q.category in categories), max_questions or 10**9) for c in conversations)
+    n_q = sum(len(sample_questions(c, categories, max_questions)) for c in conversations)
     records: list[QuestionRecord] = []
     ingest: list[dict[str, float]] = []
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -205,7 +307,8 @@ def run_locomo_retrieval(
             memory = make_memory(conv.conv_id)
             try:
                 recs, stats = evaluate_conversation(
-                    memory, conv, ks, budget, categories, on_question=lambda: progress.advance(task), max_questions=max_questions
+                    memory, conv, ks, budget, categories, on_question=lambda: progress.advance(task), max_questions=max_questions,
+                    qa_options=qa_options, after_ingest=after_ingest,
                 )
             finally:
                 memory.close()

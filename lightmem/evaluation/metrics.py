@@ -106,3 +106,74 @@ def locomo_f1(prediction: str, answer: object, category: int) -> float:
     if category in (2, 3, 4):
         return token_f1(prediction, gold)
     raise ValueError(f"LoCoMo categories are 1-5, got {category!r}")
+
+
+# -- generation overlap: BLEU-1 and ROUGE-L (as LoCoMo / LightMem report them) ------------
+def answer_tokens(s: str) -> list[str]:
+    """Lower-cased word and number tokens (punctuation dropped) for the overlap metrics."""
+    return re.findall(r"[a-z0-9]+", str(s).lower())
+
+
+def bleu1(prediction: str, reference: str) -> float:
+    """Sentence BLEU-1: clipped unigram precision times the brevity penalty; 0 for an empty prediction."""
+    pred, ref = answer_tokens(prediction), answer_tokens(reference)
+    if not pred or not ref:
+        return 0.0
+    clipped = sum((Counter(pred) & Counter(ref)).values())
+    bp = 1.0 if len(pred) > len(ref) else float(np.exp(1 - len(ref) / len(pred)))
+    return bp * clipped / len(pred)
+
+
+def _lcs(a: Sequence[str], b: Sequence[str]) -> int:
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b, 1):
+            cur.append(prev[j - 1] + 1 if x == y else max(prev[j], cur[j - 1]))
+        prev = cur
+    return prev[-1]
+
+
+def rouge_l(prediction: str, reference: str) -> float:
+    """ROUGE-L F1: longest common token subsequence against both lengths."""
+    pred, ref = answer_tokens(prediction), answer_tokens(reference)
+    if not pred or not ref:
+        return 0.0
+    lcs = _lcs(pred, ref)
+    if lcs == 0:
+        return 0.0
+    p, r = lcs / len(pred), lcs / len(ref)
+    return 2 * p * r / (p + r)
+
+
+# -- ranked retrieval (LongMemEval's session- and turn-level metrics) ---------------------
+def dedupe(ranked: Iterable[str]) -> list[str]:
+    """First occurrences in order (turn hits -> their sessions, ranked by first appearance)."""
+    return list(dict.fromkeys(ranked))
+
+
+def recall_at_k(ranked: Sequence[str], gold: Iterable[str], k: int) -> tuple[float, float]:
+    """(recall_any, recall_all) of ``gold`` among the first ``k`` ranked ids.
+
+    Raises:
+        ValueError: ``gold`` is empty or ``k`` is not positive.
+    """
+    gold = set(gold)
+    if not gold:
+        raise ValueError("recall needs at least one gold id")
+    if k <= 0:
+        raise ValueError("k must be positive")
+    top = set(ranked[:k])
+    return float(bool(gold & top)), float(gold <= top)
+
+
+def ndcg_at_k(ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
+    """Binary-relevance NDCG@k: sum of 1/log2(rank+1) over gold ids in the top k, over the ideal."""
+    gold = set(gold)
+    if not gold:
+        raise ValueError("NDCG needs at least one gold id")
+    if k <= 0:
+        raise ValueError("k must be positive")
+    dcg = sum(1.0 / np.log2(i + 2) for i, r in enumerate(ranked[:k]) if r in gold)
+    idcg = sum(1.0 / np.log2(i + 2) for i in range(min(len(gold), k)))
+    return float(dcg / idcg)

@@ -32,6 +32,38 @@ def retrieval_table(results: dict[str, Any], ks: list[int], budget: int) -> str:
     return "\n".join(lines)
 
 
+def qa_table(results: dict[str, Any]) -> str:
+    """LoCoMo QA per category (adversarial apart), with end-to-end latency and context cost."""
+    qa = results["qa"]
+    keys = ("f1", "bleu1", "rouge_l", "judge_accuracy")
+    lines = ["| category | n | F1 | BLEU-1 | ROUGE-L | judge |", "|---|---|---|---|---|---|"]
+    rows = [(k, v) for k, v in qa["by_category"].items() if not k.startswith("5")]
+    rows += [("**overall (1-4)**", qa["overall"]), ("5-adversarial (apart)", qa["adversarial"])]
+    for name, agg in rows:
+        if agg.get("n"):
+            lines.append(f"| {name} | {agg['n']} | " + " | ".join("-" if agg.get(k) is None else _fmt(agg[k]) for k in keys) + " |")
+    lat, cost = results["latency"], results["cost"]
+    lines += ["", f"end-to-end latency P50 {lat.get('e2e_ms_p50', float('nan')):.0f} ms, P95 {lat.get('e2e_ms_p95', float('nan')):.0f} ms "
+              f"(generation P50 {lat.get('generate_ms_p50', float('nan')):.0f} ms, amortised over its batch); "
+              f"context {cost.get('context_tokens_per_question', float('nan')):.0f} tokens per question"]
+    return "\n".join(lines)
+
+
+def longmemeval_table(results: dict[str, Any], ks: list[int]) -> str:
+    """LongMemEval per question type: session- and turn-level recall_all@k and NDCG@k, QA."""
+    ret = results["retrieval"]
+    cols = [(f"S R_all@{k}", f"session_recall_all@{k}") for k in ks] + [(f"S NDCG@{ks[-1]}", f"session_ndcg@{ks[-1]}")]
+    cols += [(f"T R_any@{k}", f"turn_recall_any@{k}") for k in ks] + [(f"T NDCG@{ks[-1]}", f"turn_ndcg@{ks[-1]}")]
+    cols += [("QA F1", "qa_f1"), ("QA acc (judge)", "qa_accuracy")]
+    lines = ["| type | n | " + " | ".join(c for c, _ in cols) + " |", "|---" * (len(cols) + 2) + "|"]
+    for name, agg in list(ret["by_type"].items()) + [("**overall**", ret["overall"])]:
+        if agg.get("n"):
+            lines.append(f"| {name} | {agg['n']} | " + " | ".join("-" if agg.get(k) is None else _fmt(agg[k]) for _, k in cols) + " |")
+    lat = results["latency"]
+    lines += ["", f"search P50 {lat['search_ms_p50']:.1f} ms, P95 {lat['search_ms_p95']:.1f} ms; ingest {lat['ingest_turns_per_s']:.1f} turns/s"]
+    return "\n".join(lines)
+
+
 def plot_recall(results: dict[str, Any], ks: list[int], path: str | Path) -> Path:
     """Recall_all against K per category (PNG)."""
     import matplotlib

@@ -30,6 +30,22 @@ class Stage1Selector:
         return sorted(candidates, key=lambda h: -h.score)[:k]
 
 
+class ThresholdSelector:
+    """Keeps candidates whose dense cosine reaches ``tau``, best first (query-aware pipeline, Algorithm 1).
+
+    Args:
+        tau: Cosine threshold (0.30 in the paper).
+        key: The Stage-1 signal compared with ``tau``.
+    """
+
+    def __init__(self, tau: float = 0.30, key: str = "dense") -> None:
+        self.tau, self.key = float(tau), key
+
+    def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]:
+        kept = [h for h in candidates if h.scores.get(self.key, h.score) >= self.tau]
+        return sorted(kept, key=lambda h: -h.score)[:k]
+
+
 def _rank(candidates: Sequence[Hit], scores: Sequence[float], k: int, key: str) -> list[Hit]:
     """Order by the selector's score, ties by Stage 1; record the score on each hit."""
     for h, s in zip(candidates, scores):

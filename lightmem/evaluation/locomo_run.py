@@ -1,0 +1,131 @@
+"""Build what one LoCoMo evaluation run needs from its config: the system under test (a Memory
+or a baseline), the QA options and the error injectors. ``eval/locomo.py`` stays a thin entry point."""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
+from lightmem.datasets import load_locomo, select_conversations
+from lightmem.datasets.formats import Conversation
+from lightmem.errors import InvalidInputError
+from lightmem.evaluation.baselines import FullContext
+from lightmem.evaluation.inject import NoisyController, NoisyWriter, pools, saturate
+from lightmem.evaluation.locomo_retrieval import QAOptions, run_locomo_retrieval
+from lightmem.evaluation.report import plot_recall, qa_table, retrieval_table
+from lightmem.metric_logger import make_logger, quiet_third_party_logs
+
+SYSTEMS = ("memory", "full_context")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+
+
+def system_factory(cfg: DictConfig, stores: Path, embedder, shared: SharedRuntime,
+                   everything: Sequence[Conversation]) -> Callable[[str], Any]:
+    """``make(conv_id)``: a fresh system for one conversation, with the configured injectors."""
+    system = str(cfg.get("system", "memory"))
+    if system not in SYSTEMS:
+        raise InvalidInputError(f"system must be one of {SYSTEMS}, got {system!r}")
+    inject = cfg.get("inject") or {}
+    seed = int(cfg.get("seed", 0))
+
+    def make(conv_id: str):
+        if system == "full_context":
+            return FullContext(embedder.token_counter(), int(cfg.qa.window))
+        memory = build_memory(cfg, stores / conv_id, embedder=embedder, shared=shared)
+        questions, texts = pools(everything, conv_id)
+        if float(inject.get("hq_noise", 0)) > 0:
+            memory.controller = NoisyController(memory.controller, questions, float(inject.hq_noise), seed)
+        if float(inject.get("write_noise", 0)) > 0:
+            memory.writer = NoisyWriter(memory.writer, texts, float(inject.write_noise), seed)
+        return memory
+
+    return make
+
+
+def after_ingest_hook(cfg: DictConfig, everything: Sequence[Conversation]) -> Callable | None:
+    """The update-gap saturation: irrelevant recent turns written after consolidation, before the questions."""
+    ratio = float((cfg.get("inject") or {}).get("saturation", 0))
+    if ratio <= 0:
+        return None
+    seed = int(cfg.get("seed", 0))
+
+    def hook(memory, conv: Conversation) -> dict[str, Any]:
+        _, texts = pools(everything, conv.conv_id)
+        return {"injected_noise_turns": saturate(memory, conv.conv_id, conv, texts, ratio, seed)}
+
+    return hook
+
+
+def qa_options(cfg: DictConfig, shared: SharedRuntime) -> QAOptions | None:
+    """The generator is the ``llm`` node's runtime; the judge an LLM node of its own, when set."""
+    qa = cfg.get("qa")
+    if qa is None or not qa.enabled:
+        return None
+    judge = instantiate(qa.judge) if qa.get("judge") else None
+    return QAOptions(llm=shared.llm(), judge=judge, batch_size=int(qa.batch_size), max_new_tokens=int(qa.max_new_tokens))
+
+
+def run_locomo(cfg: DictConfig, quiet: bool = False) -> dict:
+    """Evaluate and write results.json, questions.jsonl, results.md and recall.png to out_dir."""
+    quiet_third_party_logs()
+    seed_everything(int(cfg.seed))
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    everything = load_locomo(cfg.data.path)  # the other conversations are the injectors' noise pools
+    convs = select_conversations(everything, cfg.data.conversations)
+    embedder = build_embedder(cfg)
+    shared = SharedRuntime(cfg)  # one LLM runtime / spaCy pipeline for all conversations
+    stores = out / "stores"
+    shutil.rmtree(stores, ignore_errors=True)  # our own scratch stores from a previous run of this folder
+
+    ks = sorted(int(k) for k in cfg.ks)
+    results, records = run_locomo_retrieval(
+        system_factory(cfg, stores, embedder, shared, everything), convs, ks=ks, budget=int(cfg.budget),
+        categories=list(cfg.data.categories), show_progress=sys.stderr.isatty(), max_questions=cfg.data.max_questions,
+        qa_options=qa_options(cfg, shared), after_ingest=after_ingest_hook(cfg, everything),
+    )
+    if not cfg.keep_stores:
+        shutil.rmtree(stores, ignore_errors=True)
+    results["config"] = to_container(cfg)
+    results["config"]["conversation_ids"] = [c.conv_id for c in convs]
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    with open(out / "questions.jsonl", "w") as fh:
+        for r in records:
+            fh.write(json.dumps(r.__dict__) + "\n")
+    table = retrieval_table(results, ks, int(cfg.budget))
+    if "qa" in results:
+        table += "\n\n" + qa_table(results)
+    (out / "results.md").write_text(f"# LoCoMo ({', '.join(c.conv_id for c in convs)})\n\n{table}\n")
+    plot_recall(results, ks, out / "recall.png")
+    if not quiet:
+        print(table)
+        print(f"\nwrote {out}/results.json, results.md, questions.jsonl, recall.png")
+
+    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
+    logger.log_config(results["config"])
+    flat = {f"eval/{k}": v for k, v in results["retrieval"]["overall"].items()}
+    flat.update({f"latency/{k}": v for k, v in results["latency"].items()})
+    flat.update({f"qa/{k}": v for k, v in results.get("qa", {}).get("overall", {}).items() if isinstance(v, (int, float))})
+    logger.log_metrics(flat)
+    logger.log_artifact(out / "results.json")
+    logger.finish()
+    return results

@@ -1,0 +1,147 @@
+"""LongMemEval evaluation: one fresh memory per question's haystack, ranked-retrieval metrics, QA.
+
+Retrieval: the hits of one search at max K, flattened to their provenance turns in rank order;
+sessions are ranked by their first turn. Turn level scores against the ``has_answer`` turns,
+session level against ``answer_session_ids``: recall_any@k, recall_all@k and NDCG@k (binary).
+QA: the generator answers from the memories packed within the budget; accuracy needs a judge
+LLM (the benchmark's per-type answer checks), overlap F1 is reported always.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from lightmem.datasets.formats import Conversation
+from lightmem.evaluation.locomo_retrieval import QAOptions
+from lightmem.evaluation.metrics import dedupe, ndcg_at_k, percentile, recall_at_k, token_f1
+from lightmem.evaluation.qa import generate_answers, judge, longmemeval_judge_prompt, parse_yes_no
+from lightmem.retrieval.composer import format_memory, pack_by_budget
+
+
+def session_of(turn_id: str) -> str:
+    """``"<session id>:<turn index>"`` -> the session id."""
+    return turn_id.rsplit(":", 1)[0]
+
+
+def ranked_metrics(ranked_turns: Sequence[str], gold_turns: Sequence[str], gold_sessions: Sequence[str],
+                   ks: Sequence[int]) -> dict[str, float]:
+    """Turn- and session-level recall_any/recall_all/NDCG at each k (NaN where there is no gold)."""
+    sessions = dedupe(session_of(t) for t in ranked_turns)
+    out: dict[str, float] = {}
+    for level, ranked, gold in (("turn", list(ranked_turns), gold_turns), ("session", sessions, gold_sessions)):
+        for k in ks:
+            if gold:
+                out[f"{level}_recall_any@{k}"], out[f"{level}_recall_all@{k}"] = recall_at_k(ranked, gold, k)
+                out[f"{level}_ndcg@{k}"] = ndcg_at_k(ranked, gold, k)
+            else:
+                for m in ("recall_any", "recall_all", "ndcg"):
+                    out[f"{level}_{m}@{k}"] = float("nan")
+    return out
+
+
+@dataclass
+class LMERecord:
+    question_id: str
+    question_type: str
+    question: str
+    answer: str
+    metrics: dict[str, float]
+    ranked_turns: list[str]
+    search_ms: float
+    ingest_s: float
+    turns: int
+    qa: dict[str, Any] = field(default_factory=dict)
+
+
+def evaluate_instance(memory, inst: Conversation, ks: Sequence[int], budget: int) -> tuple[LMERecord, str]:
+    """Ingest one haystack, search once at max K; returns the record and the packed QA context."""
+    qa = inst.qa[0]
+    t0 = time.perf_counter()
+    for session in inst.sessions:
+        if session.turns:
+            memory.add_turns(inst.conv_id, session.turns)
+    memory.flush(inst.conv_id)
+    if getattr(memory, "ltm", None) is not None:
+        memory.wait_for_consolidation()
+        memory.consolidate(inst.conv_id)
+    ingest_s = time.perf_counter() - t0
+    turns = sum(len(s.turns) for s in inst.sessions)
+    asked = qa.extra.get("question_date") or max((s.timestamp for s in inst.sessions), default=None)
+    t = time.perf_counter()
+    hits = memory.retrieve(qa.question, inst.conv_id, k=max(ks), now=asked).hits if turns else []
+    search_ms = (time.perf_counter() - t) * 1000
+    ranked = dedupe(p for h in hits for p in h.item.provenance)
+    gold_sessions = [str(s) for s in qa.extra.get("answer_session_ids") or []]
+    metrics = ranked_metrics(ranked, qa.evidence, gold_sessions, ks)
+    packed = [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], budget)]
+    context = "\n".join(format_memory(h.item) for h in packed)
+    rec = LMERecord(inst.conv_id, str(qa.category), qa.question, qa.answer, metrics, ranked, search_ms, ingest_s, turns)
+    return rec, context
+
+
+def answer(records: Sequence[LMERecord], contexts: Sequence[str], opts: QAOptions) -> None:
+    gens = generate_answers(opts.llm, [r.question for r in records], contexts, opts.batch_size, opts.max_new_tokens)
+    verdicts: list[float | None] = [None] * len(records)
+    if opts.judge is not None:
+        prompts = [longmemeval_judge_prompt(r.question_type, r.question_id).format(question=r.question, gold=r.answer, prediction=g.text)
+                   for r, g in zip(records, gens)]
+        verdicts = judge(opts.judge, prompts, parse_yes_no, opts.batch_size)
+    for r, g, v in zip(records, gens, verdicts):
+        r.qa = {"prediction": g.text, "f1": token_f1(g.text, r.answer), "judge": v, "generate_ms": g.ms, "e2e_ms": r.search_ms + g.ms}
+
+
+def aggregate(records: Sequence[LMERecord]) -> dict[str, Any]:
+    if not records:
+        return {"n": 0}
+    out: dict[str, Any] = {"n": len(records)}
+    for key in records[0].metrics:
+        vals = [r.metrics[key] for r in records if not np.isnan(r.metrics[key])]
+        out[key] = float(np.mean(vals)) if vals else None
+    answered = [r for r in records if r.qa]
+    if answered:
+        out["qa_f1"] = float(np.mean([r.qa["f1"] for r in answered]))
+        judged = [r.qa["judge"] for r in answered if r.qa.get("judge") is not None]
+        out["qa_accuracy"] = float(np.mean(judged)) if judged else None
+    return out
+
+
+def run_longmemeval(make_memory: Callable[[str], Any], instances: Sequence[Conversation], ks: Sequence[int] = (5, 10, 20),
+                    budget: int = 600, qa_options: QAOptions | None = None,
+                    show_progress: bool = True) -> tuple[dict[str, Any], list[LMERecord]]:
+    """Evaluate each instance in a fresh memory from ``make_memory(question_id)`` (closed after)."""
+    if not ks or min(ks) <= 0:
+        raise ValueError("ks must be positive integers")
+    records, contexts = [], []
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, disable=not show_progress) as progress:
+        task = progress.add_task("LongMemEval questions", total=len(instances))
+        for inst in instances:
+            memory = make_memory(inst.conv_id)
+            try:
+                rec, ctx = evaluate_instance(memory, inst, ks, budget)
+            finally:
+                memory.close()
+            records.append(rec)
+            contexts.append(ctx)
+            progress.advance(task)
+    if qa_options is not None and records:
+        answer(records, contexts, qa_options)
+    by_type: dict[str, list[LMERecord]] = defaultdict(list)
+    for r in records:
+        by_type[r.question_type].append(r)
+    search = [r.search_ms for r in records]
+    turns, ingest_s = sum(r.turns for r in records), sum(r.ingest_s for r in records)
+    latency = {"search_ms_p50": percentile(search, 50), "search_ms_p95": percentile(search, 95),
+               "ingest_turns_per_s": turns / ingest_s if ingest_s > 0 else float("nan")}
+    if qa_options is not None and records:
+        e2e = [r.qa["e2e_ms"] for r in records]
+        latency.update(e2e_ms_p50=percentile(e2e, 50), e2e_ms_p95=percentile(e2e, 95))
+    results = {"retrieval": {"overall": aggregate(records), "by_type": {t: aggregate(rs) for t, rs in sorted(by_type.items())}},
+               "latency": latency, "cost": {"turns": turns, "ingest_s": ingest_s, "instances": len(records)}}
+    return results, records

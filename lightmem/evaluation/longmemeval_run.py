@@ -1,0 +1,71 @@
+"""One LongMemEval run from its config (``eval/longmemeval.py`` is the thin entry point)."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
+from lightmem.datasets.formats import Conversation
+from lightmem.datasets.longmemeval import load_longmemeval
+from lightmem.evaluation.locomo_run import qa_options, seed_everything
+from lightmem.evaluation.longmemeval_eval import run_longmemeval
+from lightmem.evaluation.report import longmemeval_table
+from lightmem.metric_logger import make_logger, quiet_third_party_logs
+
+
+def spread(items: list, n: int | None) -> list:
+    """``n`` items evenly spaced over ``items`` (all of them for None or n >= len)."""
+    if n is None or n >= len(items):
+        return list(items)
+    if n <= 0:
+        return []
+    return [items[i] for i in np.unique(np.linspace(0, len(items) - 1, n).round().astype(int))]
+
+
+def select_instances(instances: list[Conversation], max_instances: int | None, types: list[str] | None) -> list[Conversation]:
+    if types:
+        instances = [i for i in instances if str(i.qa[0].category) in set(types)]
+    return spread(instances, max_instances)
+
+
+def run_lme(cfg: DictConfig, quiet: bool = False) -> dict:
+    """Evaluate and write results.json, questions.jsonl and results.md to out_dir."""
+    quiet_third_party_logs()
+    seed_everything(int(cfg.seed))
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    instances = select_instances(load_longmemeval(cfg.data.path), cfg.data.max_instances, cfg.data.types)
+    embedder = build_embedder(cfg)
+    shared = SharedRuntime(cfg)
+    stores = out / "stores"
+    shutil.rmtree(stores, ignore_errors=True)
+
+    def make(qid: str):
+        return build_memory(cfg, stores / qid, embedder=embedder, shared=shared)
+
+    ks = sorted(int(k) for k in cfg.ks)
+    try:
+        results, records = run_longmemeval(make, instances, ks, int(cfg.budget), qa_options(cfg, shared), show_progress=sys.stderr.isatty())
+    finally:
+        shutil.rmtree(stores, ignore_errors=True)
+    results["config"] = to_container(cfg)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    with open(out / "questions.jsonl", "w") as fh:
+        for r in records:
+            fh.write(json.dumps(r.__dict__) + "\n")
+    table = longmemeval_table(results, ks)
+    (out / "results.md").write_text(f"# LongMemEval ({Path(cfg.data.path).name}, {len(instances)} questions)\n\n{table}\n")
+    if not quiet:
+        print(table)
+        print(f"\nwrote {out}/results.json, results.md, questions.jsonl")
+    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
+    logger.log_config(results["config"])
+    logger.log_metrics({f"lme/{k}": v for k, v in results["retrieval"]["overall"].items() if isinstance(v, (int, float))})
+    logger.log_artifact(out / "results.json")
+    logger.finish()
+    return results

@@ -1,0 +1,164 @@
+"""Question answering from retrieved memory: the generator prompt, per-question scores, LLM judges.
+
+The generator is any ``LLM`` of the runtime (local SmolLM2 by default, an OpenAI-compatible
+endpoint when configured). The judges are the LightMem / mem0 LoCoMo judge and LongMemEval's
+per-type answer checks; they run only when a judge LLM is configured.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lightmem.evaluation.metrics import bleu1, locomo_f1, rouge_l
+from lightmem.llm.base import LLM, GenerationError
+
+ANSWER_PROMPT = """You answer questions about a long conversation between two people, using only the memories below.
+Each memory line starts with the date it was said.
+
+{context}
+
+Question: {question}
+Answer with a short phrase, using exact words from the memories whenever possible. For questions about time, give the date.
+If the memories do not contain the answer, reply: Not mentioned.
+Answer:"""
+
+# LightMem / mem0's LoCoMo judge (mem0 evaluation/metrics/llm_judge.py ACCURACY_PROMPT).
+LOCOMO_JUDGE_PROMPT = """Your task is to label an answer to a question as 'CORRECT' or 'WRONG'. You will be given the following data:
+    (1) a question (posed by one user to another user),
+    (2) a 'gold' (ground truth) answer,
+    (3) a generated answer
+which you will score as CORRECT/WRONG.
+
+The point of the question is to ask about something one user should know about the other user based on their prior conversations.
+The gold answer will usually be a concise and short answer that includes the referenced topic, for example:
+Question: Do you remember what I got the last time I went to Hawaii?
+Gold answer: A shell necklace
+The generated answer might be much longer, but you should be generous with your grading - as long as it touches on the same topic as the gold answer, it should be counted as CORRECT.
+
+For time related questions, the gold answer will be a specific date, month, year, etc. The generated answer might be much longer or use relative time references (like "last Tuesday" or "next month"), but you should be generous with your grading - as long as it refers to the same date or time period as the gold answer, it should be counted as CORRECT. Even if the format differs (e.g., "May 7th" vs "7 May"), consider it CORRECT if it's the same date.
+
+Now it's time for the real question:
+Question: {question}
+Gold answer: {gold}
+Generated answer: {prediction}
+
+First, provide a short (one sentence) explanation of your reasoning, then finish with CORRECT or WRONG.
+Do NOT include both CORRECT and WRONG in your response, or it will break the evaluation script.
+
+Just return the label CORRECT or WRONG in a json format with the key as "label"."""
+
+# LongMemEval's answer checks (src/evaluation/evaluate_qa.py, get_anscheck_prompt), by question type.
+_LME_BASE = ("I will give you a question, a correct answer, and a response from a model. Please answer yes if the response "
+             "contains the correct answer. Otherwise, answer no. If the response is equivalent to the correct answer or "
+             "contains all the intermediate steps to get the correct answer, you should also answer yes. If the response "
+             "only contains a subset of the information required by the answer, answer no. ")
+_LME_TAIL = "\n\nQuestion: {question}\n\nCorrect Answer: {gold}\n\nModel Response: {prediction}\n\nIs the model response correct? Answer yes or no only."
+LONGMEMEVAL_JUDGE_PROMPTS = {
+    "default": _LME_BASE + _LME_TAIL,
+    "temporal-reasoning": _LME_BASE + (
+        "In addition, do not penalize off-by-one errors for the number of days. If the question asks for the number of "
+        "days/weeks/months, etc., and the model makes off-by-one errors (e.g., predicting 19 days when the answer is 18), "
+        "the model's response is still correct.") + _LME_TAIL,
+    "knowledge-update": _LME_BASE + (
+        "If the response contains some previous information along with an updated answer, the response should be "
+        "considered as correct as long as the updated answer is the required answer.") + _LME_TAIL,
+    "single-session-preference": (
+        "I will give you a question, a rubric for desired personalized response, and a response from a model. Please "
+        "answer yes if the response satisfies the desired response. Otherwise, answer no. The model does not need to "
+        "reflect all the points in the rubric. The response is correct as long as it recalls and utilizes the user's "
+        "personal information correctly.\n\nQuestion: {question}\n\nRubric: {gold}\n\nModel Response: {prediction}\n\n"
+        "Is the model response correct? Answer yes or no only."),
+    "abstention": (
+        "I will give you an unanswerable question, an explanation, and a response from a model. Please answer yes if "
+        "the model correctly identifies the question as unanswerable. The model could say that the information is "
+        "incomplete, or some other information is given but the asked information is not.\n\nQuestion: {question}\n\n"
+        "Explanation: {gold}\n\nModel Response: {prediction}\n\nDoes the model correctly identify the question as "
+        "unanswerable? Answer yes or no only."),
+}
+
+
+def longmemeval_judge_prompt(question_type: str, question_id: str = "") -> str:
+    """The answer-check template of a LongMemEval question (``*_abs`` ids are abstention questions)."""
+    if question_id.endswith("_abs"):
+        return LONGMEMEVAL_JUDGE_PROMPTS["abstention"]
+    return LONGMEMEVAL_JUDGE_PROMPTS.get(question_type, LONGMEMEVAL_JUDGE_PROMPTS["default"])
+
+
+def answer_prompt(question: str, context: str) -> str:
+    return ANSWER_PROMPT.format(context=context.strip() or "(no memories)", question=question.strip())
+
+
+def clean_answer(text: str) -> str:
+    """The first line of a generation, without an echoed ``Answer:`` label or wrapping quotes."""
+    line = next((ln.strip() for ln in str(text).strip().splitlines() if ln.strip()), "")
+    line = re.sub(r"^(answer|a)\s*:\s*", "", line, flags=re.I)
+    return line.strip().strip('"').strip()
+
+
+def parse_locomo_label(text: str) -> float | None:
+    """1.0 for CORRECT, 0.0 for WRONG; the JSON ``label`` first, else the last label word; None if neither."""
+    for m in re.finditer(r"\{[^{}]*\}", text):
+        try:
+            label = str(json.loads(m.group(0)).get("label", "")).strip().upper()
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if label in ("CORRECT", "WRONG"):
+            return float(label == "CORRECT")
+    words = re.findall(r"\b(CORRECT|WRONG)\b", text.upper())
+    return float(words[-1] == "CORRECT") if words else None
+
+
+def parse_yes_no(text: str) -> float | None:
+    """1.0 for yes, 0.0 for no (the first of the two words); None if neither appears."""
+    m = re.search(r"\b(yes|no)\b", text.lower())
+    return None if m is None else float(m.group(1) == "yes")
+
+
+def locomo_scores(prediction: str, answer: str, category: int) -> dict[str, float]:
+    """LoCoMo's F1 for the category, plus BLEU-1 and ROUGE-L against the gold answer."""
+    scores = {"f1": locomo_f1(prediction, answer, category)}
+    if category == 5:  # adversarial: the answer is "not in the conversation"; overlap is not meaningful
+        scores.update(bleu1=scores["f1"], rouge_l=scores["f1"])
+    else:
+        scores.update(bleu1=bleu1(prediction, answer), rouge_l=rouge_l(prediction, answer))
+    return scores
+
+
+@dataclass
+class Generation:
+    text: str
+    ms: float  # generation time of this question (its batch's time, shared equally)
+
+
+def generate_answers(llm: LLM, questions: Sequence[str], contexts: Sequence[str], batch_size: int = 8,
+                     max_new_tokens: int = 32, role: str = "generator") -> list[Generation]:
+    """Answer each question from its context; a failed batch answers "" and is counted by the meter."""
+    if len(questions) != len(contexts):
+        raise ValueError("one context per question")
+    out: list[Generation] = []
+    for i in range(0, len(questions), max(1, batch_size)):
+        prompts = [answer_prompt(q, c) for q, c in zip(questions[i : i + batch_size], contexts[i : i + batch_size])]
+        t = time.perf_counter()
+        try:
+            texts = llm.generate(prompts, role=role, max_new_tokens=max_new_tokens)
+        except GenerationError:
+            texts = [""] * len(prompts)
+        ms = (time.perf_counter() - t) * 1000 / len(prompts)
+        out.extend(Generation(clean_answer(x), ms) for x in texts)
+    return out
+
+
+def judge(llm: LLM, prompts: Sequence[str], parse, batch_size: int = 8, role: str = "judge") -> list[float | None]:
+    """Run judge prompts and parse each verdict (None: unparseable or the backend failed)."""
+    out: list[float | None] = []
+    for i in range(0, len(prompts), max(1, batch_size)):
+        batch = list(prompts[i : i + batch_size])
+        try:
+            texts = llm.generate(batch, role=role, max_new_tokens=64)
+        except GenerationError:
+            texts = [""] * len(batch)
+        out.extend(parse(t) for t in texts)
+    return out

@@ -1,0 +1,76 @@
+"""Statistics over evaluation runs: mean ± std across seeds, paired bootstrap (LightMem-SLM §9.1).
+
+Pure functions of per-question score arrays.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MeanStd:
+    mean: float
+    std: float  # sample std (ddof=1); 0 for a single seed
+    n: int
+
+    def __str__(self) -> str:
+        return f"{self.mean:.3f} ± {self.std:.3f}" if self.n > 1 else f"{self.mean:.3f}"
+
+
+def mean_std(values: Sequence[float]) -> MeanStd:
+    """Mean and sample standard deviation of per-seed values; NaN values are ignored."""
+    vals = np.asarray([v for v in values if v is not None and not np.isnan(v)], dtype=np.float64)
+    if vals.size == 0:
+        return MeanStd(float("nan"), float("nan"), 0)
+    return MeanStd(float(vals.mean()), float(vals.std(ddof=1)) if vals.size > 1 else 0.0, int(vals.size))
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """Paired difference ``a - b`` of per-question means with its percentile CI and p-value."""
+
+    diff: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n: int
+    resamples: int
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 1000, seed: int = 0,
+                     alpha: float = 0.05) -> BootstrapResult:
+    """Paired bootstrap over evaluation instances: resample question indices with replacement.
+
+    The CI is the (alpha/2, 1 - alpha/2) percentile interval of the resampled mean differences;
+    the two-sided p-value is twice the share of resampled differences on the far side of 0
+    (capped at 1), the usual bootstrap test of "no difference".
+
+    Raises:
+        ValueError: the arrays differ in length, are empty, or ``resamples`` < 1.
+    """
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"paired samples must be 1-d and equally long, got {x.shape} and {y.shape}")
+    if x.size == 0:
+        raise ValueError("paired bootstrap needs at least one instance")
+    if resamples < 1:
+        raise ValueError("resamples must be >= 1")
+    d = x - y
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, d.size, size=(resamples, d.size))
+    means = d[idx].mean(axis=1)
+    lo, hi = np.percentile(means, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    observed = float(d.mean())
+    if observed > 0:
+        p = 2 * float(np.mean(means <= 0))
+    elif observed < 0:
+        p = 2 * float(np.mean(means >= 0))
+    else:
+        p = 1.0
+    return BootstrapResult(observed, float(lo), float(hi), min(1.0, p), int(d.size), resamples)

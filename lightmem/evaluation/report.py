@@ -137,3 +137,101 @@ def plot_segmentation(rows: list[dict[str, Any]], path: str | Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def growth_table(rows: list[dict[str, Any]]) -> str:
+    """Recall and latency per MTM size, reranking against vector-only, with the gap."""
+    by = {}
+    for r in rows:
+        if "variant" in r:
+            by.setdefault(r["size"], {})[r["variant"]] = r
+    lines = ["| MTM size | entries | questions | R_all@budget vector-only | R_all@budget reranking | Δ | search P50/P95 vector (ms) | search P50/P95 rerank (ms) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for size, v in sorted(by.items()):
+        vec, rr = v.get("vector_only"), v.get("reranking")
+        if not vec or not rr:
+            continue
+        lines.append(f"| ~{size:,} | {rr['entries']:,} | {rr['n']} | {vec['recall_all@budget']:.3f} | {rr['recall_all@budget']:.3f} | "
+                     f"{rr['recall_all@budget'] - vec['recall_all@budget']:+.3f} | {vec['search_ms_p50']:.1f} / {vec['search_ms_p95']:.1f} | "
+                     f"{rr['search_ms_p50']:.1f} / {rr['search_ms_p95']:.1f} |")
+    notes = [r["note"] for r in rows if "note" in r]
+    return "\n".join(lines + [f"\n{n}" for n in notes])
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_growth(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    """Recall (left) and search latency (right) against MTM size, one line per variant (PNG)."""
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for variant in ("vector_only", "reranking"):
+        pts = sorted((r["entries"], r) for r in rows if r.get("variant") == variant)
+        if not pts:
+            continue
+        x = [p[0] for p in pts]
+        a1.plot(x, [p[1]["recall_all@budget"] for p in pts], marker="o", label=variant)
+        a2.plot(x, [p[1]["search_ms_p50"] for p in pts], marker="o", label=f"{variant} P50")
+        a2.plot(x, [p[1]["search_ms_p95"] for p in pts], marker="x", ls="--", label=f"{variant} P95")
+    for ax, ylabel in ((a1, "recall_all within budget"), (a2, "search latency (ms)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("MTM entries")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("MTM growth along one trajectory")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_bars(names: list[str], series: dict[str, list[tuple[float, float]]], path: str | Path, title: str) -> Path:
+    """Grouped bars (mean with std error bars) of several metrics per run (PNG)."""
+    import numpy as np
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(names) * max(1, len(series)) / 1.5), 4))
+    width = 0.8 / max(1, len(series))
+    x = np.arange(len(names))
+    for i, (metric, vals) in enumerate(series.items()):
+        means = [v[0] for v in vals]
+        stds = [v[1] for v in vals]
+        ax.bar(x + i * width - 0.4 + width / 2, means, width, yerr=stds, capsize=3, label=metric)
+    ax.set_xticks(x)
+    ax.set_xticklabels(names, rotation=25, ha="right", fontsize=8)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_budget_curves(curves: dict[str, list[tuple[float, float]]], path: str | Path) -> Path:
+    """Recall_all against context tokens (one point per K and the budget cut) for each run (PNG)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    for name, pts in curves.items():
+        pts = sorted(pts)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    ax.set_xlabel("context tokens per question")
+    ax.set_ylabel("recall_all (all evidence covered)")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    ax.set_title("Evidence recall against token budget")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -40,6 +40,9 @@ class _QueryCache:
             self._d.move_to_end(key)
         return v
 
+    def clear(self) -> None:
+        self._d.clear()
+
     def put(self, key: str, value: np.ndarray) -> None:
         if self.size <= 0:
             return

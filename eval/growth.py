@@ -1,0 +1,20 @@
+"""MTM growth stress test (LightMem-SLM §4.5): recall and latency with and without reranking as one store grows.
+
+    python eval/growth.py out_dir=outputs/growth
+    python eval/growth.py sizes=[100,1000] filler_path=null max_questions=100
+"""
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from lightmem.evaluation.growth_run import run_growth_cfg
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="growth")
+def main(cfg: DictConfig) -> None:
+    run_growth_cfg(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""One MTM-growth run from its config (``eval/growth.py`` is the thin entry point)."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
+from lightmem.datasets import load_locomo, select_conversations
+from lightmem.datasets.longmemeval import load_longmemeval
+from lightmem.evaluation.growth import run_growth
+from lightmem.evaluation.report import growth_table, plot_growth
+from lightmem.metric_logger import make_logger, quiet_third_party_logs
+
+
+def run_growth_cfg(cfg: DictConfig, quiet: bool = False) -> dict:
+    quiet_third_party_logs()
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    convs = select_conversations(load_locomo(cfg.locomo_path), cfg.locomo_conversations)
+    filler = load_longmemeval(cfg.filler_path) if cfg.filler_path else []
+    embedder = build_embedder(cfg)
+    store = out / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    memory = build_memory(cfg, store, embedder=embedder, shared=SharedRuntime(cfg))
+    try:
+        growth = run_growth(memory, convs, filler, list(cfg.sizes), int(cfg.k), int(cfg.budget), cfg.max_questions,
+                            show_progress=sys.stderr.isatty())
+    finally:
+        memory.close()
+        shutil.rmtree(store, ignore_errors=True)
+    results = {"growth": growth, "config": to_container(cfg)}
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    table = growth_table(growth["rows"])
+    (out / "results.md").write_text(f"# MTM growth (K={cfg.k}, budget {cfg.budget} tokens)\n\n{table}\n")
+    plot_growth(growth["rows"], out / "growth.png")
+    if not quiet:
+        print(table)
+        print(f"\nwrote {out}/results.json, results.md, growth.png")
+    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
+    logger.log_config(results["config"])
+    for row in growth["rows"]:
+        if "variant" in row:
+            logger.log_metrics({f"growth/{row['variant']}/{k}": v for k, v in row.items() if k in ("recall_all@k", "recall_all@budget", "search_ms_p50", "search_ms_p95")},
+                               step=int(row["entries"]))
+    logger.finish()
+    return results

@@ -1,0 +1,118 @@
+"""Run the evaluation suite from conf/suite.yaml: every LoCoMo configuration × seeds, MTM growth,
+LongMemEval; then suite.md / suite.json and the plots. ``eval/suite.py`` is the thin entry point."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra import compose
+from omegaconf import DictConfig, OmegaConf
+
+from lightmem.evaluation.growth_run import run_growth_cfg
+from lightmem.evaluation.locomo_run import run_locomo
+from lightmem.evaluation.longmemeval_run import run_lme
+from lightmem.evaluation.report import growth_table, longmemeval_table, plot_bars, plot_budget_curves
+from lightmem.evaluation.suite import load_run, table
+from lightmem.metric_logger import make_logger
+
+log = logging.getLogger("lightmem.suite")
+
+
+def _logger_overrides(cfg: DictConfig) -> list[str]:
+    lg = cfg.logger
+    return [f"logger.kind={lg.kind}", f"logger.project={lg.project}", f"logger.mode={lg.mode}"]
+
+
+def _done(folder: Path, resume: bool) -> bool:
+    return resume and (folder / "results.json").exists()
+
+
+def run_suite(cfg: DictConfig) -> dict[str, Any]:
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    seeds = [int(s) for s in cfg.seeds]
+    sections_cfg = {name: sec for name, sec in cfg.tables.items() if sec is not None}  # `name: null` drops a section
+    needed = sorted({name for sec in sections_cfg.values() for name in sec.runs})
+    unknown = [n for n in needed if n not in cfg.runs]
+    if unknown:
+        raise ValueError(f"tables name runs that `runs` does not define: {unknown}")
+    seed_dirs: dict[str, list[Path]] = {}
+    for i, name in enumerate(needed, 1):
+        spec = cfg.runs[name]
+        run_seeds = seeds if spec.get("stochastic", False) else seeds[:1]
+        seed_dirs[name] = []
+        for seed in run_seeds:
+            folder = out / "locomo" / name / f"seed{seed}"
+            seed_dirs[name].append(folder)
+            if _done(folder, cfg.resume):
+                log.info("[%d/%d] %s seed %d: done before, reused", i, len(needed), name, seed)
+                continue
+            overrides = [*cfg.locomo_common, *spec.overrides, f"seed={seed}", f"out_dir={folder}", *_logger_overrides(cfg),
+                         f"logger.name={name}-seed{seed}"]
+            log.info("[%d/%d] %s seed %d: %s", i, len(needed), name, seed, " ".join(overrides))
+            t = time.perf_counter()
+            run_locomo(compose(config_name="locomo", overrides=overrides), quiet=True)
+            timings[f"{name}/seed{seed}"] = time.perf_counter() - t
+    runs = {name: load_run(name, dirs) for name, dirs in seed_dirs.items()}
+    reference = runs.get(cfg.reference)
+
+    sections, numbers = [], {}
+    for sec_name, sec in sections_cfg.items():
+        members = [runs[n] for n in sec.runs]
+        md, data = table(members, reference if cfg.reference in sec.runs else None, list(sec.columns), list(sec.paired),
+                         int(cfg.bootstrap_resamples))
+        sections.append(f"## {sec_name.replace('_', ' ')}\n\n{md}\n")
+        numbers[sec_name] = data
+        series = {c: [(d["columns"][c]["mean"], d["columns"][c]["std"]) for d in data.values()]
+                  for c in sec.paired if all(d["columns"][c]["n"] for d in data.values())}
+        if series:
+            plot_bars(list(data), series, out / f"{sec_name}.png", sec_name.replace("_", " "))
+            sections[-1] += f"\n![{sec_name}]({sec_name}.png)\n"
+    plot_budget_curves({n: _curve(runs[n]) for n in sections_cfg["baselines"].runs} if "baselines" in sections_cfg else {}, out / "recall_vs_budget.png")
+
+    if cfg.growth.enabled:
+        folder = out / "growth"
+        if not _done(folder, cfg.resume):
+            t = time.perf_counter()
+            run_growth_cfg(compose(config_name="growth", overrides=[*cfg.growth.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]), quiet=True)
+            timings["growth"] = time.perf_counter() - t
+        g = json.loads((folder / "results.json").read_text())["growth"]
+        numbers["growth"] = [{k: v for k, v in r.items() if k != "per_question"} for r in g["rows"]]
+        sections.append(f"## MTM growth (K={g['k']})\n\n{growth_table(g['rows'])}\n\n![growth](growth/growth.png)\n")
+    if cfg.longmemeval.enabled:
+        folder = out / "longmemeval"
+        if not _done(folder, cfg.resume):
+            t = time.perf_counter()
+            run_lme(compose(config_name="longmemeval", overrides=[*cfg.longmemeval.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]), quiet=True)
+            timings["longmemeval"] = time.perf_counter() - t
+        r = json.loads((folder / "results.json").read_text())
+        numbers["longmemeval"] = r["retrieval"]
+        sections.append(f"## LongMemEval\n\n{longmemeval_table(r, sorted(r['config']['ks']))}\n")
+
+    total = time.perf_counter() - t_start
+    head = (f"# lightmem evaluation suite\n\nreference: `{cfg.reference}`; mean ± std over seeds where a run is stochastic; "
+            f"Δ = paired bootstrap ({cfg.bootstrap_resamples} resamples) of run − reference over shared questions, "
+            f"95% CI, two-sided p (* p < 0.05).\nLoCoMo overrides: `{' '.join(cfg.locomo_common)}`. "
+            f"This invocation took {total / 60:.1f} min (runs reused from earlier invocations not counted).\n")
+    (out / "suite.md").write_text(head + "\n" + "\n".join(sections) + "\n![recall vs budget](recall_vs_budget.png)\n")
+    summary = {"tables": numbers, "timings_s": timings, "total_s": total, "config": OmegaConf.to_container(cfg, resolve=True)}
+    (out / "suite.json").write_text(json.dumps(summary, indent=2, default=str))
+    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, "suite")
+    logger.log_config(summary["config"])
+    flat = {f"{sec}/{run}/{col}": v["mean"] for sec, d in numbers.items() if isinstance(d, dict) and sec != "longmemeval"
+            for run, rd in d.items() for col, v in rd["columns"].items() if v["n"]}
+    logger.log_metrics(flat)
+    logger.log_artifact(out / "suite.json")
+    logger.finish()
+    return summary
+
+
+def _curve(run) -> list[tuple[float, float]]:
+    from lightmem.evaluation.suite import budget_curve
+
+    return budget_curve(run)

@@ -1,0 +1,231 @@
+"""The evaluation suite's runners on tiny fixtures: LoCoMo QA, baselines, error injection,
+LongMemEval, MTM growth, and the whole suite with its bootstrap tables."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, TINY_LOCOMO, compose
+from fakes import ScriptedLLM
+
+from lightmem.evaluation.baselines import FullContext
+from lightmem.evaluation.inject import NoisyController, NoisyWriter, noise_turns
+from lightmem.evaluation.locomo_run import run_locomo
+from lightmem.evaluation.longmemeval_eval import ranked_metrics
+from lightmem.evaluation.qa import generate_answers
+from lightmem.evaluation.suite import RunResult, compare, table
+from lightmem.llm.base import GenerationError
+from lightmem.models.embedder import HashingEmbedder
+from lightmem.roles.controller import PassthroughController
+from lightmem.roles.selector import ThresholdSelector
+from lightmem.roles.writer import TurnWriter
+from lightmem.types import Filters, Hit, MemoryItem, RetrievalPlan, Turn
+
+TINY = [f"data.path={TINY_LOCOMO}", "encoder=hashing", "selector=none", "ks=[1,3]", "budget=60"]
+SCRIPTED = ["llm._target_=fakes.ScriptedLLM", "+llm.script=[Biscuit]"]
+
+
+def _rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "questions.jsonl").read_text().splitlines()]
+
+
+def test_locomo_qa_scores_answers_per_category_with_the_judge(tmp_path):
+    judge = "+qa.judge={_target_: fakes.ScriptedLLM, script: ['{\"label\": \"CORRECT\"}', 'so WRONG']}"
+    cfg = compose("locomo", [*TINY, *SCRIPTED, "data.conversations=0", "qa.enabled=true", "data.categories=[1,2,3,4,5]",
+                             judge, f"out_dir={tmp_path}"])
+    results = run_locomo(cfg, quiet=True)
+    qa = results["qa"]
+    rows = {r["question"]: r for r in _rows(tmp_path)}
+    # the scripted generator always says "Biscuit": right for the puppy question only
+    assert rows["What is the name of Ava's puppy?"]["qa"]["f1"] == 1.0
+    assert rows["When did Ava run the Boston marathon?"]["qa"]["f1"] == 0.0
+    assert qa["overall"]["n"] == 4 and qa["overall"]["f1"] == pytest.approx(0.25)
+    # the adversarial question is scored apart ("Biscuit" is not an abstention) and kept out of the overall
+    assert qa["adversarial"]["n"] == 1 and qa["adversarial"]["f1"] == 0.0
+    assert results["retrieval"]["overall"]["n"] == 4
+    # the judge alternates CORRECT / WRONG over the 5 answers
+    assert [rows[q]["qa"]["judge"] for q in rows] == [1.0, 0.0, 1.0, 0.0, 1.0]
+    assert qa["overall"]["judged"] == 4
+    assert results["cost"]["llm_qa"]["generator"]["calls"] == 5 and results["cost"]["llm_qa"]["judge"]["calls"] == 5
+    assert results["latency"]["e2e_ms_p50"] >= results["latency"]["generate_ms_p50"]
+    assert 0 < results["cost"]["context_tokens_per_question"] <= 60
+    assert "| **overall (1-4)** | 4 |" in (tmp_path / "results.md").read_text()
+
+
+def test_full_context_baseline_replays_the_newest_turns_within_the_window(tmp_path):
+    cfg = compose("locomo", [*TINY, *SCRIPTED, "data.conversations=0", "qa.enabled=true", "+experiment=baseline_full_context",
+                             "qa.window=2048", f"out_dir={tmp_path}"])
+    results = run_locomo(cfg, quiet=True)
+    # everything fits the window: every question's evidence is "retrieved" at any K
+    assert results["retrieval"]["overall"]["recall_all@1"] == 1.0
+    assert all(len(r["retrieved"]) == 7 for r in _rows(tmp_path))
+
+    counter = HashingEmbedder(dim=8).token_counter()
+    turns = [Turn(f"t{i}", "A", f"word{i} filler text", 1000.0 + i) for i in range(6)]
+    costs = [it.n_tokens for it in FullContext(counter, window=10**6).add_turns("u", turns)]
+    fc = FullContext(counter, window=costs[-1] + costs[-2] + 1)  # room for the two newest turns only
+    fc.add_turns("u", turns)
+    hits = fc.retrieve("anything", "u", k=1).hits
+    assert [h.item.provenance[0] for h in hits] == ["t4", "t5"]  # the newest turns, in time order; k is ignored
+    with pytest.raises(ValueError):
+        FullContext(counter, window=0)
+
+
+def test_threshold_selector_keeps_what_clears_the_cosine():
+    plan = RetrievalPlan("q", (), Filters(), 3)
+    hits = [Hit(MemoryItem(str(i), "u", "t", [], 0, 0, 0), {"dense": d}, score=s) for i, (d, s) in enumerate([(0.9, 0.1), (0.2, 0.9), (0.35, 0.5)])]
+    assert [h.item.id for h in ThresholdSelector(0.30).select(plan, hits, 3)] == ["2", "0"]
+    assert [h.item.id for h in ThresholdSelector(0.30).select(plan, hits, 1)] == ["2"]
+
+
+def test_noisy_controller_and_writer_inject_reproducibly():
+    pool = ["Where is the Eiffel tower?", "What is the boiling point of water?"]
+    ctrl = NoisyController(PassthroughController(), pool, rate=0.5, seed=1)
+    plan = ctrl.plan("What is Ava's puppy called?", 10, Filters())
+    texts = sorted(h.text for h in plan.hqs)
+    assert len(plan.hqs) == 2 and "What is Ava's puppy called?" in texts and set(texts) - {"What is Ava's puppy called?"} <= set(pool)
+    assert all(h.quota == 0 for h in plan.hqs)  # the budget is split over real and noisy HQs
+    again = NoisyController(PassthroughController(), pool, rate=0.5, seed=1).plan("What is Ava's puppy called?", 10, Filters())
+    assert again.hqs == plan.hqs
+    with pytest.raises(ValueError):
+        NoisyController(PassthroughController(), pool, rate=1.0)
+    with pytest.raises(ValueError):
+        NoisyController(PassthroughController(), [], rate=0.5)
+
+    turns = [Turn(f"t{i}", "A", f"I adopted puppy number {i}", 1000.0) for i in range(40)]
+    writer = NoisyWriter(TurnWriter(), ["zebra quantum violin harbour"], rate=0.5, seed=0)
+    drafts = writer.write(turns)
+    noisy = [d for d in drafts if d.metadata.get("injected_noise")]
+    assert 10 < len(noisy) < 30 and writer.injected == len(noisy)
+    assert all(set(d.text.split()) <= {"zebra", "quantum", "violin", "harbour"} for d in noisy)
+    assert [d.provenance for d in drafts] == [[t.turn_id] for t in turns]  # provenance survives
+    assert [d.text for d in NoisyWriter(TurnWriter(), ["x y"], rate=0.0).write(turns)] == [d.text for d in TurnWriter().write(turns)]
+    assert [t.turn_id for t in noise_turns(["a b"], 3, 5.0)] == ["noise:0", "noise:1", "noise:2"]
+
+
+def test_injection_runs_are_seeded_and_saturation_is_counted(tmp_path):
+    base = [*TINY, "data.conversations=0", "inject.write_noise=0.5", "inject.hq_noise=0.5", "inject.saturation=1.0"]
+    a = run_locomo(compose("locomo", [*base, "seed=7", f"out_dir={tmp_path}/a"]), quiet=True)
+    b = run_locomo(compose("locomo", [*base, "seed=7", f"out_dir={tmp_path}/b"]), quiet=True)
+    assert [r["retrieved"] for r in _rows(tmp_path / "a")] == [r["retrieved"] for r in _rows(tmp_path / "b")]
+    assert a["cost"]["injected"]["injected_noise_turns"] == 7.0  # as many noise turns as the conversation has
+    assert a["cost"]["items"] == 14 and b["retrieval"] == a["retrieval"]
+
+
+def test_generation_failures_answer_empty():
+    llm = ScriptedLLM(script=[GenerationError("down")])
+    gens = generate_answers(llm, ["q1", "q2"], ["c1", "c2"], batch_size=2)
+    assert [g.text for g in gens] == ["", ""]
+    with pytest.raises(ValueError):
+        generate_answers(llm, ["q1"], [])
+
+
+def _lme_file(path: Path) -> Path:
+    def inst(qid, qtype, sessions, answer_sid):
+        return {"question_id": qid, "question_type": qtype, "question": "What breed is my dog Biscuit?", "answer": "golden retriever",
+                "question_date": "2023/05/30 (Tue) 10:18", "answer_session_ids": [answer_sid],
+                "haystack_session_ids": [s[0] for s in sessions], "haystack_dates": ["2023/05/20 (Sat) 07:47"] * len(sessions),
+                "haystack_sessions": [s[1] for s in sessions]}
+    dog = [{"role": "user", "content": "My dog Biscuit is a golden retriever.", "has_answer": True},
+           {"role": "assistant", "content": "Golden retrievers are lovely dogs."}]
+    other = [{"role": "user", "content": "I need a recipe for lentil soup."}, {"role": "assistant", "content": "Try red lentils with cumin."}]
+    data = [inst("q1", "single-session-user", [("s_other", other), ("s_dog", dog)], "s_dog"),
+            inst("q2_abs", "multi-session", [("s_dog", dog), ("s_other", other)], "s_dog")]
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_longmemeval_runner_scores_sessions_and_turns(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("eval_lme", ROOT / "eval" / "longmemeval.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    path = _lme_file(tmp_path / "lme.json")
+    cfg = compose("longmemeval", [f"data.path={path}", "encoder=hashing", "selector=none", "ks=[1,4]", *SCRIPTED, "qa.enabled=true",
+                                  "+qa.judge={_target_: fakes.ScriptedLLM, script: ['yes']}", f"out_dir={tmp_path}/out"])
+    results = mod.run_lme(cfg, quiet=True)
+    overall = results["retrieval"]["overall"]
+    assert overall["n"] == 2 and overall["session_recall_all@4"] == 1.0 and overall["turn_recall_any@4"] == 1.0
+    assert overall["qa_accuracy"] == 1.0 and overall["qa_f1"] == 0.0  # "Biscuit" vs "golden retriever"
+    assert set(results["retrieval"]["by_type"]) == {"single-session-user", "multi-session"}
+    assert (tmp_path / "out" / "results.md").exists()
+
+
+def test_ranked_metrics_map_turns_to_sessions():
+    m = ranked_metrics(["s2:0", "s2:1", "s1:3"], ["s1:3"], ["s1"], [1, 2])
+    assert m["turn_recall_any@1"] == 0.0 and m["turn_recall_any@2"] == 0.0  # the gold turn is third
+    assert m["session_recall_any@2"] == 1.0 and m["session_ndcg@2"] == pytest.approx(1 / np.log2(3))  # s1 is the 2nd session
+    assert np.isnan(ranked_metrics(["s1:0"], [], ["s1"], [1])["turn_recall_any@1"])
+
+
+def test_growth_scores_both_variants_at_each_size(tmp_path):
+    from lightmem.evaluation.growth_run import run_growth_cfg
+
+    cfg = compose("growth", [f"locomo_path={TINY_LOCOMO}", "locomo_conversations=all", "filler_path=null", "encoder=hashing",
+                             "selector=none", "sizes=[4,10,100]", "k=2", f"out_dir={tmp_path}"])
+    rows = run_growth_cfg(cfg, quiet=True)["growth"]["rows"]
+    scored = [r for r in rows if "variant" in r]
+    assert [(r["size"], r["variant"]) for r in scored] == [(4, "reranking"), (4, "vector_only"), (10, "reranking"), (10, "vector_only")]
+    assert all(r["entries"] >= r["size"] for r in scored)
+    assert scored[0]["n"] <= scored[2]["n"]  # more questions become answerable as the trajectory grows
+    assert "before sizes [100]" in rows[-1]["note"]
+    assert (tmp_path / "growth.png").exists()
+
+
+def _fake_run(name: str, scores: list[float], seeds: int = 1) -> RunResult:
+    run = RunResult(name)
+    for s in range(seeds):
+        qs = [{"conv_id": "c", "question": f"q{i}", "category": 4, "recall": {"@budget": {"all": v}}, "qa": {"f1": v}} for i, v in enumerate(scores)]
+        run.questions.append(qs)
+        run.results.append({"retrieval": {"overall": {"recall_all@budget": float(np.mean(scores)) + 0.1 * s}, "by_category": {}},
+                            "latency": {}, "cost": {}})
+    return run
+
+
+def test_suite_table_reports_mean_std_and_the_paired_difference():
+    ref, better = _fake_run("ref", [0.0, 1.0, 0.0, 1.0] * 5), _fake_run("better", [1.0] * 20, seeds=3)
+    cmp = compare(better, ref, "R_all@budget", resamples=500)
+    assert cmp["diff"] == pytest.approx(0.5) and cmp["n"] == 20 and cmp["p_value"] < 0.05
+    md, data = table([ref, better], ref, ["R_all@budget"], ["R_all@budget"], resamples=500)
+    assert "| better | 3 | 1.100 ± 0.100 | +0.500 [" in md and "(reference)" in md
+    assert data["better"]["columns"]["R_all@budget"]["std"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")))
+def test_every_experiment_config_composes(name):
+    cfg = compose("locomo", [f"+experiment={name}"])
+    assert cfg.system in ("memory", "full_context")
+
+
+def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    import lightmem.config  # noqa: F401
+    from lightmem.evaluation.suite_run import run_suite
+
+    lme = _lme_file(tmp_path / "lme.json")
+    common = [f"data.path={TINY_LOCOMO}", "data.conversations=all", "encoder=hashing", "ks=[1,3]", "budget=60", "qa.enabled=true",
+              *SCRIPTED, "data.categories=[1,2,3,4,5]"]
+    runs = {"ref": {"overrides": ["selector=none"]}, "bm25": {"overrides": ["+experiment=baseline_bm25"]},
+            "noisy": {"overrides": ["selector=none", "inject.write_noise=0.5"], "stochastic": True}}
+    tables = {"baselines": {"runs": ["ref", "bm25"], "columns": ["R_all@budget", "F1"], "paired": ["R_all@budget", "F1"]},
+              "error_injection": {"runs": ["ref", "noisy"], "columns": ["R_all@budget"], "paired": ["R_all@budget"]}}
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = hydra_compose(config_name="suite", overrides=[f"out_dir={tmp_path}/suite", "seeds=[0,1]", "bootstrap_resamples=200", "reference=ref"])
+        cfg.locomo_common, cfg.runs, cfg.tables = common, runs, tables
+        cfg.growth.overrides = [f"locomo_path={TINY_LOCOMO}", "locomo_conversations=all", "filler_path=null", "encoder=hashing", "selector=none", "sizes=[4]"]
+        cfg.longmemeval.overrides = [f"data.path={lme}", "encoder=hashing", "selector=none"]
+        summary = run_suite(cfg)
+        md = (tmp_path / "suite" / "suite.md").read_text()
+        assert "## baselines" in md and "## error injection" in md and "## MTM growth" in md and "## LongMemEval" in md
+        assert sorted(p.name for p in (tmp_path / "suite" / "locomo" / "noisy").iterdir()) == ["seed0", "seed1"]  # stochastic: both seeds
+        assert [p.name for p in (tmp_path / "suite" / "locomo" / "bm25").iterdir()] == ["seed0"]
+        assert summary["tables"]["baselines"]["bm25"]["vs_reference"]["R_all@budget"]["n"] == 6  # the scorable non-adversarial questions
+        assert (tmp_path / "suite" / "baselines.png").exists() and (tmp_path / "suite" / "recall_vs_budget.png").exists()
+        # a second invocation reuses every finished run
+        again = run_suite(cfg)
+        assert again["timings_s"] == {}

@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 
-.PHONY: install test test-fast lint demo eval-dev latency data train clean help
+.PHONY: install test test-fast lint demo suite eval-dev latency data train clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -32,8 +32,11 @@ test-fast: install  ## tests without the slow (real-model) ones
 lint: install  ## ruff (pyflakes, bugbear, import order)
 	$(VENV)/bin/ruff check lightmem eval train data_gen tests
 
-demo: install  ## LoCoMo retrieval evaluation on dev conversation 0
-	$(PY) eval/locomo.py data.conversations=0 out_dir=outputs/demo
+demo: install  ## the evaluation suite, small: LoCoMo conversation 0 (retrieval + QA), 2 baselines, 1 ablation, 1 stress test, growth, LongMemEval
+	$(PY) eval/suite.py --config-name suite_demo out_dir=outputs/demo
+
+suite: install  ## the whole evaluation suite on the dev data -> outputs/suite/suite.md (hours on CPU; resumes)
+	$(PY) eval/suite.py out_dir=outputs/suite
 
 eval-dev: install  ## LoCoMo retrieval evaluation on all 5 dev conversations
 	$(PY) eval/locomo.py data.conversations=0-4 out_dir=outputs/locomo_dev

@@ -35,6 +35,7 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
+    failures: dict[str, str] = {}
     seeds = [int(s) for s in cfg.seeds]
     sections_cfg = {name: sec for name, sec in cfg.tables.items() if sec is not None}  # `name: null` drops a section
     needed = sorted({name for sec in sections_cfg.values() for name in sec.runs})
@@ -56,14 +57,19 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
                          f"logger.name={name}-seed{seed}"]
             log.info("[%d/%d] %s seed %d: %s", i, len(needed), name, seed, " ".join(overrides))
             t = time.perf_counter()
-            run_locomo(compose(config_name="locomo", overrides=overrides), quiet=True)
+            try:
+                run_locomo(compose(config_name="locomo", overrides=overrides), quiet=True)
+            except Exception as exc:  # one broken configuration must not cost the others' hours
+                log.exception("%s seed %d failed", name, seed)
+                failures[f"{name}/seed{seed}"] = f"{type(exc).__name__}: {exc}"
             timings[f"{name}/seed{seed}"] = time.perf_counter() - t
-    runs = {name: load_run(name, dirs) for name, dirs in seed_dirs.items()}
+    runs = {name: load_run(name, [d for d in dirs if (d / "results.json").exists()]) for name, dirs in seed_dirs.items()}
+    runs = {name: run for name, run in runs.items() if run.results}
     reference = runs.get(cfg.reference)
 
     sections, numbers = [], {}
     for sec_name, sec in sections_cfg.items():
-        members = [runs[n] for n in sec.runs]
+        members = [runs[n] for n in sec.runs if n in runs]
         md, data = table(members, reference if cfg.reference in sec.runs else None, list(sec.columns), list(sec.paired),
                          int(cfg.bootstrap_resamples))
         sections.append(f"## {sec_name.replace('_', ' ')}\n\n{md}\n")
@@ -73,24 +79,26 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
         if series:
             plot_bars(list(data), series, out / f"{sec_name}.png", sec_name.replace("_", " "))
             sections[-1] += f"\n![{sec_name}]({sec_name}.png)\n"
-    plot_budget_curves({n: _curve(runs[n]) for n in sections_cfg["baselines"].runs} if "baselines" in sections_cfg else {}, out / "recall_vs_budget.png")
+    plot_budget_curves({n: _curve(runs[n]) for n in sections_cfg["baselines"].runs if n in runs} if "baselines" in sections_cfg else {}, out / "recall_vs_budget.png")
 
     if cfg.growth.enabled:
         folder = out / "growth"
         if not _done(folder, cfg.resume):
             t = time.perf_counter()
-            run_growth_cfg(compose(config_name="growth", overrides=[*cfg.growth.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]), quiet=True)
+            _guarded(failures, "growth", run_growth_cfg, compose(config_name="growth", overrides=[*cfg.growth.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]))
             timings["growth"] = time.perf_counter() - t
-        g = json.loads((folder / "results.json").read_text())["growth"]
+    if cfg.growth.enabled and (folder := out / "growth" / "results.json").exists():
+        g = json.loads(folder.read_text())["growth"]
         numbers["growth"] = [{k: v for k, v in r.items() if k != "per_question"} for r in g["rows"]]
         sections.append(f"## MTM growth (K={g['k']})\n\n{growth_table(g['rows'])}\n\n![growth](growth/growth.png)\n")
     if cfg.longmemeval.enabled:
         folder = out / "longmemeval"
         if not _done(folder, cfg.resume):
             t = time.perf_counter()
-            run_lme(compose(config_name="longmemeval", overrides=[*cfg.longmemeval.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]), quiet=True)
+            _guarded(failures, "longmemeval", run_lme, compose(config_name="longmemeval", overrides=[*cfg.longmemeval.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]))
             timings["longmemeval"] = time.perf_counter() - t
-        r = json.loads((folder / "results.json").read_text())
+    if cfg.longmemeval.enabled and (folder := out / "longmemeval" / "results.json").exists():
+        r = json.loads(folder.read_text())
         numbers["longmemeval"] = r["retrieval"]
         sections.append(f"## LongMemEval\n\n{longmemeval_table(r, sorted(r['config']['ks']))}\n")
 
@@ -99,8 +107,10 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
             f"Δ = paired bootstrap ({cfg.bootstrap_resamples} resamples) of run − reference over shared questions, "
             f"95% CI, two-sided p (* p < 0.05).\nLoCoMo overrides: `{' '.join(cfg.locomo_common)}`. "
             f"This invocation took {total / 60:.1f} min (runs reused from earlier invocations not counted).\n")
+    if failures:
+        sections.append("## failed runs\n\n" + "\n".join(f"- `{k}`: {v}" for k, v in failures.items()) + "\n")
     (out / "suite.md").write_text(head + "\n" + "\n".join(sections) + "\n![recall vs budget](recall_vs_budget.png)\n")
-    summary = {"tables": numbers, "timings_s": timings, "total_s": total, "config": OmegaConf.to_container(cfg, resolve=True)}
+    summary = {"tables": numbers, "timings_s": timings, "failures": failures, "total_s": total, "config": OmegaConf.to_container(cfg, resolve=True)}
     (out / "suite.json").write_text(json.dumps(summary, indent=2, default=str))
     logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, "suite")
     logger.log_config(summary["config"])
@@ -110,6 +120,14 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
     logger.log_artifact(out / "suite.json")
     logger.finish()
     return summary
+
+
+def _guarded(failures: dict[str, str], name: str, fn, cfg: DictConfig) -> None:
+    try:
+        fn(cfg, quiet=True)
+    except Exception as exc:  # reported in suite.md; the other parts still run
+        log.exception("%s failed", name)
+        failures[name] = f"{type(exc).__name__}: {exc}"
 
 
 def _curve(run) -> list[tuple[float, float]]:

@@ -229,3 +229,16 @@ def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
         # a second invocation reuses every finished run
         again = run_suite(cfg)
         assert again["timings_s"] == {}
+
+
+def test_max_questions_spreads_over_the_conversation():
+    from lightmem.datasets import load_locomo
+    from lightmem.evaluation.locomo_retrieval import sample_questions
+
+    conv = load_locomo(TINY_LOCOMO)[0]
+    every = sample_questions(conv, [1, 2, 3, 4, 5])
+    assert [q.category for q in every] == [4, 2, 1, 3, 5]  # the question with junk evidence is not scorable
+    assert [q.category for q in sample_questions(conv, [1, 2, 3, 4, 5], 2)] == [4, 5]  # first and last
+    assert [q.category for q in sample_questions(conv, [1, 2, 3, 4, 5], 3)] == [4, 1, 5]
+    assert sample_questions(conv, [1, 2], 10) == [q for q in every if q.category in (1, 2)]
+    assert sample_questions(conv, [4], 0) == []

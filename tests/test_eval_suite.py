@@ -151,7 +151,7 @@ def test_longmemeval_runner_scores_sessions_and_turns(tmp_path):
     assert overall["n"] == 2 and overall["session_recall_all@4"] == 1.0 and overall["turn_recall_any@4"] == 1.0
     assert overall["qa_accuracy"] == 1.0 and overall["qa_f1"] == 0.0  # "Biscuit" vs "golden retriever"
     assert set(results["retrieval"]["by_type"]) == {"single-session-user", "multi-session"}
-    assert (tmp_path / "out" / "results.md").exists()
+    assert (tmp_path / "out" / "results.md").exists() and (tmp_path / "out" / "recall.png").stat().st_size > 0
 
 
 def test_ranked_metrics_map_turns_to_sessions():

@@ -14,7 +14,7 @@ from lightmem.datasets.formats import Conversation
 from lightmem.datasets.longmemeval import load_longmemeval
 from lightmem.evaluation.locomo_run import qa_options, seed_everything
 from lightmem.evaluation.longmemeval_eval import run_longmemeval
-from lightmem.evaluation.report import longmemeval_table
+from lightmem.evaluation.report import longmemeval_table, plot_longmemeval
 from lightmem.metric_logger import make_logger, quiet_third_party_logs
 
 
@@ -60,9 +60,10 @@ def run_lme(cfg: DictConfig, quiet: bool = False) -> dict:
             fh.write(json.dumps(r.__dict__) + "\n")
     table = longmemeval_table(results, ks)
     (out / "results.md").write_text(f"# LongMemEval ({Path(cfg.data.path).name}, {len(instances)} questions)\n\n{table}\n")
+    plot_longmemeval(results, ks, out / "recall.png")
     if not quiet:
         print(table)
-        print(f"\nwrote {out}/results.json, results.md, questions.jsonl")
+        print(f"\nwrote {out}/results.json, results.md, questions.jsonl, recall.png")
     logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
     logger.log_config(results["config"])
     logger.log_metrics({f"lme/{k}": v for k, v in results["retrieval"]["overall"].items() if isinstance(v, (int, float))})

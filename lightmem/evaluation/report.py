@@ -235,3 +235,29 @@ def plot_budget_curves(curves: dict[str, list[tuple[float, float]]], path: str |
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_longmemeval(results: dict[str, Any], ks: list[int], path: str | Path) -> Path:
+    """Session-level recall_all@k (solid) and turn-level recall_any@k (dashed) per question type (PNG)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    series = list(results["retrieval"]["by_type"].items()) + [("overall", results["retrieval"]["overall"])]
+    for i, (name, agg) in enumerate(series):
+        color = f"C{i}"
+        for key, ls in (("session_recall_all", "-"), ("turn_recall_any", "--")):
+            vals = [agg.get(f"{key}@{k}") for k in ks]
+            if agg.get("n") and all(v is not None for v in vals):
+                ax.plot(ks, vals, ls=ls, marker="o", color=color, lw=2.5 if name == "overall" else 1.2,
+                        label=name if key == "session_recall_all" else None)
+    ax.set_xlabel("k")
+    ax.set_ylabel("session R_all@k (solid), turn R_any@k (dashed)")
+    ax.set_xticks(ks)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    ax.set_title("LongMemEval retrieval")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -3,6 +3,7 @@ LongMemEval, MTM growth, and the whole suite with its bootstrap tables."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -229,6 +230,12 @@ def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
         # a second invocation reuses every finished run
         again = run_suite(cfg)
         assert again["timings_s"] == {}
+        # report-only over a folder where one run never finished: the tables are rebuilt and the gap is named
+        shutil.rmtree(tmp_path / "suite" / "locomo" / "noisy")
+        cfg.report_only = True
+        partial = run_suite(cfg)
+        assert partial["timings_s"] == {} and "noisy" not in partial["tables"]["error_injection"]
+        assert "## not run" in (tmp_path / "suite" / "suite.md").read_text()
 
 
 def test_max_questions_spreads_over_the_conversation():

@@ -26,8 +26,9 @@ def _logger_overrides(cfg: DictConfig) -> list[str]:
     return [f"logger.kind={lg.kind}", f"logger.project={lg.project}", f"logger.mode={lg.mode}"]
 
 
-def _done(folder: Path, resume: bool) -> bool:
-    return resume and (folder / "results.json").exists()
+def _done(folder: Path, resume: bool, report_only: bool = False) -> bool:
+    """Whether to skip running into ``folder``: finished before (with resume), or only reporting."""
+    return report_only or (resume and (folder / "results.json").exists())
 
 
 def run_suite(cfg: DictConfig) -> dict[str, Any]:
@@ -37,6 +38,7 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
     timings: dict[str, float] = {}
     failures: dict[str, str] = {}
     seeds = [int(s) for s in cfg.seeds]
+    report_only = bool(cfg.get("report_only", False))
     sections_cfg = {name: sec for name, sec in cfg.tables.items() if sec is not None}  # `name: null` drops a section
     needed = sorted({name for sec in sections_cfg.values() for name in sec.runs})
     unknown = [n for n in needed if n not in cfg.runs]
@@ -50,7 +52,7 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
         for seed in run_seeds:
             folder = out / "locomo" / name / f"seed{seed}"
             seed_dirs[name].append(folder)
-            if _done(folder, cfg.resume):
+            if _done(folder, cfg.resume, report_only):
                 log.info("[%d/%d] %s seed %d: done before, reused", i, len(needed), name, seed)
                 continue
             overrides = [*cfg.locomo_common, *spec.overrides, f"seed={seed}", f"out_dir={folder}", *_logger_overrides(cfg),
@@ -64,6 +66,7 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
                 failures[f"{name}/seed{seed}"] = f"{type(exc).__name__}: {exc}"
             timings[f"{name}/seed{seed}"] = time.perf_counter() - t
     runs = {name: load_run(name, [d for d in dirs if (d / "results.json").exists()]) for name, dirs in seed_dirs.items()}
+    missing = sorted(name for name, run in runs.items() if not run.results)
     runs = {name: run for name, run in runs.items() if run.results}
     reference = runs.get(cfg.reference)
 
@@ -83,7 +86,7 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
 
     if cfg.growth.enabled:
         folder = out / "growth"
-        if not _done(folder, cfg.resume):
+        if not _done(folder, cfg.resume, report_only):
             t = time.perf_counter()
             _guarded(failures, "growth", run_growth_cfg, compose(config_name="growth", overrides=[*cfg.growth.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]))
             timings["growth"] = time.perf_counter() - t
@@ -93,7 +96,7 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
         sections.append(f"## MTM growth (K={g['k']})\n\n{growth_table(g['rows'])}\n\n![growth](growth/growth.png)\n")
     if cfg.longmemeval.enabled:
         folder = out / "longmemeval"
-        if not _done(folder, cfg.resume):
+        if not _done(folder, cfg.resume, report_only):
             t = time.perf_counter()
             _guarded(failures, "longmemeval", run_lme, compose(config_name="longmemeval", overrides=[*cfg.longmemeval.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]))
             timings["longmemeval"] = time.perf_counter() - t
@@ -107,6 +110,8 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
             f"Δ = paired bootstrap ({cfg.bootstrap_resamples} resamples) of run − reference over shared questions, "
             f"95% CI, two-sided p (* p < 0.05).\nLoCoMo overrides: `{' '.join(cfg.locomo_common)}`. "
             f"This invocation took {total / 60:.1f} min (runs reused from earlier invocations not counted).\n")
+    if missing:
+        sections.append("## not run\n\n" + ", ".join(f"`{m}`" for m in missing) + " (no finished seed; rerun the same command to resume)\n")
     if failures:
         sections.append("## failed runs\n\n" + "\n".join(f"- `{k}`: {v}" for k, v in failures.items()) + "\n")
     (out / "suite.md").write_text(head + "\n" + "\n".join(sections) + "\n![recall vs budget](recall_vs_budget.png)\n")

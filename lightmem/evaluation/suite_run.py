@@ -45,26 +45,28 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"tables name runs that `runs` does not define: {unknown}")
     seed_dirs: dict[str, list[Path]] = {}
-    for i, name in enumerate(needed, 1):
+    plan = []  # every configuration's first seed before any further seed: a suite cut short still covers all
+    for rank, seed in enumerate(seeds):
+        for name in needed:
+            if rank == 0 or cfg.runs[name].get("stochastic", False):
+                plan.append((name, seed))
+    for i, (name, seed) in enumerate(plan, 1):
         spec = cfg.runs[name]
-        run_seeds = seeds if spec.get("stochastic", False) else seeds[:1]
-        seed_dirs[name] = []
-        for seed in run_seeds:
-            folder = out / "locomo" / name / f"seed{seed}"
-            seed_dirs[name].append(folder)
-            if _done(folder, cfg.resume, report_only):
-                log.info("[%d/%d] %s seed %d: done before, reused", i, len(needed), name, seed)
-                continue
-            overrides = [*cfg.locomo_common, *spec.overrides, f"seed={seed}", f"out_dir={folder}", *_logger_overrides(cfg),
-                         f"logger.name={name}-seed{seed}"]
-            log.info("[%d/%d] %s seed %d: %s", i, len(needed), name, seed, " ".join(overrides))
-            t = time.perf_counter()
-            try:
-                run_locomo(compose(config_name="locomo", overrides=overrides), quiet=True)
-            except Exception as exc:  # one broken configuration must not cost the others' hours
-                log.exception("%s seed %d failed", name, seed)
-                failures[f"{name}/seed{seed}"] = f"{type(exc).__name__}: {exc}"
-            timings[f"{name}/seed{seed}"] = time.perf_counter() - t
+        folder = out / "locomo" / name / f"seed{seed}"
+        seed_dirs.setdefault(name, []).append(folder)
+        if _done(folder, cfg.resume, report_only):
+            log.info("[%d/%d] %s seed %d: done before, reused", i, len(plan), name, seed)
+            continue
+        overrides = [*cfg.locomo_common, *spec.overrides, f"seed={seed}", f"out_dir={folder}", *_logger_overrides(cfg),
+                     f"logger.name={name}-seed{seed}"]
+        log.info("[%d/%d] %s seed %d: %s", i, len(plan), name, seed, " ".join(overrides))
+        t = time.perf_counter()
+        try:
+            run_locomo(compose(config_name="locomo", overrides=overrides), quiet=True)
+        except Exception as exc:  # one broken configuration must not cost the others' hours
+            log.exception("%s seed %d failed", name, seed)
+            failures[f"{name}/seed{seed}"] = f"{type(exc).__name__}: {exc}"
+        timings[f"{name}/seed{seed}"] = time.perf_counter() - t
     runs = {name: load_run(name, [d for d in dirs if (d / "results.json").exists()]) for name, dirs in seed_dirs.items()}
     missing = sorted(name for name, run in runs.items() if not run.results)
     runs = {name: run for name, run in runs.items() if run.results}

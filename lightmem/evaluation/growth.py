@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lightmem.datasets.formats import Conversation, QAItem
 from lightmem.evaluation.metrics import evidence_recall, normalize_evidence, percentile
+from lightmem.evaluation.stats import spread
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.roles.selector import Stage1Selector
 from lightmem.types import Turn
@@ -50,12 +51,6 @@ def prefixed_questions(conversations: Sequence[Conversation], categories: Sequen
     return out
 
 
-def _spread(items: list, n: int | None) -> list:
-    if n is None or n >= len(items):
-        return items
-    return [items[i] for i in np.unique(np.linspace(0, len(items) - 1, max(n, 1)).round().astype(int))]
-
-
 def run_growth(memory, conversations: Sequence[Conversation], filler: Sequence[Conversation], sizes: Sequence[int],
                k: int = 10, budget: int = 600, max_questions: int | None = 300, show_progress: bool = True) -> dict[str, Any]:
     """Grow ``memory`` along the trajectory and score both variants at each size; returns the ``growth`` results."""
@@ -83,7 +78,7 @@ def run_growth(memory, conversations: Sequence[Conversation], filler: Sequence[C
             progress.update(task, completed=min(n_items, sizes[-1]))
             while pending and n_items >= pending[0]:
                 target = pending.pop(0)
-                asked = _spread([(q, ev) for q, ev in questions if set(ev) <= ingested], max_questions)
+                asked = spread([(q, ev) for q, ev in questions if set(ev) <= ingested], max_questions)
                 for name, selector in variants.items():
                     memory.retriever.selector = selector
                     cache = getattr(memory.embedder, "_cache", None)

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from lightmem.datasets.formats import Conversation
 from lightmem.evaluation.metrics import evidence_precision, evidence_recall, normalize_evidence, percentile
 from lightmem.evaluation.qa import LOCOMO_JUDGE_PROMPT, generate_answers, judge, locomo_scores, parse_locomo_label
+from lightmem.evaluation.stats import spread
 from lightmem.llm.base import LLM
 from lightmem.memory import Memory
 from lightmem.retrieval.composer import format_memory, pack_by_budget
@@ -64,13 +65,7 @@ class QuestionRecord:
 def sample_questions(conv: Conversation, categories: Sequence[int], max_questions: int | None = None) -> list:
     """The scorable questions (category kept, usable evidence); with ``max_questions``, that many spread
     evenly over the conversation (every category and session keeps its share, no randomness)."""
-    eligible = [q for q in conv.qa if q.category in categories and normalize_evidence(q.evidence)]
-    if max_questions is None or max_questions >= len(eligible):
-        return eligible
-    if max_questions <= 0:
-        return []
-    idx = np.unique(np.linspace(0, len(eligible) - 1, max_questions).round().astype(int))
-    return [eligible[i] for i in idx]
+    return spread([q for q in conv.qa if q.category in categories and normalize_evidence(q.evidence)], max_questions)
 
 
 def evaluate_conversation(

@@ -6,7 +6,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
 from omegaconf import DictConfig
 
 from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
@@ -15,16 +14,8 @@ from lightmem.datasets.longmemeval import load_longmemeval
 from lightmem.evaluation.locomo_run import qa_options, seed_everything
 from lightmem.evaluation.longmemeval_eval import run_longmemeval
 from lightmem.evaluation.report import longmemeval_table, plot_longmemeval
+from lightmem.evaluation.stats import spread
 from lightmem.metric_logger import make_logger, quiet_third_party_logs
-
-
-def spread(items: list, n: int | None) -> list:
-    """``n`` items evenly spaced over ``items`` (all of them for None or n >= len)."""
-    if n is None or n >= len(items):
-        return list(items)
-    if n <= 0:
-        return []
-    return [items[i] for i in np.unique(np.linspace(0, len(items) - 1, n).round().astype(int))]
 
 
 def select_instances(instances: list[Conversation], max_instances: int | None, types: list[str] | None) -> list[Conversation]:

@@ -158,6 +158,14 @@ def growth_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines + [f"\n{n}" for n in notes])
 
 
+def _save(plt, fig, path: str | Path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def _plt():
     import matplotlib
 
@@ -186,11 +194,7 @@ def plot_growth(rows: list[dict[str, Any]], path: str | Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("MTM growth along one trajectory")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_bars(names: list[str], series: dict[str, list[tuple[float, float]]], path: str | Path, title: str) -> Path:
@@ -210,11 +214,7 @@ def plot_bars(names: list[str], series: dict[str, list[tuple[float, float]]], pa
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_budget_curves(curves: dict[str, list[tuple[float, float]]], path: str | Path) -> Path:
@@ -230,11 +230,7 @@ def plot_budget_curves(curves: dict[str, list[tuple[float, float]]], path: str |
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.set_title("Evidence recall against token budget")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_longmemeval(results: dict[str, Any], ks: list[int], path: str | Path) -> Path:
@@ -256,8 +252,4 @@ def plot_longmemeval(results: dict[str, Any], ks: list[int], path: str | Path) -
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.set_title("LongMemEval retrieval")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)

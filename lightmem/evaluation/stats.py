@@ -10,6 +10,15 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 
+def spread(items: Sequence, n: int | None) -> list:
+    """``n`` items evenly spaced over ``items``, first and last included (all of them for None or n >= len)."""
+    if n is None or n >= len(items):
+        return list(items)
+    if n <= 0:
+        return []
+    return [items[i] for i in np.unique(np.linspace(0, len(items) - 1, n).round().astype(int))]
+
+
 @dataclass(frozen=True)
 class MeanStd:
     mean: float

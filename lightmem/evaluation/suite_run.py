@@ -15,7 +15,7 @@ from lightmem.evaluation.growth_run import run_growth_cfg
 from lightmem.evaluation.locomo_run import run_locomo
 from lightmem.evaluation.longmemeval_run import run_lme
 from lightmem.evaluation.report import growth_table, longmemeval_table, plot_bars, plot_budget_curves
-from lightmem.evaluation.suite import load_run, table
+from lightmem.evaluation.suite import budget_curve, load_run, table
 from lightmem.metric_logger import make_logger
 
 log = logging.getLogger("lightmem.suite")
@@ -84,7 +84,7 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
         if series:
             plot_bars(list(data), series, out / f"{sec_name}.png", sec_name.replace("_", " "))
             sections[-1] += f"\n![{sec_name}]({sec_name}.png)\n"
-    plot_budget_curves({n: _curve(runs[n]) for n in sections_cfg["baselines"].runs if n in runs} if "baselines" in sections_cfg else {}, out / "recall_vs_budget.png")
+    plot_budget_curves({n: budget_curve(runs[n]) for n in sections_cfg["baselines"].runs if n in runs} if "baselines" in sections_cfg else {}, out / "recall_vs_budget.png")
 
     if cfg.growth.enabled:
         folder = out / "growth"
@@ -135,9 +135,3 @@ def _guarded(failures: dict[str, str], name: str, fn, cfg: DictConfig) -> None:
     except Exception as exc:  # reported in suite.md; the other parts still run
         log.exception("%s failed", name)
         failures[name] = f"{type(exc).__name__}: {exc}"
-
-
-def _curve(run) -> list[tuple[float, float]]:
-    from lightmem.evaluation.suite import budget_curve
-
-    return budget_curve(run)

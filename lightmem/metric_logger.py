@@ -100,6 +100,15 @@ def make_logger(kind: str, out_dir: str | Path, project: str = "lightmem", mode:
     raise ValueError(f"logger must be none, stdout, disk or wandb, got {kind!r}")
 
 
+def log_results(logger: MetricLogger, config: dict[str, Any], metrics: dict[str, Any], artifact: str | Path | None = None) -> None:
+    """One evaluation's config, its numeric metrics and its results file, then finish the logger."""
+    logger.log_config(config)
+    logger.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    if artifact is not None:
+        logger.log_artifact(artifact)
+    logger.finish()
+
+
 def quiet_third_party_logs() -> None:
     """Entry points call this: loader chatter (FAISS CPU probing, weight-loading bars) hides results."""
     for name in ("faiss.loader", "sentence_transformers", "httpx", "urllib3"):

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
+from lightmem.config import SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.datasets.longmemeval import load_longmemeval
 from lightmem.evaluation.growth import run_growth
 from lightmem.evaluation.report import growth_table, plot_growth
-from lightmem.metric_logger import make_logger, quiet_third_party_logs
+from lightmem.metric_logger import quiet_third_party_logs
 
 
 def run_growth_cfg(cfg: DictConfig, quiet: bool = False) -> dict:
@@ -40,7 +40,7 @@ def run_growth_cfg(cfg: DictConfig, quiet: bool = False) -> dict:
     if not quiet:
         print(table)
         print(f"\nwrote {out}/results.json, results.md, growth.png")
-    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
+    logger = make_run_logger(cfg.logger, out, "growth")
     logger.log_config(results["config"])
     for row in growth["rows"]:
         if "variant" in row:

@@ -14,7 +14,7 @@ import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
+from lightmem.config import SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.datasets.formats import Conversation
 from lightmem.errors import InvalidInputError
@@ -22,7 +22,7 @@ from lightmem.evaluation.baselines import FullContext
 from lightmem.evaluation.inject import NoisyController, NoisyWriter, pools, saturate
 from lightmem.evaluation.locomo_retrieval import QAOptions, run_locomo_retrieval
 from lightmem.evaluation.report import plot_recall, qa_table, retrieval_table
-from lightmem.metric_logger import make_logger, quiet_third_party_logs
+from lightmem.metric_logger import log_results, quiet_third_party_logs
 
 SYSTEMS = ("memory", "full_context")
 
@@ -120,12 +120,8 @@ def run_locomo(cfg: DictConfig, quiet: bool = False) -> dict:
         print(table)
         print(f"\nwrote {out}/results.json, results.md, questions.jsonl, recall.png")
 
-    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
-    logger.log_config(results["config"])
     flat = {f"eval/{k}": v for k, v in results["retrieval"]["overall"].items()}
     flat.update({f"latency/{k}": v for k, v in results["latency"].items()})
-    flat.update({f"qa/{k}": v for k, v in results.get("qa", {}).get("overall", {}).items() if isinstance(v, (int, float))})
-    logger.log_metrics(flat)
-    logger.log_artifact(out / "results.json")
-    logger.finish()
+    flat.update({f"qa/{k}": v for k, v in results.get("qa", {}).get("overall", {}).items()})
+    log_results(make_run_logger(cfg.logger, out, "locomo"), results["config"], flat, out / "results.json")
     return results

@@ -8,14 +8,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
+from lightmem.config import SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
 from lightmem.datasets.formats import Conversation
 from lightmem.datasets.longmemeval import load_longmemeval
 from lightmem.evaluation.locomo_run import qa_options, seed_everything
 from lightmem.evaluation.longmemeval_eval import run_longmemeval
 from lightmem.evaluation.report import longmemeval_table, plot_longmemeval
 from lightmem.evaluation.stats import spread
-from lightmem.metric_logger import make_logger, quiet_third_party_logs
+from lightmem.metric_logger import log_results, quiet_third_party_logs
 
 
 def select_instances(instances: list[Conversation], max_instances: int | None, types: list[str] | None) -> list[Conversation]:
@@ -55,9 +55,6 @@ def run_lme(cfg: DictConfig, quiet: bool = False) -> dict:
     if not quiet:
         print(table)
         print(f"\nwrote {out}/results.json, results.md, questions.jsonl, recall.png")
-    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
-    logger.log_config(results["config"])
-    logger.log_metrics({f"lme/{k}": v for k, v in results["retrieval"]["overall"].items() if isinstance(v, (int, float))})
-    logger.log_artifact(out / "results.json")
-    logger.finish()
+    log_results(make_run_logger(cfg.logger, out, "longmemeval"), results["config"],
+                {f"lme/{k}": v for k, v in results["retrieval"]["overall"].items()}, out / "results.json")
     return results

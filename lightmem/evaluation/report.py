@@ -5,6 +5,14 @@ from pathlib import Path
 from typing import Any
 
 
+def _save(plt, fig, path: str | Path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def _fmt(v: Any) -> str:
     return f"{v:.3f}" if isinstance(v, float) else str(v)
 
@@ -66,10 +74,7 @@ def longmemeval_table(results: dict[str, Any], ks: list[int]) -> str:
 
 def plot_recall(results: dict[str, Any], ks: list[int], path: str | Path) -> Path:
     """Recall_all against K per category (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _plt()
 
     fig, ax = plt.subplots(figsize=(7.5, 4))
     series = list(results["retrieval"]["by_category"].items()) + [("overall", results["retrieval"]["overall"])]
@@ -83,11 +88,7 @@ def plot_recall(results: dict[str, Any], ks: list[int], path: str | Path) -> Pat
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.set_title("LoCoMo evidence recall")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
@@ -114,11 +115,9 @@ def sensory_tables(results: dict[str, Any]) -> str:
 
 def plot_segmentation(rows: list[dict[str, Any]], path: str | Path) -> Path:
     """Boundary recall / precision / F1 per segmentation setting (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = _plt()
 
     labels = [f"{r['method']}\nr={r['rate']}" + (f" τ={r['tau']}" if r.get("tau") is not None else "") for r in rows]
     x = np.arange(len(rows))
@@ -132,11 +131,7 @@ def plot_segmentation(rows: list[dict[str, Any]], path: str | Path) -> Path:
     ax.set_title("Topic segmentation vs LongMemEval sessions")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def growth_table(rows: list[dict[str, Any]]) -> str:
@@ -156,14 +151,6 @@ def growth_table(rows: list[dict[str, Any]]) -> str:
                      f"{rr['search_ms_p50']:.1f} / {rr['search_ms_p95']:.1f} |")
     notes = [r["note"] for r in rows if "note" in r]
     return "\n".join(lines + [f"\n{n}" for n in notes])
-
-
-def _save(plt, fig, path: str | Path) -> Path:
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def _plt():

@@ -11,12 +11,13 @@ from typing import Any
 from hydra import compose
 from omegaconf import DictConfig, OmegaConf
 
+from lightmem.config import make_run_logger
 from lightmem.evaluation.growth_run import run_growth_cfg
 from lightmem.evaluation.locomo_run import run_locomo
 from lightmem.evaluation.longmemeval_run import run_lme
 from lightmem.evaluation.report import growth_table, longmemeval_table, plot_bars, plot_budget_curves
 from lightmem.evaluation.suite import budget_curve, load_run, table
-from lightmem.metric_logger import make_logger
+from lightmem.metric_logger import log_results
 
 log = logging.getLogger("lightmem.suite")
 
@@ -119,13 +120,9 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
     (out / "suite.md").write_text(head + "\n" + "\n".join(sections) + "\n![recall vs budget](recall_vs_budget.png)\n")
     summary = {"tables": numbers, "timings_s": timings, "failures": failures, "total_s": total, "config": OmegaConf.to_container(cfg, resolve=True)}
     (out / "suite.json").write_text(json.dumps(summary, indent=2, default=str))
-    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, "suite")
-    logger.log_config(summary["config"])
     flat = {f"{sec}/{run}/{col}": v["mean"] for sec, d in numbers.items() if isinstance(d, dict) and sec != "longmemeval"
             for run, rd in d.items() for col, v in rd["columns"].items() if v["n"]}
-    logger.log_metrics(flat)
-    logger.log_artifact(out / "suite.json")
-    logger.finish()
+    log_results(make_run_logger(cfg.logger, out, "suite"), summary["config"], flat, out / "suite.json")
     return summary
 
 

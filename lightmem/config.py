@@ -12,11 +12,19 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
+from lightmem.datasets.catalog import repo_root
 from lightmem.memory import Memory
 from lightmem.models.embedder import Embedder
 from lightmem.roles.maintenance import Maintainer
+
+
+@dataclass
+class PathsConfig:
+    """Where data lives; conf/paths/default.yaml sets it (``LIGHTMEM_DATA`` overrides the default)."""
+
+    data: str = MISSING
 
 
 @dataclass
@@ -61,7 +69,7 @@ class LoggerConfig:
 
 @dataclass
 class LocomoDataConfig:
-    path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/locomo/locomo_dev.json"
+    path: str = "${paths.data}/locomo/locomo_dev.json.gz"
     conversations: Any = "0-4"
     categories: list[int] = field(default_factory=lambda: [1, 2, 3, 4])
     max_questions: int | None = None  # per conversation: quick runs of slow settings
@@ -78,6 +86,7 @@ class PipelineConfig:
     # Swappable encoders take different arguments, so the node is untyped and set by the
     # ``encoder`` group (conf/encoder/*.yaml).
     encoder: Any = None
+    paths: PathsConfig = field(default_factory=PathsConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -128,7 +137,7 @@ class LocomoEvalConfig(PipelineConfig):
 
 @dataclass
 class LongMemEvalDataConfig:
-    path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/longmemeval/longmemeval_oracle_dev.json"
+    path: str = "${paths.data}/longmemeval/longmemeval_oracle_dev.json.gz"
     max_instances: int | None = None  # spread evenly over the file (every question type keeps its share)
     types: list[str] | None = None  # keep only these question types
 
@@ -147,9 +156,9 @@ class LongMemEvalConfig(PipelineConfig):
 class GrowthConfig(PipelineConfig):
     """MTM growth along one trajectory (LightMem-SLM §4.5)."""
 
-    locomo_path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/locomo/locomo_dev.json"
+    locomo_path: str = "${paths.data}/locomo/locomo_dev.json.gz"
     locomo_conversations: Any = "0-4"
-    filler_path: str | None = "${oc.env:LIGHTMEM_DATA,../shared/data}/longmemeval/longmemeval_s_dev.json.gz"
+    filler_path: str | None = "${paths.data}/longmemeval/longmemeval_s_dev_sample.json.gz"
     sizes: list[int] = field(default_factory=lambda: [100, 1000, 5000, 10_000])
     k: int = 10
     budget: int = 600
@@ -164,8 +173,8 @@ class LatencyBenchConfig(PipelineConfig):
     k: int = 10
     corpus: list[str] = field(
         default_factory=lambda: [
-            "${oc.env:LIGHTMEM_DATA,../shared/data}/locomo/locomo_dev.json",
-            "${oc.env:LIGHTMEM_DATA,../shared/data}/longmemeval/longmemeval_oracle_dev.json",
+            "${paths.data}/locomo/locomo_dev.json.gz",
+            "${paths.data}/longmemeval/longmemeval_oracle_dev.json.gz",
         ]
     )
     out_dir: str = "outputs/latency"
@@ -192,10 +201,10 @@ class RolesBenchConfig(PipelineConfig):
 class DistillConfig(PipelineConfig):
     """data_gen/distill.py: supervision mined from the dev benchmarks with the Stage-1 pipeline."""
 
-    locomo_path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/locomo/locomo_dev.json"
+    locomo_path: str = "${paths.data}/locomo/locomo_dev.json.gz"
     locomo_train: Any = "0-2"  # conversations whose questions train; the rest are held out
     locomo_test: Any = "3-4"
-    lme_path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/longmemeval/longmemeval_oracle_dev.json"
+    lme_path: str = "${paths.data}/longmemeval/longmemeval_oracle_dev.json.gz"
     lme_max: int | None = None  # LongMemEval questions to mine (None: all)
     synth_dir: str = "outputs/data/synth"
     out_dir: str = "outputs/data"
@@ -207,10 +216,10 @@ class SensoryBenchConfig(PipelineConfig):
     """eval/sensory.py: compression, segmentation and ingestion cost of the write path."""
 
     parts: list[str] = field(default_factory=lambda: ["compression", "segmentation", "ingest"])
-    locomo_path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/locomo/locomo_dev.json"
+    locomo_path: str = "${paths.data}/locomo/locomo_dev.json.gz"
     locomo_conversations: Any = "0-4"
     rates: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7])
-    lme_path: str = "${oc.env:LIGHTMEM_DATA,../shared/data}/longmemeval/longmemeval_s_dev.json.gz"
+    lme_path: str = "${paths.data}/longmemeval/longmemeval_s_dev_sample.json.gz"
     lme_instances: Any = "0-9"
     seg_methods: list[str] = field(default_factory=lambda: ["hybrid", "attention", "similarity"])
     seg_rates: list[float] = field(default_factory=lambda: [0.6])
@@ -234,7 +243,10 @@ class LTMBenchConfig(PipelineConfig):
 
 
 def register_configs() -> None:
-    """Register the schemas the YAML files in conf/ extend (``defaults: [schema_...]``)."""
+    """Register the schemas the YAML files in conf/ extend (``defaults: [schema_...]``), and the
+    ``${lightmem_repo:}`` resolver that conf/paths/default.yaml roots the data folder at."""
+    if not OmegaConf.has_resolver("lightmem_repo"):
+        OmegaConf.register_new_resolver("lightmem_repo", lambda: str(repo_root()))
     cs = ConfigStore.instance()
     cs.store(name="schema_locomo", node=LocomoEvalConfig)
     cs.store(name="schema_latency", node=LatencyBenchConfig)

@@ -125,10 +125,25 @@ class KnowledgeGraph:
         with sql.lock:
             sql.connection.executescript(LTM_SCHEMA)
         self._lock = threading.RLock()
+        self._seen_version = sql.data_version()
         self._load()
 
     # -- in-memory views -----------------------------------------------------------------------
+    def _last_cycle(self) -> int:
+        (cycle,), = self.sql.query("SELECT COALESCE(MAX(cycle), 0) FROM ltm_cycles")
+        return int(cycle)
+
+    def _sync(self) -> None:
+        """Reload the views when another process committed a consolidation cycle (a PRAGMA otherwise)."""
+        version = self.sql.data_version()
+        if version == self._seen_version:
+            return
+        self._seen_version = version
+        if self._last_cycle() != self._loaded_cycle:
+            self._load()
+
     def _load(self) -> None:
+        cycle = self._last_cycle()
         rows = self.sql.query(f"SELECT {_NODE_COLS}, embedding FROM ltm_nodes WHERE active = 1 ORDER BY id")
         vectors, lexical = VectorIndex(self.dim), LexicalIndex()
         nodes: dict[int, KnowledgeNode] = {}
@@ -143,6 +158,7 @@ class KnowledgeGraph:
         with self._lock:
             self._vectors, self._lexical, self._nodes = vectors, lexical, nodes
             self._adj = self._load_edges()
+            self._loaded_cycle = cycle
 
     def _load_edges(self) -> dict[int, list[Edge]]:
         adj: dict[int, list[Edge]] = {}
@@ -368,6 +384,7 @@ class KnowledgeGraph:
         """
         if quota <= 0:
             return []
+        self._sync()
         with self._lock:
             if not self._nodes:
                 return []

@@ -4,11 +4,16 @@ Isolation is structural: every user has a separate partition (its own vector and
 index, loaded lazily from SQLite rows of that user only), and every SQL statement is
 scoped by ``user_id``. No filter can name a user; the partition is chosen by the caller's
 ``user_id`` argument and nothing else.
+
+Freshness across processes: whoever takes the store's lock first (``MTMStore.lock``) first
+replays the commits other processes made since its last call (``_sync``), so a search
+never misses another process's turns and never returns an item it deleted.
 """
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -113,6 +118,41 @@ def _tags(topic: str | None, entities: Sequence[str]) -> frozenset[str]:
     return frozenset([t.lower() for t in entities] + ([topic.lower()] if topic else []))
 
 
+def _fill(part: _Partition, rows: Sequence[tuple], dim: int) -> None:
+    """Add ``SQLiteStore.active_vectors`` rows to a partition (one FAISS call for all)."""
+    rids = np.asarray([r[0] for r in rows], dtype=np.int64)
+    part.vectors.add(rids, np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), dim))
+    for rid, text, _, event_time, kind, topic, ents, current in rows:
+        part.lexical.add(int(rid), text)
+        part._set_meta(int(rid), _Meta(event_time, ItemKind(kind), bool(current), _tags(topic, json.loads(ents))))
+
+
+class _SyncingLock:
+    """The store's re-entrant lock; its outermost acquisition first applies other processes' commits.
+
+    Syncing only at the outermost level keeps one operation's several index reads on one view.
+    """
+
+    def __init__(self, lock: threading.RLock, sync: Callable[[], None]) -> None:
+        self._lock, self._sync, self._depth = lock, sync, 0
+
+    def __enter__(self) -> "_SyncingLock":
+        self._lock.acquire()
+        self._depth += 1  # only the owning thread touches it
+        if self._depth == 1:
+            try:
+                self._sync()
+            except BaseException:
+                self._depth -= 1
+                self._lock.release()
+                raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        self._lock.release()
+
+
 class MTMStore:
     """The embedded MTM store.
 
@@ -155,7 +195,9 @@ class MTMStore:
         self._bm25_params = (bm25_k1, bm25_b)
         self._parts: dict[str, _Partition] = {}
         self._touched: dict[str, dict[int, tuple[int, float]]] = {}
-        self._lock = self.sql.lock
+        # Partitions load lazily from the tables, so the change log starts from now.
+        self._seen_version, self._seen_change = self.sql.data_version(), self.sql.last_change()
+        self._lock = _SyncingLock(self.sql.lock, self._sync)
         self._check_identity()
 
     def _check_identity(self) -> None:
@@ -170,9 +212,43 @@ class MTMStore:
             )
 
     @property
-    def lock(self):
+    def lock(self) -> _SyncingLock:
         """The store's re-entrant lock: hold it for several index reads that must agree."""
         return self._lock
+
+    # -- other processes' commits -------------------------------------------------------------
+    def _sync(self) -> None:
+        """Replay the item changes other processes committed since the last call (cheap when none)."""
+        version = self.sql.data_version()
+        if version == self._seen_version or self.sql.connection.in_transaction:
+            return
+        self._seen_version = version
+        pruned, changes = self.sql.changes_since(self._seen_change)
+        if pruned > self._seen_change:  # changes we never read were pruned: rebuild lazily from the tables
+            self._parts.clear()
+        else:
+            by_user: dict[str, set[int]] = {}
+            for _, uid, rid in changes:
+                by_user.setdefault(uid, set()).add(rid)
+            for uid, rids in by_user.items():
+                if uid in self._parts:
+                    self._reload(uid, sorted(rids))
+        if changes:
+            self._seen_change = changes[-1][0]
+
+    def _reload(self, user_id: str, rids: Sequence[int]) -> None:
+        """Re-read these rows into the user's partition: gone or archived ones leave it."""
+        part = self._parts[user_id]
+        part.remove([r for r in rids if r in part.vectors])
+        rows = self.sql.active_vectors_of(user_id, rids)
+        if rows:
+            _fill(part, rows, self.dim)
+
+    def _own_changes(self, c, before: int) -> None:
+        """After this process's writes in transaction ``c``: skip replaying them, unless another
+        process's commit came in between (then the next sync replays both; replay is idempotent)."""
+        if before == self._seen_change:
+            self._seen_change = self.sql.last_change(c)
 
     # -- partitions ------------------------------------------------------------------------
     def _part(self, user_id: str) -> _Partition:
@@ -187,12 +263,7 @@ class MTMStore:
         rows = self.sql.active_vectors(user_id)
         part = _Partition(VectorIndex(self.dim, self.index_kind, self.faiss_device), LexicalIndex(*self._bm25_params))
         if rows:
-            rids = np.asarray([r[0] for r in rows], dtype=np.int64)
-            vecs = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), self.dim)
-            part.vectors.add(rids, vecs)
-            for rid, text, _, event_time, kind, topic, ents, current in rows:
-                part.lexical.add(int(rid), text)
-                part._set_meta(int(rid), _Meta(event_time, ItemKind(kind), bool(current), _tags(topic, json.loads(ents))))
+            _fill(part, rows, self.dim)
         return part
 
     # -- writes ----------------------------------------------------------------------------
@@ -213,6 +284,7 @@ class MTMStore:
         with self._lock:
             part = self._part(user_id)
             with self.sql.transaction() as c:
+                before = self.sql.last_change(c)
                 self._flush_touches(c)
                 seen = self.sql.existing_turn_ids(c, user_id, [t.turn_id for t in turns])
                 for t in turns:
@@ -230,6 +302,7 @@ class MTMStore:
                 if pending is not None:
                     self.sql.set_pending(c, user_id, pending)
                 evicted = self._evict(c, user_id, len(part.vectors) + len(written), now)
+                self._own_changes(c, before)
             try:
                 for rid, item, vec in written:
                     part.add(rid, item, vec)
@@ -279,6 +352,7 @@ class MTMStore:
             new = replace(old, **fields)
             rid = self.sql.rid_of(user_id, item_id)
             with self.sql.transaction() as c:
+                before = self.sql.last_change(c)
                 sets = {k: v for k, v in fields.items()}
                 for k in ("entities", "metadata", "provenance"):
                     if k in sets:
@@ -288,6 +362,7 @@ class MTMStore:
                 cols = ", ".join(f"{k} = ?" for k in sets)
                 c.execute(f"UPDATE items SET {cols} WHERE user_id = ? AND id = ?", [*sets.values(), user_id, item_id])
                 self.sql.log(c, user_id, item_id, "UPDATE", old.text, new.text, now)
+                self._own_changes(c, before)
             part = self._part(user_id)
             if not new.archived and rid is not None:
                 vec = vector if vector is not None else part.vectors.vecs[part.vectors.row_of(rid)].copy()
@@ -315,8 +390,10 @@ class MTMStore:
             if rid is None:
                 raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
             with self.sql.transaction() as c:
+                before = self.sql.last_change(c)
                 c.execute("DELETE FROM items WHERE user_id = ? AND rid = ?", (user_id, rid))
                 self.sql.log(c, user_id, item_id, "DELETE", None, None, now)
+                self._own_changes(c, before)
             self._touched.get(user_id, {}).pop(rid, None)
             if user_id in self._parts:
                 self._parts[user_id].remove([rid])
@@ -527,6 +604,7 @@ class MTMStore:
 
     def close(self) -> None:
         self.flush()
+        self.sql.prune_changes()
         self.sql.close()
 
     @staticmethod

@@ -3,12 +3,18 @@
 WAL mode, one transaction per write batch, and every statement scoped by ``user_id``.
 Item row ids (``rid``) are AUTOINCREMENT, so a deleted item's id is never reused and a
 stale index entry can never point at someone else's newer item.
+
+Several processes may share one database. Triggers append every change that matters to
+the search indexes (insert, delete, text / vector / archive / validity updates) to
+``item_changes``, whoever made it; a process notices others' commits with ``PRAGMA
+data_version`` (microseconds) and replays only the rows that changed.
 """
 from __future__ import annotations
 
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +25,9 @@ import numpy as np
 from lightmem.errors import StoreError
 from lightmem.types import HistoryEvent, ItemKind, MemoryItem, Turn
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+_MIGRATABLE = {"1"}  # older versions this code upgrades in place (every change is additive)
+_BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -55,6 +63,17 @@ CREATE TABLE IF NOT EXISTS consolidated (
   user_id TEXT NOT NULL, item_id TEXT NOT NULL, cycle INTEGER NOT NULL, access_seen INTEGER NOT NULL,
   at REAL NOT NULL, PRIMARY KEY (user_id, item_id)
 );
+-- schema 2: the change log other processes refresh their indexes from
+CREATE TABLE IF NOT EXISTS item_changes (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, user_id TEXT NOT NULL, rid INTEGER NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS items_changes_insert AFTER INSERT ON items
+BEGIN INSERT INTO item_changes (user_id, rid) VALUES (NEW.user_id, NEW.rid); END;
+CREATE TRIGGER IF NOT EXISTS items_changes_delete AFTER DELETE ON items
+BEGIN INSERT INTO item_changes (user_id, rid) VALUES (OLD.user_id, OLD.rid); END;
+CREATE TRIGGER IF NOT EXISTS items_changes_update
+AFTER UPDATE OF text, embedding, archived, superseded_by, valid_to, event_time, kind, topic, entities ON items
+BEGIN INSERT INTO item_changes (user_id, rid) VALUES (NEW.user_id, NEW.rid); END;
 """
 
 _ITEM_COLS = (
@@ -92,27 +111,31 @@ class SQLiteStore:
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.RLock()
         try:
-            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
+                                         timeout=_BUSY_TIMEOUT_S)
+            _retry_busy(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
             self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._conn.execute("PRAGMA foreign_keys=ON")
-            self._conn.executescript(_SCHEMA)
+            with self.transaction() as c:  # one process creates or upgrades the schema; others wait
+                version = c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() if _has_meta(c) else None
+                if version is not None and version[0] != SCHEMA_VERSION and version[0] not in _MIGRATABLE:
+                    raise StoreError(f"{self.path} has schema version {version[0]}; this lightmem reads {SCHEMA_VERSION}")
+                for stmt in _statements(_SCHEMA):
+                    c.execute(stmt)
+                c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path} is not a usable lightmem database: {exc}") from exc
-        self.lock = threading.RLock()
-        version = self.get_meta("schema_version")
-        if version is None:
-            self.set_meta("schema_version", SCHEMA_VERSION)
-        elif version != SCHEMA_VERSION:
-            raise StoreError(f"{self.path} has schema version {version}; this lightmem reads {SCHEMA_VERSION}")
 
     # -- plumbing -----------------------------------------------------------------------
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic write batch: everything inside commits together or not at all."""
         with self.lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            # BEGIN IMMEDIATE takes the write lock up front (no deadlocking upgrade later); the busy
+            # timeout waits for another process's transaction, and a retry covers a longer one.
+            _retry_busy(lambda: self._conn.execute("BEGIN IMMEDIATE"))
             try:
                 yield self._conn
             except BaseException:
@@ -132,6 +155,32 @@ class SQLiteStore:
     def close(self) -> None:
         with self.lock:
             self._conn.close()
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (another process) committed since the last call."""
+        with self.lock:
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def changes_since(self, seq: int) -> tuple[int, list[tuple[int, str, int]]]:
+        """(last seq pruned from the log, [(seq, user_id, rid)] after ``seq``), oldest first."""
+        with self.lock:
+            pruned = self._conn.execute("SELECT value FROM meta WHERE key = 'changes_pruned_through'").fetchone()
+            rows = self._conn.execute("SELECT seq, user_id, rid FROM item_changes WHERE seq > ? ORDER BY seq", (seq,)).fetchall()
+        return int(pruned[0]) if pruned else 0, [(int(a), u, int(r)) for a, u, r in rows]
+
+    def last_change(self, c: sqlite3.Connection | None = None) -> int:
+        """The newest change's seq (0 for none); pass ``c`` inside a transaction."""
+        return int((c or self._conn).execute("SELECT COALESCE(MAX(seq), 0) FROM item_changes").fetchone()[0])
+
+    def prune_changes(self, keep: int = 100_000) -> int:
+        """Drop all but the newest ``keep`` changes. A process that had not read the dropped ones
+        rebuilds its indexes from the tables instead (it sees the gap). Returns rows dropped."""
+        with self.transaction() as c:
+            through = self.last_change(c) - keep
+            n = c.execute("DELETE FROM item_changes WHERE seq <= ?", (through,)).rowcount
+            if n:
+                c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('changes_pruned_through', ?)", (str(through),))
+            return n
 
     def get_meta(self, key: str) -> str | None:
         rows = self.query("SELECT value FROM meta WHERE key = ?", (key,))
@@ -208,6 +257,18 @@ class SQLiteStore:
             (user_id,),
         )
 
+    def active_vectors_of(self, user_id: str, rids: Sequence[int]) -> list[tuple]:
+        """``active_vectors`` restricted to these row ids (the rows another process changed)."""
+        out: list[tuple] = []
+        for i in range(0, len(rids), 500):
+            chunk = [int(r) for r in rids[i : i + 500]]
+            out += self.query(
+                "SELECT rid, text, embedding, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL) "
+                f"FROM items WHERE rid IN ({','.join('?' * len(chunk))}) AND +user_id = ? AND archived = 0 ORDER BY rid",
+                [*chunk, user_id],
+            )
+        return out
+
     def rid_of(self, user_id: str, item_id: str) -> int | None:
         rows = self.query("SELECT rid FROM items WHERE user_id = ? AND id = ?", (user_id, item_id))
         return int(rows[0][0]) if rows else None
@@ -263,3 +324,33 @@ class SQLiteStore:
         for uid, n in self.query("SELECT user_id, COUNT(*) FROM pending GROUP BY user_id"):
             row(uid)["pending"] = n
         return out
+
+
+def _retry_busy(fn, attempts: int = 5):
+    """Run ``fn``, retrying while another process holds the database longer than the busy timeout."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or i == attempts - 1:
+                raise
+            time.sleep(0.05 * 2**i)
+    return None
+
+
+def _has_meta(c: sqlite3.Connection) -> bool:
+    return c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is not None
+
+
+def _statements(script: str) -> list[str]:
+    """Split a schema script into statements (``executescript`` would commit the open transaction)."""
+    out, buf = [], []
+    for line in script.splitlines():
+        if line.strip().startswith("--") or not line.strip():
+            continue
+        buf.append(line)
+        stmt = "\n".join(buf)
+        if sqlite3.complete_statement(stmt):
+            out.append(stmt)
+            buf = []
+    return out

@@ -33,10 +33,32 @@ class VectorIndex:
         if kind not in {"flat", "hnsw"}:
             raise ValueError(f"index kind must be 'flat' or 'hnsw', got {kind!r}")
         self.dim, self.kind, self.device = dim, kind, device
-        self.ids = np.zeros(0, dtype=np.int64)
-        self.vecs = np.zeros((0, dim), dtype=np.float32)
+        # The mirror grows by doubling: adding a few rows to a large index copies nothing
+        # (one write, or another process's commit replayed, must not cost O(index size)).
+        self._n = 0
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._vecs = np.zeros((0, dim), dtype=np.float32)
         self._row: dict[int, int] = {}
         self._index = self._new_index()
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Row → id of the indexed vectors (a view)."""
+        return self._ids[: self._n]
+
+    @property
+    def vecs(self) -> np.ndarray:
+        """The indexed vectors in row order (a view)."""
+        return self._vecs[: self._n]
+
+    def _reserve(self, extra: int) -> None:
+        need = self._n + extra
+        if need <= self._ids.shape[0]:
+            return
+        cap = max(need, 2 * self._ids.shape[0], 64)
+        ids, vecs = np.zeros(cap, dtype=np.int64), np.zeros((cap, self.dim), dtype=np.float32)
+        ids[: self._n], vecs[: self._n] = self.ids, self.vecs
+        self._ids, self._vecs = ids, vecs
 
     def _new_index(self):
         faiss = _faiss()
@@ -56,7 +78,7 @@ class VectorIndex:
         return index
 
     def __len__(self) -> int:
-        return int(self.ids.shape[0])
+        return self._n
 
     def __contains__(self, doc_id: int) -> bool:
         return doc_id in self._row
@@ -68,9 +90,10 @@ class VectorIndex:
             raise ValueError(f"expected vectors of shape ({ids.shape[0]}, {self.dim}), got {vecs.shape}")
         if any(int(i) in self._row for i in ids):
             raise ValueError("an id is already in the vector index; remove it first")
-        start = len(self)
-        self.ids = np.concatenate([self.ids, ids])
-        self.vecs = np.concatenate([self.vecs, vecs]) if start else vecs.copy()
+        start = self._n
+        self._reserve(len(ids))
+        self._ids[start : start + len(ids)], self._vecs[start : start + len(ids)] = ids, vecs
+        self._n += len(ids)
         for off, i in enumerate(ids.tolist()):
             self._row[i] = start + off
         self._index.add(vecs)
@@ -81,8 +104,10 @@ class VectorIndex:
             return
         keep = np.ones(len(self), dtype=bool)
         keep[rows] = False
-        self.ids, self.vecs = self.ids[keep], np.ascontiguousarray(self.vecs[keep])
-        self._row = {int(i): r for r, i in enumerate(self.ids.tolist())}
+        ids, vecs = self.ids[keep], self.vecs[keep]
+        self._n = len(ids)
+        self._ids[: self._n], self._vecs[: self._n] = ids, vecs
+        self._row = {int(i): r for r, i in enumerate(ids.tolist())}
         if self.kind == "flat" and not self.device.startswith("cuda"):
             faiss = _faiss()
             self._index.remove_ids(faiss.IDSelectorBatch(np.asarray(rows, dtype=np.int64)))

@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 
-.PHONY: install test test-fast lint demo suite eval-dev latency data train clean help
+.PHONY: install test test-fast lint demo suite eval-dev latency data train fetch-data clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -53,6 +53,9 @@ train: data  ## reproduce checkpoints/{selector,complexity,compressor} from scra
 	$(PY) train/selector.py
 	$(PY) train/complexity.py
 	$(PY) train/compressor.py
+
+fetch-data: install  ## the data files too big to commit (LongMemEval_S dev), sha256-checked; FROM=DIR copies from a folder instead
+	$(VENV)/bin/lightmem data fetch $(if $(FROM),--from $(FROM))
 
 clean:  ## remove run outputs (never the venv or checkpoints)
 	rm -rf outputs multirun .pytest_cache

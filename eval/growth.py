@@ -8,12 +8,13 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from lightmem.evaluation.failures import exit_on_failures
 from lightmem.evaluation.growth_run import run_growth_cfg
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="growth")
 def main(cfg: DictConfig) -> None:
-    run_growth_cfg(cfg)
+    exit_on_failures(run_growth_cfg(cfg), "MTM growth", cfg.out_dir)  # exit 1 when a planned size was not reached
 
 
 if __name__ == "__main__":

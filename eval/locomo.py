@@ -13,16 +13,19 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from lightmem.evaluation.failures import exit_on_failures
 from lightmem.evaluation.locomo_run import run_locomo
 
 
 def run(cfg: DictConfig) -> dict:
+    """Evaluate; ``results["failures"]`` lists what did not complete (the numbers are written either way)."""
     return run_locomo(cfg)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="locomo")
 def main(cfg: DictConfig) -> float:
     results = run(cfg)
+    exit_on_failures(results, "LoCoMo", cfg.out_dir)
     return results["retrieval"]["overall"]["recall_all@budget"]  # what a sweep maximises
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from lightmem.evaluation.failures import exit_on_failures
 from lightmem.evaluation.longmemeval_run import run_lme
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="longmemeval")
 def main(cfg: DictConfig) -> float:
     results = run_lme(cfg)
+    exit_on_failures(results, "LongMemEval", cfg.out_dir)
     return results["retrieval"]["overall"].get("session_recall_all@10") or 0.0
 
 

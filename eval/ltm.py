@@ -16,11 +16,13 @@ from omegaconf import DictConfig
 
 from lightmem.config import build_memory, to_container
 from lightmem.datasets import load_locomo, select_conversations
+from lightmem.evaluation.failures import exit_on_failures, failures_md
 from lightmem.evaluation.ltm_bench import consolidation_growth, latency_under_consolidation, plot_latency_split
 from lightmem.metric_logger import make_logger, quiet_third_party_logs
 
 
 def run(cfg: DictConfig) -> dict:
+    """Measure, write results.json / results.md / the plot; ``failures`` lists what could not be measured."""
     quiet_third_party_logs()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -39,13 +41,15 @@ def run(cfg: DictConfig) -> dict:
         memory.close()
         shutil.rmtree(store, ignore_errors=True)
     plot_latency_split(lat, str(out / "latency_consolidation.png"))
+    failures = lat.pop("failures")
     summary = {k: v for k, v in lat.items() if not k.endswith("_ms")}
-    results = {"growth": growth, "latency": summary, "device": f"CPU ({platform.machine()})", "config": to_container(cfg)}
+    results = {"growth": growth, "latency": summary, "device": f"CPU ({platform.machine()})", "config": to_container(cfg),
+               "failures": failures}
     (out / "results.json").write_text(json.dumps(results, indent=2))
     md = ["| search | P50 ms | P95 ms | searches |", "| --- | --- | --- | --- |",
           f"| idle | {lat['idle_ms_p50']:.1f} | {lat['idle_ms_p95']:.1f} | {len(lat['idle_ms'])} |",
           f"| during consolidation | {lat['busy_ms_p50']:.1f} | {lat['busy_ms_p95']:.1f} | {len(lat['busy_ms'])} |"]
-    (out / "results.md").write_text("\n".join(md) + "\n")
+    (out / "results.md").write_text("\n".join(md) + "\n" + failures_md(failures))
     print("\n".join(md))
     logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
     logger.log_config(results["config"])
@@ -57,7 +61,9 @@ def run(cfg: DictConfig) -> dict:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="ltm_bench")
 def main(cfg: DictConfig) -> float:
-    return run(cfg)["latency"]["busy_ms_p95"]
+    results = run(cfg)
+    exit_on_failures(results, "LTM benchmark", cfg.out_dir)
+    return results["latency"]["busy_ms_p95"]
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from lightmem.config import SharedRuntime, build_embedder, build_memory, compose_option, to_container
 from lightmem.datasets import load_locomo, select_conversations
+from lightmem.evaluation.failures import exit_on_failures, failures_md
 from lightmem.evaluation.roles_bench import bench_role, controller_inputs, roles_table, run_controller, run_writer
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.types import Filters
@@ -26,7 +27,24 @@ def compose_group(group: str, option: str) -> DictConfig:
     return compose_option(CONF, "roles", group, option)
 
 
+def build_role(shared: SharedRuntime, group: str, setting: str) -> tuple[object | None, dict | None]:
+    """(the role, None), or (None, a skipped row) when the setting cannot be built (e.g. an untrained checkpoint)."""
+    try:
+        return shared.role(compose_group(group, setting)), None
+    except Exception as exc:  # noqa: BLE001  (reported in results.md and as a failure; the other settings still run)
+        reason = str(exc.__cause__ or exc).splitlines()[0][:200]
+        return None, {"role": group, "setting": setting, "unit": "turn" if group == "writer" else "query", "n": 0, "units": 0,
+                      "ms_p50": float("nan"), "ms_p95": float("nan"), "ms_per_unit": float("nan"), "llm_calls_per_unit": 0,
+                      "llm_tokens_per_unit": 0, "llm_failures": 0, "skipped": reason}
+
+
+def skipped_failures(rows: list[dict]) -> list[str]:
+    """A failure per role setting that could not be benchmarked."""
+    return [f"{r['role']}={r['setting']} skipped: {r['skipped']}" for r in rows if "skipped" in r]
+
+
 def run(cfg: DictConfig) -> dict:
+    """Benchmark every configured role setting; one that cannot be built is skipped and listed in ``failures``."""
     quiet_third_party_logs()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -44,17 +62,17 @@ def run(cfg: DictConfig) -> dict:
         memory.add_turns(conv.conv_id, s.turns)
     rows = []
     for setting in cfg.controllers:
-        role = shared.role(compose_group("controller", setting))
+        role, skipped = build_role(shared, "controller", setting)
+        if skipped:
+            rows.append(skipped)
+            continue
         n = cfg.n_queries_generative if setting == "generative" else cfg.n_queries
         rows.append(bench_role("controller", setting, role, "query", run_controller(role, cfg.k), controller_inputs(questions[:n], stm, now)))
     plan_of = shared.role(compose_group("controller", "passthrough"))
     for setting in cfg.selectors:
-        try:
-            role = shared.role(compose_group("selector", setting))
-        except Exception as exc:  # noqa: BLE001  (an untrained selector is reported, not fatal)
-            rows.append({"role": "selector", "setting": setting, "unit": "query", "n": 0, "units": 0, "ms_p50": float("nan"),
-                         "ms_p95": float("nan"), "ms_per_unit": float("nan"), "llm_calls_per_unit": 0, "llm_tokens_per_unit": 0,
-                         "llm_failures": 0, "skipped": str(exc.__cause__ or exc).splitlines()[0][:200]})
+        role, skipped = build_role(shared, "selector", setting)
+        if skipped:
+            rows.append(skipped)
             continue
         n = cfg.n_queries_generative if setting == "generative" else cfg.n_queries
         inputs = []
@@ -64,7 +82,10 @@ def run(cfg: DictConfig) -> dict:
             inputs.append((plan, [h for _, h in memory.retriever.stage1(plan, conv.conv_id, qv, now)]))
         rows.append(bench_role("selector", setting, role, "query", lambda x, r=role: r.select(x[0], x[1], cfg.k), inputs))
     for setting in cfg.writers:
-        role = shared.role(compose_group("writer", setting))
+        role, skipped = build_role(shared, "writer", setting)
+        if skipped:
+            rows.append(skipped)
+            continue
         n = cfg.n_turns_generative if setting == "generative" else cfg.n_turns
         batches = [turns[i : i + cfg.turns_per_batch] for i in range(0, n, cfg.turns_per_batch)]
         rows.append(bench_role("writer", setting, role, "turn", run_writer(role), batches, [len(b) for b in batches]))
@@ -73,19 +94,17 @@ def run(cfg: DictConfig) -> dict:
     import torch
 
     device = f"{platform.machine()} CPU, {torch.get_num_threads()} threads" if not torch.cuda.is_available() else torch.cuda.get_device_name(0)
-    results = {"roles": rows, "device": device, "config": to_container(cfg)}
+    results = {"roles": rows, "device": device, "config": to_container(cfg), "failures": skipped_failures(rows)}
     (out / "results.json").write_text(json.dumps(results, indent=2))
     table = roles_table(rows, device)
-    skipped = [f"- {r['role']}={r['setting']} skipped: {r['skipped']}" for r in rows if "skipped" in r]
-    (out / "results.md").write_text(table + "\n" + "\n".join(skipped) + "\n")
+    (out / "results.md").write_text(table + "\n" + failures_md(results["failures"]))
     print(table)
-    print("\n".join(skipped))
     return results
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="roles")
 def main(cfg: DictConfig) -> None:
-    run(cfg)
+    exit_on_failures(run(cfg), "Role benchmark", cfg.out_dir)  # exit 1 when a planned setting was skipped
 
 
 if __name__ == "__main__":

@@ -58,7 +58,14 @@ def _ingest(cfg: DictConfig, embedder, shared: SharedRuntime) -> list[dict]:
     return rows
 
 
+PARTS = ("compression", "segmentation", "ingest")
+
+
 def run(cfg: DictConfig) -> dict:
+    """Measure the configured ``parts``; a part name that is not one of PARTS is an error, not a silent no-op."""
+    unknown = [p for p in cfg.parts if p not in PARTS]
+    if unknown:
+        raise ValueError(f"parts must be among {list(PARTS)}, got {unknown}")
     quiet_third_party_logs()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -83,7 +90,7 @@ def run(cfg: DictConfig) -> dict:
     print(f"\nwrote {out}/results.json, results.md" + (", segmentation.png" if results.get("segmentation") else ""))
     logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
     logger.log_config(results["config"])
-    for part in ("compression", "segmentation", "ingest"):
+    for part in PARTS:
         for i, row in enumerate(results.get(part, [])):
             logger.log_metrics({f"{part}/{k}": v for k, v in row.items() if isinstance(v, (int, float))}, step=i)
     logger.finish()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -71,10 +72,38 @@ def _ltm_options(no_nlp: bool = False):
     return LTMOptions(background=False, nlp=nlp)
 
 
+_USER_HINTS = {
+    "ingest": ", or leave out --user to store each conversation under its own id",
+    "consolidate": ", or leave out --user to consolidate every user",
+}
+
+
+def _check_user(args: argparse.Namespace) -> None:
+    """Refuse an empty or blank user id before anything is read or written.
+
+    Raises:
+        LightMemError: ``--user`` (or delete-user's USER) is empty or only whitespace.
+    """
+    user = getattr(args, "user", None)
+    if user is None or user.strip():
+        return
+    flag = "USER" if args.command == "delete-user" else "--user"
+    hint = _USER_HINTS.get(args.command, " (`lightmem stats --store STORE` lists a store's users)")
+    raise LightMemError(f"{flag} is empty or only whitespace ({user!r}): give a user id such as 'alice'{hint}")
+
+
+def _report_skipped(file: str, skipped: list[str]) -> None:
+    """Tell which lines ``--skip-bad-lines`` dropped, and why (at most ``MAX_LISTED`` of them)."""
+    from lightmem.datasets.formats import describe_bad_rows
+
+    console.print(escape(f"skipped {len(skipped)} bad line(s) of {file}:\n{describe_bad_rows(skipped)}"), soft_wrap=True)
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     from lightmem.datasets import load_conversations, select_conversations
 
-    convs = load_conversations(args.file, args.format)
+    convs = load_conversations(args.file, args.format, skip_bad=args.skip_bad_lines)
+    skipped = [line for c in convs for line in c.skipped]
     if args.conversations is not None:
         convs = select_conversations(convs, args.conversations)
     memory = _open(args.store, args.encoder)
@@ -84,12 +113,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     with memory, Progress(*columns, console=console, disable=args.quiet) as progress:
         task = progress.add_task("ingest", total=total)
         for conv in convs:
-            user = args.user or conv.conv_id
+            user = args.user if args.user is not None else conv.conv_id
             progress.update(task, description=f"ingest → {user}")
             for session in conv.sessions:
                 written += len(memory.add_turns(user, session.turns))
                 progress.advance(task, len(session.turns))
-    console.print(f"{total} turns read, {written} items written to {args.store} ({total - written} already stored)")
+    if skipped:
+        _report_skipped(args.file, skipped)
+    note = f"; {len(skipped)} bad line(s) skipped" if skipped else ""
+    console.print(escape(f"{total} turns read, {written} items written to {args.store} ({total - written} already stored){note}"))
     return 0
 
 
@@ -188,6 +220,27 @@ def cmd_delete_user(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    from lightmem.datasets.catalog import Catalog, data_dir
+    from lightmem.datasets.fetch import fetch, fetch_full, status
+
+    catalog, folder = Catalog.load(), data_dir()
+    if args.action == "list":
+        table = Table(title=f"datasets in {folder}")
+        for col in ("name", "file", "shipped", "state"):
+            table.add_column(col)
+        for s in status(catalog, folder):
+            table.add_row(s.name, str(s.path.relative_to(folder)), "committed" if s.committed else "fetched", s.state)
+        Console(width=max(110, Console().width)).print(table)
+        return 0
+    done = fetch(catalog, folder, args.names, Path(args.source) if args.source else None, verify=not args.no_verify)
+    if args.full:
+        done += fetch_full(catalog, folder)
+    for p in done:
+        console.print(f"ok {p}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lightmem",
@@ -204,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", default="auto", choices=["auto", "locomo", "longmemeval", "jsonl"])
     s.add_argument("--conversations", help="subset: indices ('0-4', '1,3') or ids ('conv-26')")
     s.add_argument("--encoder", choices=sorted(EMBEDDERS), help="embedder of a new store (default minilm)")
+    s.add_argument("--skip-bad-lines", action="store_true",
+                   help="JSONL / JSON list of turns: ingest the valid lines and list the skipped ones "
+                        "(default: a file with any bad line writes nothing)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_ingest)
 
@@ -244,6 +300,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--store", required=True)
     s.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     s.set_defaults(func=cmd_delete_user)
+
+    s = sub.add_parser("data", help="list the datasets, or fetch those not committed (sha256-checked)",
+                       description="Datasets live in the repository's data/ folder (or $LIGHTMEM_DATA). "
+                       "`list` shows each file's state; `fetch` brings the files not committed.")
+    s.add_argument("action", choices=["list", "fetch"])
+    s.add_argument("names", nargs="*", help="files to fetch (default: every file not committed); see `lightmem data list`")
+    s.add_argument("--from", dest="source", metavar="DIR", help="copy from a folder laid out like data/ instead of downloading")
+    s.add_argument("--full", action="store_true", help="also download the whole official releases (held-out parts included)")
+    s.add_argument("--no-verify", action="store_true", help="accept a downloaded release whose records differ from the pinned hash")
+    s.set_defaults(func=cmd_data)
     return p
 
 
@@ -254,9 +320,10 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_third_party_logs()
     try:
+        _check_user(args)
         return args.func(args)
     except (LightMemError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
 
 

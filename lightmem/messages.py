@@ -18,21 +18,90 @@ _KNOWN = {*_TEXT_KEYS, *_SPEAKER_KEYS, *_ID_KEYS, *_CAPTION_KEYS, "timestamp", "
 
 
 def check_user_id(user_id: object) -> str:
-    if not isinstance(user_id, str) or not user_id.strip():
-        raise InvalidInputError(f"user_id must be a non-empty string, got {user_id!r}")
+    """Return ``user_id`` unchanged when it names a user.
+
+    Raises:
+        InvalidInputError: ``user_id`` is not a string, or is empty or only whitespace.
+    """
+    if not isinstance(user_id, str):
+        raise InvalidInputError(
+            f"user_id must be a string naming whose memories these are (e.g. user_id='alice'), got {type(user_id).__name__}"
+        )
+    if not user_id.strip():
+        raise InvalidInputError(
+            f"user_id is empty or only whitespace ({user_id!r}): pass the id of the user whose memories these are, "
+            "e.g. user_id='alice'"
+        )
     return user_id
 
 
-def _pick(msg: Mapping[str, Any], keys: Sequence[str], what: str, required: bool, i: int) -> str | None:
+def _pick(msg: Mapping[str, Any], keys: Sequence[str], what: str, required: bool) -> str | None:
     for k in keys:
         if k in msg and msg[k] is not None:
             v = msg[k]
             if not isinstance(v, str):
-                raise InvalidInputError(f"message {i}: {k!r} must be a string, got {type(v).__name__}")
+                raise InvalidInputError(f"field {k!r} must be a string, got {type(v).__name__}")
             return v
     if required:
-        raise InvalidInputError(f"message {i} has no {what} (one of {', '.join(keys)})")
+        names = " or ".join(repr(k) for k in keys)
+        raise InvalidInputError(f"missing field {names} (the {what})")
     return None
+
+
+def _metadata(msg: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``metadata`` dict merged over unknown keys, checked to be JSON-serialisable."""
+    meta = msg.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        raise InvalidInputError(f"field 'metadata' must be an object (dict), got {type(meta).__name__}")
+    meta = {**{k: v for k, v in msg.items() if k not in _KNOWN}, **meta}
+    try:
+        json.dumps(meta)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"field 'metadata' (with the extra fields) must be JSON-serialisable ({exc})") from exc
+    return dict(meta)
+
+
+def _timestamp(msg: Mapping[str, Any], base_ts: float | None) -> float:
+    """The message's own timestamp, else ``base_ts``; ``base_ts=None`` makes it required."""
+    if msg.get("timestamp") is None:
+        if base_ts is None:
+            raise InvalidInputError("missing field 'timestamp'")
+        return base_ts
+    try:
+        return parse_timestamp(msg["timestamp"])
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"field 'timestamp': {exc}") from exc
+
+
+def message_to_turn(
+    msg: Mapping[str, Any],
+    base_ts: float | None,
+    session_id: str | None = None,
+    default_speaker: str = "user",
+) -> Turn:
+    """Validate one message dict into a turn.
+
+    Args:
+        msg: A message dict (see ``to_turns``).
+        base_ts: Time of a message that carries no ``timestamp``; ``None`` makes the field required.
+        session_id: Session of a message that carries no ``session_id``.
+        default_speaker: Speaker of a message that names none.
+
+    Raises:
+        InvalidInputError: A missing, empty or mistyped field; the message names the field
+            but not the message, so callers can prefix where it came from.
+    """
+    text = _pick(msg, _TEXT_KEYS, "text", True)
+    if not text or not text.strip():
+        raise InvalidInputError("field 'text' is empty")
+    speaker = _pick(msg, _SPEAKER_KEYS, "speaker", False) or default_speaker
+    turn_id = _pick(msg, _ID_KEYS, "id", False) or f"t-{uuid.uuid4().hex[:12]}"
+    caption = _pick(msg, _CAPTION_KEYS, "caption", False)
+    sid = msg.get("session_id", session_id)
+    if sid is not None and not isinstance(sid, str):
+        raise InvalidInputError(f"field 'session_id' must be a string, got {type(sid).__name__}")
+    ts = _timestamp(msg, base_ts)
+    return Turn(turn_id, speaker.strip() or default_speaker, text, ts, sid, caption, _metadata(msg))
 
 
 def to_turns(
@@ -70,26 +139,10 @@ def to_turns(
             msg = {"text": msg}
         if not isinstance(msg, Mapping):
             raise InvalidInputError(f"message {i} must be a string or a dict, got {type(msg).__name__}")
-        text = _pick(msg, _TEXT_KEYS, "text", True, i)
-        if not text or not text.strip():
-            raise InvalidInputError(f"message {i} has empty text")
-        speaker = _pick(msg, _SPEAKER_KEYS, "speaker", False, i) or default_speaker
-        turn_id = _pick(msg, _ID_KEYS, "id", False, i) or f"t-{uuid.uuid4().hex[:12]}"
-        caption = _pick(msg, _CAPTION_KEYS, "caption", False, i)
-        sid = msg.get("session_id", session_id)
-        if sid is not None and not isinstance(sid, str):
-            raise InvalidInputError(f"message {i}: session_id must be a string")
-        ts = parse_timestamp(msg["timestamp"]) if msg.get("timestamp") is not None else base_ts
-        meta = msg.get("metadata") or {}
-        if not isinstance(meta, Mapping):
-            raise InvalidInputError(f"message {i}: metadata must be a dict")
-        extra = {k: v for k, v in msg.items() if k not in _KNOWN}
-        meta = {**extra, **meta}
         try:
-            json.dumps(meta)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(f"message {i}: metadata must be JSON-serialisable ({exc})") from exc
-        turns.append(Turn(turn_id, speaker.strip() or default_speaker, text, ts, sid, caption, dict(meta)))
+            turns.append(message_to_turn(msg, base_ts, session_id, default_speaker))
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"message {i}: {exc}") from exc
     ids = [t.turn_id for t in turns]
     if len(set(ids)) != len(ids):
         raise InvalidInputError("two messages share a turn id")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import TINY_LOCOMO
 
 from lightmem.cli import main
@@ -64,3 +65,74 @@ def test_consolidate_and_graph_export(tmp_path, capsys):
     assert main(["graph", "--store", store, "--export", str(tmp_path / "g.graphml"), "--plot", str(tmp_path / "p.png")]) == 0
     assert "<graphml" in (tmp_path / "g.graphml").read_text() and (tmp_path / "p.png").exists()
     assert main(["graph", "--store", str(tmp_path / "missing")]) == 2
+
+
+# -- bad input: blank user ids, bad JSONL lines ------------------------------------------------
+def _chat(path, lines: list[str]):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _turn(text: str) -> str:
+    return json.dumps({"speaker": "me", "text": text, "timestamp": "2024-03-01T10:00:00"})
+
+
+def _err(capsys) -> str:
+    return " ".join(capsys.readouterr().err.split())
+
+
+def _users(store: str, capsys) -> dict:
+    capsys.readouterr()
+    assert main(["stats", "--store", store, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["users"]
+
+
+@pytest.mark.parametrize("user", ["", "   ", "\t"])
+def test_blank_user_is_refused_by_every_command(tmp_path, capsys, user):
+    f = _chat(tmp_path / "chat.jsonl", [_turn("I parked on level 3")])
+    fresh = tmp_path / "fresh"
+    assert main(["ingest", str(f), "--store", str(fresh), "--user", user, "--encoder", "hashing", "-q"]) == 2
+    err = _err(capsys)
+    assert "--user is empty or only whitespace" in err and "leave out --user" in err
+    assert not fresh.exists()  # refused before the store was even created
+    store = str(tmp_path / "s")
+    assert main(["ingest", str(f), "--store", store, "--user", "me", "--encoder", "hashing", "-q"]) == 0
+    before = _users(store, capsys)
+    for argv in (["ingest", str(f), "--store", store, "--user", user, "-q"],
+                 ["search", "level", "--user", user, "--store", store, "--selector", "none", "--json"],
+                 ["consolidate", "--store", store, "--user", user, "--no-nlp", "-q"],
+                 ["delete-user", user, "--store", store, "-y"]):
+        assert main(argv) == 2, argv
+        out = capsys.readouterr()
+        assert "empty or only whitespace" in " ".join(out.err.split()) and out.out == "", argv
+    assert _users(store, capsys) == before  # no "chat" user from the file's stem, nobody deleted
+
+
+def test_ingest_names_the_broken_line(tmp_path, capsys):
+    f = _chat(tmp_path / "chat.jsonl", [_turn("a"), '{"speaker": "me", "text": "b"', _turn("c")])
+    assert main(["ingest", str(f), "--store", str(tmp_path / "s"), "--encoder", "hashing", "-q"]) == 2
+    err = _err(capsys)
+    assert "line 2: not valid JSON" in err and "line 1:" not in err and "line 3:" not in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_bad_lines_write_nothing_unless_skipped(tmp_path, capsys):
+    store = str(tmp_path / "s")
+    seed = _chat(tmp_path / "seed.jsonl", [_turn("I was born in Porto")])
+    assert main(["ingest", str(seed), "--store", store, "--user", "other", "--encoder", "hashing", "-q"]) == 0
+    before = _users(store, capsys)
+    f = _chat(tmp_path / "chat.jsonl", [_turn("I parked on level 3"), "{broken", _turn("Ana is my sister"),
+                                         json.dumps({"speaker": "me", "text": "no time"}), _turn("I like green tea")])
+    assert main(["ingest", str(f), "--store", store, "--user", "me", "-q"]) == 2
+    err = _err(capsys)
+    assert "2 of 5 lines are not valid turns" in err and "--skip-bad-lines" in err
+    assert "line 2: not valid JSON" in err and "line 4: missing field 'timestamp'" in err
+    assert _users(store, capsys) == before
+    assert main(["ingest", str(f), "--store", store, "--user", "me", "-q", "--skip-bad-lines"]) == 0
+    err = _err(capsys)
+    assert "skipped 2 bad line(s)" in err and "line 2: not valid JSON" in err and "line 4: missing field 'timestamp'" in err
+    assert "3 turns read, 3 items written" in err
+    users = _users(store, capsys)
+    assert users["me"]["turns"] == 3 and users["other"] == before["other"]
+    assert main(["search", "green tea", "--user", "me", "--store", store, "-k", "3", "--selector", "none", "--json"]) == 0
+    assert "I like green tea" in {h["text"].split(": ", 1)[-1] for h in json.loads(capsys.readouterr().out)}

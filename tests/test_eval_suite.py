@@ -3,13 +3,17 @@ LongMemEval, MTM growth, and the whole suite with its bootstrap tables."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import ROOT, TINY_LOCOMO, compose
 from fakes import ScriptedLLM
+from omegaconf import OmegaConf
 
 from lightmem.evaluation.baselines import FullContext
 from lightmem.evaluation.inject import NoisyController, NoisyWriter, noise_turns
@@ -26,6 +30,7 @@ from lightmem.types import Filters, Hit, MemoryItem, RetrievalPlan, Turn
 
 TINY = [f"data.path={TINY_LOCOMO}", "encoder=hashing", "selector=none", "ks=[1,3]", "budget=60"]
 SCRIPTED = ["llm._target_=fakes.ScriptedLLM", "+llm.script=[Biscuit]"]
+BACKEND_DOWN = ["llm._target_=fakes.ScriptedLLM", "+llm.script=[{_target_: lightmem.llm.base.GenerationError, _args_: [down]}]"]
 
 
 def _rows(folder: Path) -> list[dict]:
@@ -174,6 +179,10 @@ def test_growth_scores_both_variants_at_each_size(tmp_path):
     assert scored[0]["n"] <= scored[2]["n"]  # more questions become answerable as the trajectory grows
     assert "before sizes [100]" in rows[-1]["note"]
     assert (tmp_path / "growth.png").exists()
+    # the size it never reached is a failure, recorded next to the sizes it did reach
+    recorded = json.loads((tmp_path / "results.json").read_text())
+    assert len(recorded["failures"]) == 1 and "before sizes [100]" in recorded["failures"][0]
+    assert len(recorded["growth"]["rows"]) == 5 and "## failed" in (tmp_path / "results.md").read_text()
 
 
 def _fake_run(name: str, scores: list[float], seeds: int = 1) -> RunResult:
@@ -249,3 +258,150 @@ def test_max_questions_spreads_over_the_conversation():
     assert [q.category for q in sample_questions(conv, [1, 2, 3, 4, 5], 3)] == [4, 1, 5]
     assert sample_questions(conv, [1, 2], 10) == [q for q in every if q.category in (1, 2)]
     assert sample_questions(conv, [4], 0) == []
+
+
+def test_qa_backend_failures_are_recorded_and_the_entry_point_exits_non_zero(tmp_path, capsys):
+    from lightmem.evaluation.failures import exit_on_failures
+    from lightmem.evaluation.longmemeval_run import run_lme
+
+    cfg = compose("locomo", [*TINY, *BACKEND_DOWN, "data.conversations=0", "qa.enabled=true", f"out_dir={tmp_path}/locomo"])
+    results = run_locomo(cfg, quiet=True)
+    assert results["failures"] == ["QA generator: 1 LLM call(s) failed (their questions were answered with an empty string)"]
+    assert json.loads((tmp_path / "locomo" / "results.json").read_text())["failures"] == results["failures"]
+    assert results["retrieval"]["overall"]["n"] == 4  # what did finish is still written
+    with pytest.raises(SystemExit) as exited:
+        exit_on_failures(results, "LoCoMo", tmp_path / "locomo")
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "LoCoMo FAILED (exit status 1)" in err and "QA generator: 1 LLM call(s) failed" in err
+
+    lme = _lme_file(tmp_path / "lme.json")
+    lme_results = run_lme(compose("longmemeval", [f"data.path={lme}", "encoder=hashing", "selector=none", "ks=[1,4]", *BACKEND_DOWN,
+                                                  "qa.enabled=true", f"out_dir={tmp_path}/lme"]), quiet=True)
+    assert lme_results["cost"]["llm_qa"]["generator"] == {"calls": 0, "failures": 1}
+    assert lme_results["failures"] == ["QA generator: 1 LLM call(s) failed (their questions were answered with an empty string)"]
+    # a run whose calls all succeed records no failures, and the entry point returns normally
+    ok = run_locomo(compose("locomo", [*TINY, *SCRIPTED, "data.conversations=0", "qa.enabled=true", f"out_dir={tmp_path}/ok"]), quiet=True)
+    assert ok["failures"] == []
+    exit_on_failures(ok, "LoCoMo")
+
+
+def test_ltm_bench_records_a_background_consolidation_that_raised():
+    from types import SimpleNamespace
+
+    from lightmem.datasets import load_locomo
+    from lightmem.evaluation.ltm_bench import latency_under_consolidation
+
+    def broken_cycle(user):
+        raise RuntimeError("graph store is gone")
+
+    memory = SimpleNamespace(search=lambda *a, **kw: [], add_turns=lambda *a, **kw: None,
+                             ltm=SimpleNamespace(consolidator=SimpleNamespace(run=broken_cycle)))
+    conv = load_locomo(TINY_LOCOMO)[0]
+    lat = latency_under_consolidation(memory, conv, "u", ["q1", "q2"], k=3, copies=1, nice=0)
+    assert "background consolidation failed: RuntimeError: graph store is gone" in lat["failures"]
+    assert len(lat["idle_ms"]) == 2  # the idle half was measured
+
+
+def _tiny_suite(tmp_path: Path, runs: dict, growth_sizes: str = "[4]") -> Path:
+    """A suite config (conf/suite.yaml + tiny fixtures) in tmp_path/conf; returns that folder."""
+    lme = _lme_file(tmp_path / "lme.json")
+    common = [f"data.path={TINY_LOCOMO}", "data.conversations=all", "encoder=hashing", "ks=[1,10]", "budget=60", "qa.enabled=true",
+              *SCRIPTED, "data.categories=[1,2,3,4,5]"]
+    cfg = {"defaults": ["suite", "_self_"], "out_dir": str(tmp_path / "suite"), "seeds": [0], "reference": "ref",
+           "bootstrap_resamples": 100, "locomo_common": common, "runs": runs,
+           "tables": {"baselines": {"runs": list(runs), "columns": ["R_all@10", "R_all@budget", "F1", "retr. P50 ms"],
+                                    "paired": ["R_all@budget"]},
+                      "ablations": None, "error_injection": None, "update_gap": None},
+           "growth": {"enabled": True, "overrides": [f"locomo_path={TINY_LOCOMO}", "locomo_conversations=all", "filler_path=null",
+                                                     "encoder=hashing", "selector=none", f"sizes={growth_sizes}"]},
+           "longmemeval": {"enabled": True, "overrides": [f"data.path={lme}", "encoder=hashing", "selector=none", *SCRIPTED,
+                                                          "qa.enabled=true"]}}
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "tiny_suite.yaml").write_text(json.dumps(cfg))  # JSON is YAML
+    return conf
+
+
+def test_suite_entry_point_exits_non_zero_when_a_planned_run_fails(tmp_path):
+    conf = _tiny_suite(tmp_path, {"ref": {"overrides": ["selector=none"]},
+                                  "broken": {"overrides": ["selector=none", f"data.path={tmp_path}/no_such_locomo.json"]}})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(ROOT / "eval" / "suite.py"), "--config-dir", str(conf), "--config-name", "tiny_suite"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    out = tmp_path / "suite"
+    md = (out / "suite.md").read_text()
+    # the failure is listed; the other runs still finished and are reported
+    assert "## failed runs" in md and "1 of 4 planned runs did not complete" in md
+    assert "- `broken/seed0`: FileNotFoundError" in md
+    assert "| ref | 1 |" in md and "## MTM growth" in md and "## LongMemEval" in md
+    summary = json.loads((out / "suite.json").read_text())
+    assert list(summary["failures"]) == ["broken/seed0"]
+    assert summary["planned"] == ["broken/seed0", "ref/seed0", "growth", "longmemeval"]
+    assert (out / "locomo" / "ref" / "seed0" / "results.json").exists()
+    # the closing lines: where the report is, headline numbers, and the failure count last
+    tail = proc.stdout.strip().splitlines()[-6:]
+    assert tail[0].startswith("lightmem suite: ") and f"report: {out / 'suite.md'}" in tail[0]
+    assert tail[1].startswith("  LoCoMo `ref` (reference): R_all@10 ") and "R_all@budget" in tail[1] and "retr. P50" in tail[1]
+    assert tail[2].startswith("  MTM growth R_all@budget, reranking / vector_only: 4 entries ")
+    assert tail[3].startswith("  LongMemEval (2 questions): session R_all@")
+    assert tail[4] == "FAILED: 1 of 4 planned runs did not complete: broken/seed0"
+    assert tail[5] == f'  see the "failed runs" section of {out / "suite.md"}'
+
+
+def test_suite_reruns_a_run_that_recorded_failures_and_reports_reused_ones(tmp_path):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    import lightmem.config  # noqa: F401
+    from lightmem.evaluation.suite_run import closing_summary, run_suite
+
+    conf = _tiny_suite(tmp_path, {"ref": {"overrides": ["selector=none"]}, "flaky": {"overrides": ["selector=none", *BACKEND_DOWN]}},
+                       growth_sizes="[4,100]")
+    tiny = json.loads((conf / "tiny_suite.yaml").read_text())
+    del tiny["defaults"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        base = hydra_compose(config_name="suite")
+        OmegaConf.set_struct(base, False)
+        cfg = OmegaConf.merge(base, tiny)
+        first = run_suite(cfg)
+        # a run that finished but recorded failures is listed, with the numbers it did finish in the table
+        assert set(first["failures"]) == {"flaky/seed0", "growth"}
+        assert "QA generator" in first["failures"]["flaky/seed0"] and "before sizes [100]" in first["failures"]["growth"]
+        assert "flaky" in first["tables"]["baselines"]
+        # resume: clean runs are reused, failed ones are retried (and fail again here); report-only re-reads them
+        again = run_suite(cfg)
+        assert set(again["timings_s"]) == {"flaky/seed0", "growth"} and set(again["failures"]) == {"flaky/seed0", "growth"}
+        cfg.report_only = True
+        assert set(run_suite(cfg)["failures"]) == {"flaky/seed0", "growth"}
+        text = closing_summary(again, tmp_path / "suite" / "suite.md")
+        assert text.splitlines()[-2] == "FAILED: 2 of 4 planned runs did not complete: flaky/seed0, growth"
+        clean = {**again, "failures": {}}
+        assert closing_summary(clean, tmp_path / "suite.md").splitlines()[-1] == "all 4 planned runs completed"
+
+
+def _entry(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"eval_{name}", ROOT / "eval" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_skipped_role_setting_is_a_failure_and_an_unknown_sensory_part_an_error(tmp_path, monkeypatch):
+    from lightmem.evaluation.failures import exit_on_failures
+
+    monkeypatch.setenv("LIGHTMEM_CHECKPOINTS", str(tmp_path / "no-checkpoints"))  # the cross-encoder cannot be built
+    cfg = compose("roles", [f"data.path={TINY_LOCOMO}", "encoder=hashing", f"out_dir={tmp_path}/roles", "llm._target_=fakes.ScriptedLLM",
+                            "controllers=[passthrough]", "selectors=[cross_encoder]", "writers=[turn]", "n_queries=2", "n_turns=4", "k=2"])
+    results = _entry("roles").run(cfg)
+    assert [r["setting"] for r in results["roles"]] == ["passthrough", "cross_encoder", "turn"]  # the others still ran
+    assert len(results["failures"]) == 1 and results["failures"][0].startswith("selector=cross_encoder skipped: ")
+    assert json.loads((tmp_path / "roles" / "results.json").read_text())["failures"] == results["failures"]
+    with pytest.raises(SystemExit):
+        exit_on_failures(results, "Role benchmark")
+
+    with pytest.raises(ValueError, match="segmentaton"):
+        _entry("sensory").run(compose("sensory_bench", ["parts=[segmentaton]", f"out_dir={tmp_path}/sensory"]))

@@ -42,7 +42,10 @@ def test_add_writes_one_item_per_turn_with_provenance_and_caption(memory):
         ("ok", {"timestamp": float("nan")}),
         ("ok", {"timestamp": True}),
         ("ok", {"user_id": ""}),
+        ("ok", {"user_id": "   "}),
+        ("ok", {"user_id": "\t\n"}),
         ("ok", {"user_id": 5}),
+        ("ok", {"user_id": None}),
     ],
 )
 def test_bad_input_raises_and_writes_nothing(memory, messages, kwargs):
@@ -52,6 +55,16 @@ def test_bad_input_raises_and_writes_nothing(memory, messages, kwargs):
     with pytest.raises(InvalidInputError):
         memory.add(messages, **kwargs)
     assert _count(memory) == before
+
+
+@pytest.mark.parametrize("user_id", ["", "   ", "\t"])
+def test_blank_user_id_is_refused_with_what_to_do(memory, user_id):
+    memory.add("an existing memory", user_id="u")
+    for call in (lambda: memory.add("hello", user_id=user_id), lambda: memory.search("memory", user_id),
+                 lambda: memory.get_all(user_id), lambda: memory.delete_user(user_id)):
+        with pytest.raises(InvalidInputError, match=r"user_id is empty or only whitespace.*user_id='alice'"):
+            call()
+    assert memory.store.sql.users() == ["u"] and _count(memory) == (1, 1)
 
 
 @pytest.mark.parametrize("k", [0, -1, 2.5, True, "3"])

@@ -85,3 +85,19 @@ def content_sha256(records: list[dict[str, Any]]) -> str:
         h.update(json.dumps(r, sort_keys=True, ensure_ascii=True, separators=(",", ":")).encode())
         h.update(b"\n")
     return h.hexdigest()
+
+
+def missing_file_error(path: Path) -> FileNotFoundError:
+    """A FileNotFoundError that says how to get the file: fetch it, or where data paths point."""
+    try:
+        known = {Path(f.path).name: (name, f) for name, f in Catalog.load().files.items()}
+    except (OSError, ValueError):  # an installed wheel has no data/ folder
+        known = {}
+    name, f = known.get(path.name, (None, None))
+    if f is not None and not f.committed:
+        hint = f"it is fetched, not committed: run `lightmem data fetch {name}` (or `make fetch-data`)"
+    elif f is not None:
+        hint = "it ships in the repository's data/ folder: restore it with `git checkout -- data/`, or point LIGHTMEM_DATA at a copy"
+    else:
+        hint = f"data paths default to paths.data = {data_dir()} (set LIGHTMEM_DATA or paths.data=... to move it)"
+    return FileNotFoundError(f"{path} does not exist; {hint}")

@@ -2,14 +2,20 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightmem.datasets.catalog import missing_file_error
 from lightmem.errors import InvalidInputError
-from lightmem.messages import to_turns
+from lightmem.messages import message_to_turn
 from lightmem.types import Turn
+
+MAX_LISTED = 20  # bad lines named in one error; the rest are counted
+FORMATS = ("auto", "locomo", "longmemeval", "jsonl")
 
 
 @dataclass
@@ -19,6 +25,21 @@ class Session:
     session_id: str
     timestamp: float
     turns: list[Turn]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One record of a JSONL file (or one element of a JSON list) and where it came from.
+
+    Attributes:
+        where: Its place for messages: ``"line 3"`` (1-based line of the file) or ``"element [2]"``.
+        value: The parsed JSON value (``None`` when ``error`` is set).
+        error: Why the line could not be read as JSON, or ``None``.
+    """
+
+    where: str
+    value: Any = None
+    error: str | None = None
 
 
 @dataclass
@@ -40,22 +61,89 @@ class Conversation:
     sessions: list[Session]
     qa: list[QAItem] = field(default_factory=list)
     speakers: tuple[str, ...] = ()
+    skipped: list[str] = field(default_factory=list)  # "line N: reason" of rows a lenient load dropped
 
     @property
     def turns(self) -> list[Turn]:
         return [t for s in self.sessions for t in s.turns]
 
 
-def read_json(path: str | Path) -> Any:
-    """JSON or gzipped JSON, with a clear error on anything else."""
+def _parse_line(number: int, raw: bytes) -> Row | None:
+    """A JSONL line as a row (``None`` for a blank line); a bad line becomes a row with an error."""
+    where = f"line {number}"
+    try:
+        line = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return Row(where, error=f"not UTF-8 text (byte {exc.start + 1})")
+    if not line.strip():
+        return None
+    try:
+        return Row(where, json.loads(line))
+    except json.JSONDecodeError as exc:
+        return Row(where, error=f"not valid JSON ({exc.msg} at column {exc.colno})")
+
+
+def read_jsonl_rows(path: str | Path) -> list[Row]:
+    """Every non-blank line of a JSONL file (gzipped if ``.gz``), parsed, with its 1-based line number.
+
+    A line that is not JSON does not stop the reading: its row carries the error instead.
+
+    Raises:
+        FileNotFoundError: No such file.
+        InvalidInputError: The file cannot be read at all (e.g. a corrupt gzip stream).
+    """
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"{p} does not exist")
+        raise missing_file_error(p)
+    opener = gzip.open if p.suffix == ".gz" else open
+    try:
+        with opener(p, "rb") as fh:
+            rows = [_parse_line(n, raw) for n, raw in enumerate(fh, 1)]
+    except OSError as exc:
+        raise InvalidInputError(f"{p} cannot be read: {exc}") from exc
+    return [r for r in rows if r is not None]
+
+
+def describe_bad_rows(bad: Sequence[str], limit: int = MAX_LISTED) -> str:
+    """One indented line per bad row, at most ``limit`` of them, then "... and N more"."""
+    lines = [f"  {b}" for b in bad[:limit]]
+    if len(bad) > limit:
+        lines.append(f"  ... and {len(bad) - limit} more")
+    return "\n".join(lines)
+
+
+def _bad_rows_error(bad: Sequence[str], total: int, noun: str, what: str = "valid turns") -> InvalidInputError:
+    """One error listing every bad row (up to ``MAX_LISTED``) and how to get past them."""
+    return InvalidInputError(
+        f"{len(bad)} of {total} {noun} are not {what}, so nothing was loaded:\n{describe_bad_rows(bad)}\n"
+        "Fix them, or keep only the good ones with `lightmem ingest --skip-bad-lines` "
+        "(in Python: load_conversations(path, skip_bad=True))."
+    )
+
+
+def _row_values(p: Path, rows: list[Row]) -> list[Any]:
+    """The values of JSONL rows, or one error naming every line that is not JSON."""
+    bad = [f"{r.where}: {r.error}" for r in rows if r.error]
+    if bad:
+        raise InvalidInputError(f"{p}: {_bad_rows_error(bad, len(rows), 'lines', 'valid JSON')}")
+    return [r.value for r in rows]
+
+
+def read_json(path: str | Path) -> Any:
+    """JSON, JSONL (a list of the lines' values) or gzipped JSON, with a clear error on anything else.
+
+    Raises:
+        FileNotFoundError: No such file.
+        InvalidInputError: Not JSON; for JSONL, every bad line is listed with its number.
+    """
+    p = Path(path)
+    if ".jsonl" in p.suffixes:
+        return _row_values(p, read_jsonl_rows(p))
+    if not p.exists():
+        raise missing_file_error(p)
     opener = gzip.open if p.suffix == ".gz" else open
     try:
         with opener(p, "rt", encoding="utf-8") as fh:
-            if ".jsonl" in p.suffixes:
-                return [json.loads(line) for line in fh if line.strip()]
             return json.load(fh)
     except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
         raise InvalidInputError(f"{p} is not valid JSON: {exc}") from exc
@@ -71,41 +159,108 @@ def detect_format(data: Any) -> str:
             return "locomo"
         if "haystack_sessions" in first and "question_id" in first:
             return "longmemeval"
-        if any(k in first for k in ("text", "content")):
-            return "jsonl"
+    if isinstance(data, list) and any(isinstance(r, dict) and ("text" in r or "content" in r) for r in data):
+        return "jsonl"  # any element: a bad first turn is reported by the loader, not as an unknown format
     raise InvalidInputError(
         "unrecognised file: expected LoCoMo (sample_id + conversation), LongMemEval "
         "(question_id + haystack_sessions) or JSONL of {speaker, text, timestamp}"
     )
 
 
-def load_jsonl_turns(rows: list[dict[str, Any]], conv_id: str = "jsonl") -> Conversation:
-    """Rows of {speaker, text, timestamp[, id, session_id]} as one conversation; sessions by session_id."""
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def _row_turn(row: Row, index: int) -> Turn:
+    """The turn of one row. Its default id ``L{index + 1}-{content hash}`` is the same when the file is
+    ingested again (a resumed ingest skips it) and differs for another file's turn at that position."""
+    if row.error:
+        raise InvalidInputError(row.error)
+    if not isinstance(row.value, dict):
+        got = _JSON_TYPES.get(type(row.value), "null")
+        raise InvalidInputError(f"expected a JSON object {{speaker, text, timestamp}}, got {got}")
+    turn = message_to_turn(row.value, base_ts=None)
+    if "id" not in row.value and "turn_id" not in row.value and "dia_id" not in row.value:
+        digest = hashlib.sha1(f"{turn.speaker}\x1f{turn.text}\x1f{turn.timestamp}".encode()).hexdigest()[:10]
+        turn = Turn(f"L{index + 1}-{digest}", turn.speaker, turn.text, turn.timestamp, turn.session_id, turn.caption, turn.metadata)
+    return turn
+
+
+def load_jsonl_turns(rows: Sequence[Row | Any], conv_id: str = "jsonl", skip_bad: bool = False) -> Conversation:
+    """Rows of {speaker, text, timestamp[, id, session_id]} as one conversation; sessions by session_id.
+
+    Every row is checked before anything is returned, so a caller writes all or nothing.
+
+    Args:
+        rows: ``Row`` objects (from ``read_jsonl_rows``) or plain values, named ``element [i]``.
+        conv_id: Id of the conversation (the file's stem).
+        skip_bad: Drop bad rows and list them in ``Conversation.skipped`` instead of raising.
+
+    Raises:
+        InvalidInputError: Some row is bad (every bad row is listed, by line or element and
+            field), unless ``skip_bad``; or no row at all is a valid turn.
+    """
+    rows = [r if isinstance(r, Row) else Row(f"element [{i}]", r) for i, r in enumerate(rows)]
+    if not rows:
+        raise InvalidInputError("no turns to load: the file is empty")
+    noun = "lines" if rows[0].where.startswith("line") else "elements"
     sessions: dict[str, Session] = {}
+    bad: list[str] = []
     for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise InvalidInputError(f"line {i + 1}: expected a JSON object")
-        if row.get("timestamp") is None:
-            raise InvalidInputError(f"line {i + 1}: every JSONL turn needs a timestamp")
-        turn = to_turns(row, row["timestamp"])[0]
-        if "id" not in row and "turn_id" not in row:
-            turn = Turn(f"L{i + 1}", turn.speaker, turn.text, turn.timestamp, turn.session_id, turn.caption, turn.metadata)
+        try:
+            turn = _row_turn(row, i)
+        except InvalidInputError as exc:
+            bad.append(f"{row.where}: {exc}")
+            continue
         sid = turn.session_id or "session"
         sessions.setdefault(sid, Session(sid, turn.timestamp, [])).turns.append(turn)
-    return Conversation(conv_id, list(sessions.values()))
+    if bad and not sessions:
+        raise InvalidInputError(f"none of the {len(rows)} {noun} is a valid turn:\n{describe_bad_rows(bad)}")
+    if bad and not skip_bad:
+        raise _bad_rows_error(bad, len(rows), noun)
+    return Conversation(conv_id, list(sessions.values()), skipped=bad)
 
 
-def load_conversations(path: str | Path, fmt: str = "auto") -> list[Conversation]:
-    """Load any supported file into conversations."""
+def _jsonl_file_format(rows: list[Row]) -> str:
+    """The format of a JSONL file from its first readable line; turns unless it is clearly a dataset."""
+    first = next((r.value for r in rows if r.error is None), None)
+    try:
+        return detect_format([first])
+    except InvalidInputError:
+        return "jsonl"  # the turn loader names what is wrong with each line
+
+
+def load_conversations(path: str | Path, fmt: str = "auto", skip_bad: bool = False) -> list[Conversation]:
+    """Load any supported file into conversations.
+
+    Args:
+        path: LoCoMo or LongMemEval JSON (optionally gzipped), a JSONL file of turns, or a
+            JSON list of turn dicts.
+        fmt: ``auto`` (from the file's shape), ``locomo``, ``longmemeval`` or ``jsonl``.
+        skip_bad: For turns (JSONL or a JSON list), drop bad rows instead of refusing the
+            file; they are listed in each conversation's ``skipped``.
+
+    Raises:
+        FileNotFoundError: No such file.
+        InvalidInputError: Unknown format, not JSON, or bad turns (all of them listed).
+    """
     from lightmem.datasets.locomo import parse_locomo
     from lightmem.datasets.longmemeval import parse_longmemeval
 
-    data = read_json(path)
-    fmt = detect_format(data) if fmt == "auto" else fmt
+    if fmt not in FORMATS:
+        raise InvalidInputError(f"unknown format {fmt!r}; use {', '.join(FORMATS)}")
+    p = Path(path)
+    if ".jsonl" in p.suffixes:
+        rows = read_jsonl_rows(p)
+        fmt = _jsonl_file_format(rows) if fmt == "auto" else fmt
+        data: Any = rows if fmt == "jsonl" else _row_values(p, rows)
+    else:
+        data = read_json(p)
+        fmt = detect_format(data) if fmt == "auto" else fmt
     if fmt == "locomo":
         return parse_locomo(data if isinstance(data, list) else [data])
     if fmt == "longmemeval":
         return parse_longmemeval(data if isinstance(data, list) else [data])
-    if fmt == "jsonl":
-        return [load_jsonl_turns(data if isinstance(data, list) else [data], Path(path).stem)]
-    raise InvalidInputError(f"unknown format {fmt!r}; use auto, locomo, longmemeval or jsonl")
+    try:
+        return [load_jsonl_turns(data if isinstance(data, list) else [data], p.stem, skip_bad)]
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{p}: {exc}") from exc

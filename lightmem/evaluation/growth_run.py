@@ -11,12 +11,24 @@ from omegaconf import DictConfig
 from lightmem.config import SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.datasets.longmemeval import load_longmemeval
+from lightmem.evaluation.failures import failures_md
 from lightmem.evaluation.growth import run_growth
 from lightmem.evaluation.report import growth_table, plot_growth
 from lightmem.metric_logger import quiet_third_party_logs
 
 
+def unreached_sizes(rows: list[dict]) -> list[str]:
+    """A failure per planned size the trajectory ended before (run_growth's ``note`` rows)."""
+    return [f"MTM growth: {r['note']} (lengthen the trajectory: filler_path, locomo_conversations; or drop those sizes)"
+            for r in rows if "note" in r]
+
+
 def run_growth_cfg(cfg: DictConfig, quiet: bool = False) -> dict:
+    """Grow one store along the trajectory; write results.json, results.md and growth.png to out_dir.
+
+    ``results["failures"]`` names planned sizes the trajectory never reached; the sizes it did reach
+    are written either way, and ``eval/growth.py`` exits non-zero when it is not empty.
+    """
     quiet_third_party_logs()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -32,10 +44,11 @@ def run_growth_cfg(cfg: DictConfig, quiet: bool = False) -> dict:
     finally:
         memory.close()
         shutil.rmtree(store, ignore_errors=True)
-    results = {"growth": growth, "config": to_container(cfg)}
+    results = {"growth": growth, "config": to_container(cfg), "failures": unreached_sizes(growth["rows"])}
     (out / "results.json").write_text(json.dumps(results, indent=2))
     table = growth_table(growth["rows"])
-    (out / "results.md").write_text(f"# MTM growth (K={cfg.k}, budget {cfg.budget} tokens)\n\n{table}\n")
+    (out / "results.md").write_text(f"# MTM growth (K={cfg.k}, budget {cfg.budget} tokens)\n\n{table}\n"
+                                  f"{failures_md(results['failures'])}")
     plot_growth(growth["rows"], out / "growth.png")
     if not quiet:
         print(table)

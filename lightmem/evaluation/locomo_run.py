@@ -19,6 +19,7 @@ from lightmem.datasets import load_locomo, select_conversations
 from lightmem.datasets.formats import Conversation
 from lightmem.errors import InvalidInputError
 from lightmem.evaluation.baselines import FullContext
+from lightmem.evaluation.failures import failures_md, qa_failures
 from lightmem.evaluation.inject import NoisyController, NoisyWriter, pools, saturate
 from lightmem.evaluation.locomo_retrieval import QAOptions, run_locomo_retrieval
 from lightmem.evaluation.report import plot_recall, qa_table, retrieval_table
@@ -85,7 +86,11 @@ def qa_options(cfg: DictConfig, shared: SharedRuntime) -> QAOptions | None:
 
 
 def run_locomo(cfg: DictConfig, quiet: bool = False) -> dict:
-    """Evaluate and write results.json, questions.jsonl, results.md and recall.png to out_dir."""
+    """Evaluate and write results.json, questions.jsonl, results.md and recall.png to out_dir.
+
+    ``results["failures"]`` lists what did not complete (QA calls whose backend failed); the
+    numbers are written either way, and ``eval/locomo.py`` exits non-zero when it is not empty.
+    """
     quiet_third_party_logs()
     seed_everything(int(cfg.seed))
     out = Path(cfg.out_dir)
@@ -107,6 +112,7 @@ def run_locomo(cfg: DictConfig, quiet: bool = False) -> dict:
         shutil.rmtree(stores, ignore_errors=True)
     results["config"] = to_container(cfg)
     results["config"]["conversation_ids"] = [c.conv_id for c in convs]
+    results["failures"] = qa_failures(results["cost"].get("llm_qa", {}))
     (out / "results.json").write_text(json.dumps(results, indent=2))
     with open(out / "questions.jsonl", "w") as fh:
         for r in records:
@@ -114,7 +120,7 @@ def run_locomo(cfg: DictConfig, quiet: bool = False) -> dict:
     table = retrieval_table(results, ks, int(cfg.budget))
     if "qa" in results:
         table += "\n\n" + qa_table(results)
-    (out / "results.md").write_text(f"# LoCoMo ({', '.join(c.conv_id for c in convs)})\n\n{table}\n")
+    (out / "results.md").write_text(f"# LoCoMo ({', '.join(c.conv_id for c in convs)})\n\n{table}\n{failures_md(results['failures'])}")
     plot_recall(results, ks, out / "recall.png")
     if not quiet:
         print(table)

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from lightmem.config import SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
 from lightmem.datasets.formats import Conversation
 from lightmem.datasets.longmemeval import load_longmemeval
+from lightmem.evaluation.failures import failures_md, qa_failures, qa_usage, usage_delta
 from lightmem.evaluation.locomo_run import qa_options, seed_everything
 from lightmem.evaluation.longmemeval_eval import run_longmemeval
 from lightmem.evaluation.report import longmemeval_table, plot_longmemeval
@@ -25,7 +26,11 @@ def select_instances(instances: list[Conversation], max_instances: int | None, t
 
 
 def run_lme(cfg: DictConfig, quiet: bool = False) -> dict:
-    """Evaluate and write results.json, questions.jsonl and results.md to out_dir."""
+    """Evaluate and write results.json, questions.jsonl and results.md to out_dir.
+
+    ``results["failures"]`` lists what did not complete (QA calls whose backend failed); the
+    numbers are written either way, and ``eval/longmemeval.py`` exits non-zero when it is not empty.
+    """
     quiet_third_party_logs()
     seed_everything(int(cfg.seed))
     out = Path(cfg.out_dir)
@@ -40,17 +45,23 @@ def run_lme(cfg: DictConfig, quiet: bool = False) -> dict:
         return build_memory(cfg, stores / qid, embedder=embedder, shared=shared)
 
     ks = sorted(int(k) for k in cfg.ks)
+    opts = qa_options(cfg, shared)
+    before = qa_usage(opts)
     try:
-        results, records = run_longmemeval(make, instances, ks, int(cfg.budget), qa_options(cfg, shared), show_progress=sys.stderr.isatty())
+        results, records = run_longmemeval(make, instances, ks, int(cfg.budget), opts, show_progress=sys.stderr.isatty())
     finally:
         shutil.rmtree(stores, ignore_errors=True)
+    if opts is not None:
+        results["cost"]["llm_qa"] = usage_delta(before, qa_usage(opts))
     results["config"] = to_container(cfg)
+    results["failures"] = qa_failures(results["cost"].get("llm_qa", {}))
     (out / "results.json").write_text(json.dumps(results, indent=2))
     with open(out / "questions.jsonl", "w") as fh:
         for r in records:
             fh.write(json.dumps(r.__dict__) + "\n")
     table = longmemeval_table(results, ks)
-    (out / "results.md").write_text(f"# LongMemEval ({Path(cfg.data.path).name}, {len(instances)} questions)\n\n{table}\n")
+    (out / "results.md").write_text(f"# LongMemEval ({Path(cfg.data.path).name}, {len(instances)} questions)\n\n{table}\n"
+                                  f"{failures_md(results['failures'])}")
     plot_longmemeval(results, ks, out / "recall.png")
     if not quiet:
         print(table)

@@ -7,6 +7,7 @@ users' freshly ingested copies of the conversation, cycle after cycle.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -17,6 +18,8 @@ import numpy as np
 from lightmem.datasets.formats import Conversation
 from lightmem.evaluation.metrics import percentile
 from lightmem.memory import Memory
+
+log = logging.getLogger(__name__)
 
 
 def consolidation_growth(memory: Memory, conv: Conversation, user: str) -> dict[str, Any]:
@@ -58,7 +61,11 @@ def _search_ms(memory: Memory, user: str, queries: Sequence[str], k: int, now: f
 def latency_under_consolidation(memory: Memory, conv: Conversation, user: str, queries: Sequence[str], k: int,
                                 copies: int, now: float | None = None, nice: int = 10) -> dict[str, Any]:
     """Search P50/P95 on ``user`` idle, then while a background thread consolidates ``copies``
-    other users (each a fresh copy of ``conv``) at priority +``nice``."""
+    other users (each a fresh copy of ``conv``) at priority +``nice``.
+
+    ``failures`` in the result names what did not happen: the background consolidation raised
+    (its exception would otherwise die with the thread), or no search overlapped a cycle.
+    """
     _search_ms(memory, user, queries[:5], k, now)  # warm caches
     idle = _search_ms(memory, user, queries, k, now)
     others = [f"{user}-copy{i}" for i in range(copies)]
@@ -67,8 +74,9 @@ def latency_under_consolidation(memory: Memory, conv: Conversation, user: str, q
             memory.add_turns(o, s.turns)
     busy_flag, stop = threading.Event(), threading.Event()
     cycles: list[float] = []
+    errors: list[BaseException] = []
 
-    def worker() -> None:
+    def consolidate_others() -> None:
         import os
 
         if nice and hasattr(os, "setpriority"):
@@ -83,7 +91,15 @@ def latency_under_consolidation(memory: Memory, conv: Conversation, user: str, q
                 if not rep.cycle:
                     break
                 cycles.append(rep.seconds["total"])
-        busy_flag.clear()
+
+    def worker() -> None:
+        try:
+            consolidate_others()
+        except Exception as exc:  # noqa: BLE001  (recorded as a failure instead of dying with the thread)
+            log.exception("background consolidation failed")
+            errors.append(exc)
+        finally:
+            busy_flag.clear()
 
     th = threading.Thread(target=worker, daemon=True)
     th.start()
@@ -104,8 +120,15 @@ def latency_under_consolidation(memory: Memory, conv: Conversation, user: str, q
         "queries": len(queries), "idle_ms_p50": percentile(idle, 50), "idle_ms_p95": percentile(idle, 95),
         "busy_ms_p50": percentile(busy, 50), "busy_ms_p95": percentile(busy, 95), "busy_searches": overlapped,
         "background_cycles": len(cycles), "background_cycle_s_mean": float(np.mean(cycles)) if cycles else float("nan"),
-        "idle_ms": idle, "busy_ms": busy,
+        "idle_ms": idle, "busy_ms": busy, "failures": _consolidation_failures(errors, busy),
     }
+
+
+def _consolidation_failures(errors: Sequence[BaseException], busy: Sequence[float]) -> list[str]:
+    out = [f"background consolidation failed: {type(e).__name__}: {e}" for e in errors]
+    if not busy:
+        out.append("no search overlapped a background consolidation cycle (nothing to consolidate? copies=0?)")
+    return out
 
 
 def plot_latency_split(result: dict[str, Any], path: str) -> None:

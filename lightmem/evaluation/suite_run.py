@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from hydra import compose
 from omegaconf import DictConfig, OmegaConf
 
 from lightmem.config import make_run_logger
+from lightmem.evaluation.failures import recorded_failures
 from lightmem.evaluation.growth_run import run_growth_cfg
 from lightmem.evaluation.locomo_run import run_locomo
 from lightmem.evaluation.longmemeval_run import run_lme
@@ -28,11 +30,44 @@ def _logger_overrides(cfg: DictConfig) -> list[str]:
 
 
 def _done(folder: Path, resume: bool, report_only: bool = False) -> bool:
-    """Whether to skip running into ``folder``: finished before (with resume), or only reporting."""
-    return report_only or (resume and (folder / "results.json").exists())
+    """Whether to skip running into ``folder``: finished before without failures (with resume), or only reporting."""
+    return report_only or (resume and (folder / "results.json").exists() and not recorded_failures(folder))
+
+
+def _run_part(failures: dict[str, str], key: str, folder: Path, skip: bool, job: Callable[[], object]) -> float | None:
+    """Run one planned part into ``folder`` unless ``skip``; returns its seconds when it ran.
+
+    What went wrong lands in ``failures[key]``: the exception the part raised (one broken part must
+    not cost the others' hours), or the failures its results.json records (fresh or reused).
+    """
+    seconds = None
+    if not skip:
+        (folder / "results.json").unlink(missing_ok=True)  # a failed rerun must not leave stale numbers behind
+        t = time.perf_counter()
+        try:
+            job()
+        except Exception as exc:  # reported in suite.md; the other parts still run
+            log.exception("%s failed", key)
+            failures[key] = f"{type(exc).__name__}: {exc}"
+        seconds = time.perf_counter() - t
+    if key not in failures and (recorded := recorded_failures(folder)):
+        log.error("%s did not complete: %s", key, "; ".join(recorded))
+        failures[key] = "; ".join(recorded)
+    return seconds
 
 
 def run_suite(cfg: DictConfig) -> dict[str, Any]:
+    """Run every planned part of the suite, then write suite.md, suite.json and the plots to ``out_dir``.
+
+    A part that fails does not stop the others; it is listed in suite.md's "failed runs" section.
+
+    Args:
+        cfg: The composed suite config (conf/suite.yaml).
+
+    Returns:
+        The summary written to suite.json: ``tables`` (the numbers), ``timings_s``, ``planned`` (every
+        part's key), ``failures`` (key -> what went wrong; empty when everything completed), ``total_s``.
+    """
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -51,23 +86,18 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
         for name in needed:
             if rank == 0 or cfg.runs[name].get("stochastic", False):
                 plan.append((name, seed))
+    planned = [f"{name}/seed{seed}" for name, seed in plan]
     for i, (name, seed) in enumerate(plan, 1):
-        spec = cfg.runs[name]
-        folder = out / "locomo" / name / f"seed{seed}"
+        key, folder = f"{name}/seed{seed}", out / "locomo" / name / f"seed{seed}"
         seed_dirs.setdefault(name, []).append(folder)
-        if _done(folder, cfg.resume, report_only):
-            log.info("[%d/%d] %s seed %d: done before, reused", i, len(plan), name, seed)
-            continue
-        overrides = [*cfg.locomo_common, *spec.overrides, f"seed={seed}", f"out_dir={folder}", *_logger_overrides(cfg),
+        skip = _done(folder, cfg.resume, report_only)
+        overrides = [*cfg.locomo_common, *cfg.runs[name].overrides, f"seed={seed}", f"out_dir={folder}", *_logger_overrides(cfg),
                      f"logger.name={name}-seed{seed}"]
-        log.info("[%d/%d] %s seed %d: %s", i, len(plan), name, seed, " ".join(overrides))
-        t = time.perf_counter()
-        try:
-            run_locomo(compose(config_name="locomo", overrides=overrides), quiet=True)
-        except Exception as exc:  # one broken configuration must not cost the others' hours
-            log.exception("%s seed %d failed", name, seed)
-            failures[f"{name}/seed{seed}"] = f"{type(exc).__name__}: {exc}"
-        timings[f"{name}/seed{seed}"] = time.perf_counter() - t
+        log.info("[%d/%d] %s: %s", i, len(plan), key, "done before, reused" if skip else " ".join(overrides))
+        seconds = _run_part(failures, key, folder, skip,
+                            lambda o=overrides: run_locomo(compose(config_name="locomo", overrides=o), quiet=True))
+        if seconds is not None:
+            timings[key] = seconds
     runs = {name: load_run(name, [d for d in dirs if (d / "results.json").exists()]) for name, dirs in seed_dirs.items()}
     missing = sorted(name for name, run in runs.items() if not run.results)
     runs = {name: run for name, run in runs.items() if run.results}
@@ -88,21 +118,25 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
     plot_budget_curves({n: budget_curve(runs[n]) for n in sections_cfg["baselines"].runs if n in runs} if "baselines" in sections_cfg else {}, out / "recall_vs_budget.png")
 
     if cfg.growth.enabled:
+        planned.append("growth")
         folder = out / "growth"
-        if not _done(folder, cfg.resume, report_only):
-            t = time.perf_counter()
-            _guarded(failures, "growth", run_growth_cfg, compose(config_name="growth", overrides=[*cfg.growth.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]))
-            timings["growth"] = time.perf_counter() - t
+        overrides = [*cfg.growth.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]
+        seconds = _run_part(failures, "growth", folder, _done(folder, cfg.resume, report_only),
+                            lambda: run_growth_cfg(compose(config_name="growth", overrides=overrides), quiet=True))
+        if seconds is not None:
+            timings["growth"] = seconds
     if cfg.growth.enabled and (folder := out / "growth" / "results.json").exists():
         g = json.loads(folder.read_text())["growth"]
         numbers["growth"] = [{k: v for k, v in r.items() if k != "per_question"} for r in g["rows"]]
         sections.append(f"## MTM growth (K={g['k']})\n\n{growth_table(g['rows'])}\n\n![growth](growth/growth.png)\n")
     if cfg.longmemeval.enabled:
+        planned.append("longmemeval")
         folder = out / "longmemeval"
-        if not _done(folder, cfg.resume, report_only):
-            t = time.perf_counter()
-            _guarded(failures, "longmemeval", run_lme, compose(config_name="longmemeval", overrides=[*cfg.longmemeval.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]))
-            timings["longmemeval"] = time.perf_counter() - t
+        overrides = [*cfg.longmemeval.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]
+        seconds = _run_part(failures, "longmemeval", folder, _done(folder, cfg.resume, report_only),
+                            lambda: run_lme(compose(config_name="longmemeval", overrides=overrides), quiet=True))
+        if seconds is not None:
+            timings["longmemeval"] = seconds
     if cfg.longmemeval.enabled and (folder := out / "longmemeval" / "results.json").exists():
         r = json.loads(folder.read_text())
         numbers["longmemeval"] = r["retrieval"]
@@ -116,9 +150,12 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
     if missing:
         sections.append("## not run\n\n" + ", ".join(f"`{m}`" for m in missing) + " (no finished seed; rerun the same command to resume)\n")
     if failures:
-        sections.append("## failed runs\n\n" + "\n".join(f"- `{k}`: {v}" for k, v in failures.items()) + "\n")
+        sections.append(f"## failed runs\n\n{len(failures)} of {len(planned)} planned runs did not complete, so the suite exits "
+                        "non-zero; rerun the same command to retry them (with `resume=true` the finished runs are reused).\n\n"
+                        + "\n".join(f"- `{k}`: {v}" for k, v in failures.items()) + "\n")
     (out / "suite.md").write_text(head + "\n" + "\n".join(sections) + "\n![recall vs budget](recall_vs_budget.png)\n")
-    summary = {"tables": numbers, "timings_s": timings, "failures": failures, "total_s": total, "config": OmegaConf.to_container(cfg, resolve=True)}
+    summary = {"tables": numbers, "timings_s": timings, "planned": planned, "failures": failures, "total_s": total,
+               "config": OmegaConf.to_container(cfg, resolve=True)}
     (out / "suite.json").write_text(json.dumps(summary, indent=2, default=str))
     flat = {f"{sec}/{run}/{col}": v["mean"] for sec, d in numbers.items() if isinstance(d, dict) and sec != "longmemeval"
             for run, rd in d.items() for col, v in rd["columns"].items() if v["n"]}
@@ -126,9 +163,70 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-def _guarded(failures: dict[str, str], name: str, fn, cfg: DictConfig) -> None:
-    try:
-        fn(cfg, quiet=True)
-    except Exception as exc:  # reported in suite.md; the other parts still run
-        log.exception("%s failed", name)
-        failures[name] = f"{type(exc).__name__}: {exc}"
+HEADLINE = ("R_all@10", "R_all@budget", "F1", "retr. P50 ms")  # the reference run's numbers in the closing summary
+
+
+def _cell(column: str, value: float) -> str:
+    return f"{column.removesuffix(' ms')} {value:.1f} ms" if column.endswith(" ms") else f"{column} {value:.3f}"
+
+
+def _reference_line(summary: dict[str, Any]) -> str:
+    cfg = summary["config"]
+    ref = cfg["reference"]
+    cols: dict[str, dict[str, float]] = {}
+    for sec in cfg.get("tables") or {}:
+        cols.update((summary["tables"].get(sec) or {}).get(ref, {}).get("columns", {}))
+    cells = [_cell(c, cols[c]["mean"]) for c in HEADLINE if cols.get(c, {}).get("n")]
+    if not cells:
+        return f"LoCoMo `{ref}` (reference): no numbers (it did not finish, or no table lists it)"
+    return f"LoCoMo `{ref}` (reference): " + ", ".join(cells)
+
+
+def _growth_line(rows: list[dict[str, Any]]) -> str | None:
+    by_size: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if "variant" in r:
+            by_size.setdefault(int(r["size"]), {})[r["variant"]] = r["recall_all@budget"]
+    if not by_size:
+        return None
+    names = " / ".join(next(iter(by_size.values())))
+    cells = [f"{size} entries " + " / ".join(f"{v:.3f}" for v in variants.values()) for size, variants in by_size.items()]
+    return f"MTM growth R_all@budget, {names}: " + "; ".join(cells)
+
+
+def _longmemeval_line(retrieval: dict[str, Any]) -> str:
+    overall = retrieval.get("overall", {})
+    ks = sorted(int(k.rsplit("@", 1)[1]) for k in overall if k.startswith("session_recall_all@"))
+    cells = []
+    if ks:
+        k = 10 if 10 in ks else ks[-1]
+        cells.append(f"session R_all@{k} {overall[f'session_recall_all@{k}']:.3f}")
+    cells += [f"{name} {overall[key]:.3f}" for key, name in (("qa_f1", "QA F1"), ("qa_accuracy", "QA accuracy"))
+              if overall.get(key) is not None]
+    return f"LongMemEval ({overall.get('n', 0)} questions): " + (", ".join(cells) or "no numbers")
+
+
+def closing_summary(summary: dict[str, Any], report: Path) -> str:
+    """The few lines an entry point prints when the suite ends: where the report is, headline numbers, failures.
+
+    Args:
+        summary: What ``run_suite`` returned.
+        report: The path of suite.md.
+
+    Returns:
+        Plain text; when runs failed, its last lines say how many and point to suite.md's "failed runs".
+    """
+    tables = summary["tables"]
+    lines = [f"lightmem suite: {summary['total_s'] / 60:.1f} min; report: {report} (suite.json and plots beside it)",
+             "  " + _reference_line(summary)]
+    if (growth := _growth_line(tables.get("growth") or [])) is not None:
+        lines.append("  " + growth)
+    if "longmemeval" in tables:
+        lines.append("  " + _longmemeval_line(tables["longmemeval"]))
+    failures, planned = summary["failures"], summary["planned"]
+    if failures:
+        lines.append(f"FAILED: {len(failures)} of {len(planned)} planned runs did not complete: {', '.join(failures)}")
+        lines.append(f"  see the \"failed runs\" section of {report}")
+    else:
+        lines.append(f"all {len(planned)} planned runs completed")
+    return "\n".join(lines)

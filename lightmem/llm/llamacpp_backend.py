@@ -25,7 +25,7 @@ class LlamaCppLLM:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
-            raise ModelPackageMissingError("llama.cpp runtime", "llama-cpp-python", "(pip install 'lightmem[llamacpp]')") from exc
+            raise ModelPackageMissingError("llama.cpp runtime", "llama-cpp-python", "(pip install 'lightmem-slm[llamacpp]')") from exc
         path = ModelRegistry().path(model)
         self._llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, verbose=False)
         self.name, self.max_new_tokens = f"llamacpp:{path.name}", max_new_tokens

@@ -26,7 +26,7 @@ class VectorIndex:
         dim: Vector dimension.
         kind: ``flat`` (exact) or ``hnsw`` (approximate; rebuilt on removal).
         device: ``cpu`` or ``cuda``; on ``cuda`` the FAISS index lives on the GPU
-            (needs the faiss-gpu build: ``pip install lightmem[gpu]``).
+            (needs the faiss-gpu build: ``pip install 'lightmem-slm[gpu]'``).
     """
 
     def __init__(self, dim: int, kind: str = "flat", device: str = "cpu") -> None:
@@ -70,7 +70,7 @@ class VectorIndex:
         if self.device.startswith("cuda"):
             if not hasattr(faiss, "StandardGpuResources"):
                 raise RuntimeError(
-                    "store.faiss_device=cuda needs the GPU build of FAISS: pip install 'lightmem[gpu]' (faiss-gpu-cu12)"
+                    "store.faiss_device=cuda needs the GPU build of FAISS: pip install 'lightmem-slm[gpu]' (faiss-gpu-cu12)"
                 )
             self._gpu_res = getattr(self, "_gpu_res", None) or faiss.StandardGpuResources()
             gpu_id = int(self.device.split(":")[1]) if ":" in self.device else 0

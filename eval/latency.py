@@ -17,7 +17,9 @@ from omegaconf import DictConfig
 from lightmem.config import build_memory, to_container
 from lightmem.datasets import load_conversations
 from lightmem.evaluation.latency import corpus_and_queries, latency_table, measure_growth, plot_latency
+from lightmem.memory import Memory
 from lightmem.metric_logger import make_logger, quiet_third_party_logs
+from lightmem.roles.selector import Stage1Selector
 
 
 def _device(cfg: DictConfig) -> tuple[str, callable]:
@@ -42,7 +44,8 @@ def run(cfg: DictConfig) -> dict:
     memory = build_memory(cfg, store)
     device, sync = _device(cfg)
     try:
-        rows = measure_growth(memory, turns, queries, list(cfg.sizes), int(cfg.k), sync=sync, show_progress=sys.stderr.isatty())
+        rows = measure_growth(memory, turns, queries, list(cfg.sizes), int(cfg.k), sync=sync, show_progress=sys.stderr.isatty(),
+                              other=lambda: Memory.open(store, embedder=memory.embedder, selector=Stage1Selector()))
     finally:
         memory.close()
         shutil.rmtree(store, ignore_errors=True)

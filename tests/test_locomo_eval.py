@@ -74,7 +74,9 @@ def test_latency_benchmark_runs_on_tiny_sizes(tmp_path):
     rows = results["latency"]
     assert [r["items"] for r in rows] == [3, 9]
     assert all(r["search_ms_p95"] >= r["search_ms_p50"] > 0 for r in rows)
-    assert (tmp_path / "latency.png").exists()
+    # what seeing another connection's commits costs, measured at every size
+    assert all(r["freshness_check_us_p95"] >= r["freshness_check_us_p50"] > 0 and r["replay_add_ms_p50"] > 0 for r in rows)
+    assert (tmp_path / "latency.png").exists() and "replay 1 added item" in (tmp_path / "results.md").read_text()
 
 
 def test_generative_roles_report_llm_usage_per_turn_and_question(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -39,8 +40,10 @@ def measure_growth(
     chunk: int = 256,
     sync: Callable[[], None] = lambda: None,
     show_progress: bool = True,
+    other: Callable[[], Memory] | None = None,
 ) -> list[dict[str, Any]]:
-    """Grow one user's MTM along one trajectory; at each size time every query's search()."""
+    """Grow one user's MTM along one trajectory; at each size time every query's search(), and with
+    ``other`` (opens a second Memory on the same store) what seeing another process's commits costs."""
     rows = []
     added = 0
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -76,8 +79,40 @@ def measure_growth(
             for s, vals in stages.items():
                 row[f"{s}_ms_p50"] = percentile(vals, 50)
                 row[f"{s}_ms_p95"] = percentile(vals, 95)
+            if other is not None:
+                row.update(measure_freshness(memory, other(), turns[0], user))
             rows.append(row)
     return rows
+
+
+def measure_freshness(memory: Memory, other: Memory, turn: Turn, user: str, n_checks: int = 2000,
+                      n_commits: int = 10) -> dict[str, float]:
+    """What seeing other processes' commits costs ``memory`` (``other`` is a second connection).
+
+    ``check``: the test every call makes when nothing changed. ``replay``: applying one item
+    another connection added (then deleted), measured on the next call.
+    """
+    check = []
+    for _ in range(n_checks):
+        t = time.perf_counter()
+        memory.store.refresh()
+        check.append((time.perf_counter() - t) * 1e6)
+    added, deleted = [], []
+    try:
+        for i in range(n_commits):
+            [item] = other.add_turns(user, [replace(turn, turn_id=f"freshness-{i}-{time.time_ns()}")]) or [None]
+            t = time.perf_counter()
+            memory.store.refresh()
+            added.append((time.perf_counter() - t) * 1000)
+            if item is not None:
+                other.delete(item.id, user)
+                t = time.perf_counter()
+                memory.store.refresh()
+                deleted.append((time.perf_counter() - t) * 1000)
+    finally:
+        other.close()
+    return {"freshness_check_us_p50": percentile(check, 50), "freshness_check_us_p95": percentile(check, 95),
+            "replay_add_ms_p50": percentile(added, 50), "replay_delete_ms_p50": percentile(deleted, 50)}
 
 
 def latency_table(rows: Sequence[dict[str, Any]], device: str) -> str:
@@ -93,6 +128,12 @@ def latency_table(rows: Sequence[dict[str, Any]], device: str) -> str:
             f"{r['embed_ms_p50']:.2f} | {r['stage1_ms_p50']:.2f} | {r['stage1_ms_p95']:.2f} | {r['stage2_ms_p50']:.3f} | "
             f"{r['ingest_turns_per_s']:.1f} |"
         )
+    if all("freshness_check_us_p50" in r for r in rows):
+        lines += ["", "Seeing other processes' commits (a second connection writes; the next call replays):", "",
+                  "| items | check P50 µs (nothing changed) | check P95 µs | replay 1 added item P50 ms | replay 1 deleted item P50 ms |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['items']} | {r['freshness_check_us_p50']:.1f} | {r['freshness_check_us_p95']:.1f} | "
+                  f"{r['replay_add_ms_p50']:.3f} | {r['replay_delete_ms_p50']:.3f} |" for r in rows]
     return "\n".join(lines)
 
 

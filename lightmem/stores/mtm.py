@@ -6,7 +6,7 @@ scoped by ``user_id``. No filter can name a user; the partition is chosen by the
 ``user_id`` argument and nothing else.
 
 Freshness across processes: whoever takes the store's lock first (``MTMStore.lock``) first
-replays the commits other processes made since its last call (``_sync``), so a search
+replays the commits other processes made since its last call (``refresh``), so a search
 never misses another process's turns and never returns an item it deleted.
 """
 from __future__ import annotations
@@ -133,15 +133,15 @@ class _SyncingLock:
     Syncing only at the outermost level keeps one operation's several index reads on one view.
     """
 
-    def __init__(self, lock: threading.RLock, sync: Callable[[], None]) -> None:
-        self._lock, self._sync, self._depth = lock, sync, 0
+    def __init__(self, lock: threading.RLock, refresh: Callable[[], None]) -> None:
+        self._lock, self._refresh, self._depth = lock, refresh, 0
 
     def __enter__(self) -> "_SyncingLock":
         self._lock.acquire()
         self._depth += 1  # only the owning thread touches it
         if self._depth == 1:
             try:
-                self._sync()
+                self._refresh()
             except BaseException:
                 self._depth -= 1
                 self._lock.release()
@@ -197,7 +197,7 @@ class MTMStore:
         self._touched: dict[str, dict[int, tuple[int, float]]] = {}
         # Partitions load lazily from the tables, so the change log starts from now.
         self._seen_version, self._seen_change = self.sql.data_version(), self.sql.last_change()
-        self._lock = _SyncingLock(self.sql.lock, self._sync)
+        self._lock = _SyncingLock(self.sql.lock, self.refresh)
         self._check_identity()
 
     def _check_identity(self) -> None:
@@ -217,8 +217,11 @@ class MTMStore:
         return self._lock
 
     # -- other processes' commits -------------------------------------------------------------
-    def _sync(self) -> None:
-        """Replay the item changes other processes committed since the last call (cheap when none)."""
+    def refresh(self) -> None:
+        """Replay the item changes other processes committed since the last call (a PRAGMA when none).
+
+        Every read and write calls it through ``lock``; call it directly only to measure it.
+        """
         version = self.sql.data_version()
         if version == self._seen_version or self.sql.connection.in_transaction:
             return

@@ -5,9 +5,18 @@ import math
 
 import pytest
 
-from lightmem.evaluation.metrics import bleu1, dedupe, ndcg_at_k, recall_at_k, rouge_l
+from lightmem.evaluation.metrics import answer_coverage, bleu1, content_words, dedupe, ndcg_at_k, recall_at_k, rouge_l
 from lightmem.evaluation.qa import clean_answer, locomo_scores, longmemeval_judge_prompt, parse_locomo_label, parse_yes_no
 from lightmem.evaluation.stats import mean_std, paired_bootstrap
+
+
+def test_answer_coverage_counts_the_gold_answers_content_words_in_the_context():
+    # gold content words {7, may, 2023}: "07" is the number 7, "may" is absent
+    assert answer_coverage("7 May 2023", "- [2023-05-07] Caroline: I went to the support group") == pytest.approx(2 / 3)
+    assert answer_coverage("painting sunsets", "- [knowledge] [PERSON] likes to paint a sunset") == 1.0  # stems match
+    assert answer_coverage("The", "anything") is None  # nothing but a stop word: not scorable
+    assert answer_coverage(2022, "in 2022 she moved") == 1.0
+    assert content_words("Went to the Museum, twice!") == {"went", "museum", "twice"}
 
 
 def test_bleu1_brevity_penalty_and_clipping():

@@ -156,6 +156,8 @@ def test_longmemeval_runner_scores_sessions_and_turns(tmp_path):
     overall = results["retrieval"]["overall"]
     assert overall["n"] == 2 and overall["session_recall_all@4"] == 1.0 and overall["turn_recall_any@4"] == 1.0
     assert overall["qa_accuracy"] == 1.0 and overall["qa_f1"] == 0.0  # "Biscuit" vs "golden retriever"
+    # within the 600-token budget every retrieved turn fits: the evidence turn is in, and so is the answer
+    assert overall["turn_recall_all@budget"] == 1.0 and overall["answer_coverage@budget"] == 1.0
     assert set(results["retrieval"]["by_type"]) == {"single-session-user", "multi-session"}
     assert (tmp_path / "out" / "results.md").exists() and (tmp_path / "out" / "recall.png").stat().st_size > 0
 

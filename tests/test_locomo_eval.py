@@ -51,6 +51,9 @@ def test_run_writes_results_and_scores_evidence(tmp_path, capsys):
     assert all(r["tokens"]["@budget"] <= 40 for r in rows)
     puppy = next(r for r in rows if r["question"] == "What is the name of Ava's puppy?")
     assert puppy["evidence"] == ["D1:1"] and puppy["recall"]["@3"]["all"] == 1.0
+    # answer coverage reads the packed context: "Biscuit" is there exactly when its evidence turn was packed
+    assert puppy["coverage"] == puppy["recall"]["@budget"]["all"]
+    assert 0.0 <= overall["answer_coverage@budget"] <= 1.0
     lisbon = next(r for r in rows if r["question"] == "Which city did Cleo move to?")
     assert lisbon["evidence"] == ["D1:1"]  # "D:1:1" repaired
     assert results["retrieval"]["overall"] == overall

@@ -23,7 +23,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation
-from lightmem.evaluation.metrics import evidence_precision, evidence_recall, normalize_evidence, percentile
+from lightmem.evaluation.metrics import answer_coverage, evidence_precision, evidence_recall, normalize_evidence, percentile
 from lightmem.evaluation.qa import LOCOMO_JUDGE_PROMPT, generate_answers, judge, locomo_scores, parse_locomo_label
 from lightmem.evaluation.stats import spread
 from lightmem.llm.base import LLM
@@ -60,6 +60,7 @@ class QuestionRecord:
     stage_ms: dict[str, float] = field(default_factory=dict)
     answer: str = ""
     qa: dict[str, Any] = field(default_factory=dict)  # prediction, f1, bleu1, rouge_l, judge, generate_ms, e2e_ms
+    coverage: float | None = None  # answer coverage of the memories packed within the budget (None: no gold answer)
 
 
 def sample_questions(conv: Conversation, categories: Sequence[int], max_questions: int | None = None) -> list:
@@ -128,12 +129,14 @@ def evaluate_conversation(
             packed = kept if qa_budget == budget else [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], qa_budget)]
             contexts.append("\n".join(format_memory(h.item) for h in packed))
             context_tokens.append(sum(h.item.n_tokens for h in packed))
+        coverage = answer_coverage(qa.answer, "\n".join(format_memory(h.item) for h in kept))
         recall["@budget"] = asdict(evidence_recall([h.item.provenance for h in kept], evidence))
         recall["@budget"]["precision"] = evidence_precision([h.item.provenance for h in kept], evidence)
         tokens["@budget"] = sum(h.item.n_tokens for h in kept)
         records.append(
             QuestionRecord(conv.conv_id, int(qa.category), qa.question, evidence, recall, tokens,
-                           [list(h.item.provenance) for h in hits], search_ms, stage_ms, answer=str(qa.answer))
+                           [list(h.item.provenance) for h in hits], search_ms, stage_ms, answer=str(qa.answer),
+                           coverage=coverage)
         )
         on_question()
     qa_usage: dict[str, dict[str, float]] = {}
@@ -197,6 +200,8 @@ def aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
             out[f"recall_{kind}{cut}"] = float(np.mean([r.recall[cut][kind] for r in records]))
         out[f"precision{cut}"] = float(np.mean([r.recall[cut].get("precision", float("nan")) for r in records]))
         out[f"tokens{cut}"] = float(np.mean([r.tokens[cut] for r in records]))
+    cov = [r.coverage for r in records if r.coverage is not None]
+    out["answer_coverage@budget"] = float(np.mean(cov)) if cov else float("nan")
     return out
 
 

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lightmem.datasets.formats import Conversation
 from lightmem.evaluation.locomo_retrieval import QAOptions
-from lightmem.evaluation.metrics import dedupe, ndcg_at_k, percentile, recall_at_k, token_f1
+from lightmem.evaluation.metrics import answer_coverage, dedupe, ndcg_at_k, percentile, recall_at_k, token_f1
 from lightmem.evaluation.qa import generate_answers, judge, longmemeval_judge_prompt, parse_yes_no
 from lightmem.retrieval.composer import format_memory, pack_by_budget
 
@@ -42,6 +42,17 @@ def ranked_metrics(ranked_turns: Sequence[str], gold_turns: Sequence[str], gold_
             else:
                 for m in ("recall_any", "recall_all", "ndcg"):
                     out[f"{level}_{m}@{k}"] = float("nan")
+    return out
+
+
+def budget_metrics(packed: Sequence[Any], gold_turns: Sequence[str], answer: str, context: str) -> dict[str, float]:
+    """Turn-level recall of the hits packed within the token budget, and the answer's coverage of their text."""
+    within = dedupe(p for h in packed for p in h.item.provenance)
+    out = {"turn_recall_any@budget": float("nan"), "turn_recall_all@budget": float("nan")}
+    if gold_turns:
+        out["turn_recall_any@budget"], out["turn_recall_all@budget"] = recall_at_k(within, gold_turns, max(len(within), 1))
+    cov = answer_coverage(answer, context)
+    out["answer_coverage@budget"] = float("nan") if cov is None else cov
     return out
 
 
@@ -81,6 +92,7 @@ def evaluate_instance(memory, inst: Conversation, ks: Sequence[int], budget: int
     metrics = ranked_metrics(ranked, qa.evidence, gold_sessions, ks)
     packed = [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], budget)]
     context = "\n".join(format_memory(h.item) for h in packed)
+    metrics.update(budget_metrics(packed, qa.evidence, qa.answer, context))
     rec = LMERecord(inst.conv_id, str(qa.category), qa.question, qa.answer, metrics, ranked, search_ms, ingest_s, turns)
     return rec, context
 

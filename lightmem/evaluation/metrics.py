@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lightmem.text import stem
+from lightmem.text import STOPWORDS, stem, words
 
 _EVIDENCE = re.compile(r"^D:?(\d+):0*(\d+)$")
 
@@ -58,6 +58,23 @@ def evidence_precision(provenances: Sequence[Sequence[str]], evidence: Sequence[
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (linear interpolation); NaN for no values."""
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-case words minus stop words, Porter-stemmed; numbers without leading zeros ("07" = "7")."""
+    return {str(int(w)) if w.isdigit() else stem(w) for w in words(str(text)) if w not in STOPWORDS}
+
+
+def answer_coverage(answer: object, context: str) -> float | None:
+    """Share of the gold answer's content words found in ``context`` (None: the answer has none).
+
+    Credits any memory that states the answer (a knowledge line, a summary, a compressed entry),
+    which provenance recall cannot; it reads the context as the composer renders it.
+    """
+    gold = content_words(str(answer))
+    if not gold:
+        return None
+    return len(gold & content_words(context)) / len(gold)
 
 
 # -- LoCoMo's official answer F1 (snap-research/locomo, task_eval/evaluation.py) -----------

@@ -21,9 +21,9 @@ def retrieval_table(results: dict[str, Any], ks: list[int], budget: int) -> str:
     """Per-category and overall evidence recall, as a markdown table."""
     ret = results["retrieval"]
     cols = [f"R_all@{k}" for k in ks] + [f"P@{ks[len(ks) // 2]}", f"R_all@{budget}tok", f"R_any@{budget}tok", f"R_mean@{budget}tok",
-                                         f"tokens@{budget}"]
+                                         f"answer cov.@{budget}tok", f"tokens@{budget}"]
     keys = [f"recall_all@{k}" for k in ks] + [f"precision@{ks[len(ks) // 2]}", "recall_all@budget", "recall_any@budget",
-                                              "recall_mean@budget", "tokens@budget"]
+                                              "recall_mean@budget", "answer_coverage@budget", "tokens@budget"]
     lines = ["| category | n | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     rows = list(ret["by_category"].items()) + [("**overall**", ret["overall"])]
     for name, agg in rows:
@@ -62,7 +62,8 @@ def longmemeval_table(results: dict[str, Any], ks: list[int]) -> str:
     ret = results["retrieval"]
     cols = [(f"S R_all@{k}", f"session_recall_all@{k}") for k in ks] + [(f"S NDCG@{ks[-1]}", f"session_ndcg@{ks[-1]}")]
     cols += [(f"T R_any@{k}", f"turn_recall_any@{k}") for k in ks] + [(f"T NDCG@{ks[-1]}", f"turn_ndcg@{ks[-1]}")]
-    cols += [("QA F1", "qa_f1"), ("QA acc (judge)", "qa_accuracy")]
+    cols += [("T R_all@budget", "turn_recall_all@budget"), ("T R_any@budget", "turn_recall_any@budget"),
+             ("answer cov.@budget", "answer_coverage@budget"), ("QA F1", "qa_f1"), ("QA acc (judge)", "qa_accuracy")]
     lines = ["| type | n | " + " | ".join(c for c, _ in cols) + " |", "|---" * (len(cols) + 2) + "|"]
     for name, agg in list(ret["by_type"].items()) + [("**overall**", ret["overall"])]:
         if agg.get("n"):

@@ -19,6 +19,7 @@ from lightmem.evaluation.stats import MeanStd, mean_std, paired_bootstrap
 COLUMNS: dict[str, Any] = {
     "R_all@10": lambda r: r["retrieval"]["overall"].get("recall_all@10"),
     "R_all@budget": lambda r: r["retrieval"]["overall"].get("recall_all@budget"),
+    "coverage@budget": lambda r: r["retrieval"]["overall"].get("answer_coverage@budget"),
     "F1": lambda r: r.get("qa", {}).get("overall", {}).get("f1"),
     "BLEU-1": lambda r: r.get("qa", {}).get("overall", {}).get("bleu1"),
     "ROUGE-L": lambda r: r.get("qa", {}).get("overall", {}).get("rouge_l"),
@@ -35,6 +36,7 @@ COLUMNS: dict[str, Any] = {
 # per-question scores compared by the bootstrap: name -> (reader of a questions.jsonl record)
 PAIRED: dict[str, Any] = {
     "R_all@budget": lambda q: q["recall"]["@budget"]["all"] if q["category"] != 5 else None,
+    "coverage@budget": lambda q: q.get("coverage") if q["category"] != 5 else None,
     "F1": lambda q: q["qa"]["f1"] if q.get("qa") and q["category"] != 5 else None,
     "multi-hop F1": lambda q: q["qa"]["f1"] if q.get("qa") and q["category"] == 1 else None,
 }

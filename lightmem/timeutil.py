@@ -67,6 +67,12 @@ def now() -> float:
     return time.time()
 
 
+def spoken_date(ts: float) -> str:
+    """Unix seconds as the date people write and ask about: ``8 May 2023`` (UTC)."""
+    d = datetime.fromtimestamp(ts, tz=timezone.utc)
+    return f"{d.day} {d.strftime('%B %Y')}"
+
+
 def iso(ts: float) -> str:
     """Unix seconds as a short ISO date-time (UTC), for prompts and tables."""
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")

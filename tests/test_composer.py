@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lightmem.models.tokens import WhitespaceTokenCounter
-from lightmem.retrieval.composer import ContextComposer
+from lightmem.retrieval.composer import ContextComposer, format_memory
+from lightmem.timeutil import parse_timestamp
 from lightmem.types import MemoryItem
 
 words = st.lists(st.sampled_from("alpha beta gamma delta , . ! tomato basil".split()), min_size=1, max_size=40).map(" ".join)
@@ -39,3 +40,10 @@ def test_an_oversized_query_is_truncated_not_dropped():
     c = ContextComposer(WhitespaceTokenCounter(), budget=10)
     ctx = c.compose("word " * 50, ["turn"], [_item(0, "fact")])
     assert ctx.n_tokens <= 10 and ctx.prompt.startswith("### Query\nword") and not ctx.memories
+
+
+def test_memories_carry_the_date_in_the_words_questions_use():
+    ts = parse_timestamp("1:56 pm on 8 May, 2023")
+    item = MemoryItem(id="i", user_id="u", text="Caroline: I went to a support group.", provenance=["D1:3"], created_at=ts,
+                      event_time=ts, last_access=ts)
+    assert format_memory(item) == "- [8 May 2023] Caroline: I went to a support group."

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lightmem.models.tokens import TokenCounter
-from lightmem.timeutil import iso
+from lightmem.timeutil import spoken_date
 from lightmem.types import ComposedContext, ItemKind, MemoryItem
 
 
@@ -34,7 +34,7 @@ def format_memory(item: MemoryItem) -> str:
     LTM knowledge is not tied to a date: ``- [knowledge] text``."""
     if item.kind is ItemKind.KNOWLEDGE:
         return f"- [knowledge] {item.text}"
-    return f"- [{iso(item.event_time)}] {item.text}"
+    return f"- [{spoken_date(item.event_time)}] {item.text}"
 
 
 class ContextComposer:

@@ -243,7 +243,7 @@ class MTMStore:
         """Re-read these rows into the user's partition: gone or archived ones leave it."""
         part = self._parts[user_id]
         part.remove([r for r in rids if r in part.vectors])
-        rows = self.sql.active_vectors_of(user_id, rids)
+        rows = self.sql.active_vectors(user_id, rids)
         if rows:
             _fill(part, rows, self.dim)
 

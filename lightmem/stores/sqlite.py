@@ -249,24 +249,17 @@ class SQLiteStore:
                 out[int(row[0])] = row_to_item(row)
         return out
 
-    def active_vectors(self, user_id: str) -> list[tuple[int, str, bytes, float, str, str | None, str, int]]:
-        """(rid, text, embedding, event_time, kind, topic, entities, current) of unarchived items."""
-        return self.query(
-            "SELECT rid, text, embedding, event_time, kind, topic, entities, "
-            "(superseded_by IS NULL AND valid_to IS NULL) FROM items WHERE user_id = ? AND archived = 0 ORDER BY rid",
-            (user_id,),
-        )
-
-    def active_vectors_of(self, user_id: str, rids: Sequence[int]) -> list[tuple]:
-        """``active_vectors`` restricted to these row ids (the rows another process changed)."""
+    def active_vectors(self, user_id: str, rids: Sequence[int] | None = None) -> list[tuple]:
+        """(rid, text, embedding, event_time, kind, topic, entities, current) of unarchived items,
+        all of the user's or only these row ids (the rows another process changed)."""
+        cols = "rid, text, embedding, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
+        if rids is None:
+            return self.query(f"SELECT {cols} FROM items WHERE user_id = ? AND archived = 0 ORDER BY rid", (user_id,))
         out: list[tuple] = []
         for i in range(0, len(rids), 500):
             chunk = [int(r) for r in rids[i : i + 500]]
-            out += self.query(
-                "SELECT rid, text, embedding, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL) "
-                f"FROM items WHERE rid IN ({','.join('?' * len(chunk))}) AND +user_id = ? AND archived = 0 ORDER BY rid",
-                [*chunk, user_id],
-            )
+            out += self.query(f"SELECT {cols} FROM items WHERE rid IN ({','.join('?' * len(chunk))}) AND +user_id = ? "
+                              "AND archived = 0 ORDER BY rid", [*chunk, user_id])
         return out
 
     def rid_of(self, user_id: str, item_id: str) -> int | None:

@@ -34,13 +34,13 @@ def _done(folder: Path, resume: bool, report_only: bool = False) -> bool:
     return report_only or (resume and (folder / "results.json").exists() and not recorded_failures(folder))
 
 
-def _run_part(failures: dict[str, str], key: str, folder: Path, skip: bool, job: Callable[[], object]) -> float | None:
-    """Run one planned part into ``folder`` unless ``skip``; returns its seconds when it ran.
+def _run_part(failures: dict[str, str], timings: dict[str, float], key: str, folder: Path, skip: bool,
+              job: Callable[[], object]) -> None:
+    """Run one planned part into ``folder`` unless ``skip``; its seconds land in ``timings[key]`` when it ran.
 
     What went wrong lands in ``failures[key]``: the exception the part raised (one broken part must
     not cost the others' hours), or the failures its results.json records (fresh or reused).
     """
-    seconds = None
     if not skip:
         (folder / "results.json").unlink(missing_ok=True)  # a failed rerun must not leave stale numbers behind
         t = time.perf_counter()
@@ -49,11 +49,10 @@ def _run_part(failures: dict[str, str], key: str, folder: Path, skip: bool, job:
         except Exception as exc:  # reported in suite.md; the other parts still run
             log.exception("%s failed", key)
             failures[key] = f"{type(exc).__name__}: {exc}"
-        seconds = time.perf_counter() - t
+        timings[key] = time.perf_counter() - t
     if key not in failures and (recorded := recorded_failures(folder)):
         log.error("%s did not complete: %s", key, "; ".join(recorded))
         failures[key] = "; ".join(recorded)
-    return seconds
 
 
 def run_suite(cfg: DictConfig) -> dict[str, Any]:
@@ -94,10 +93,8 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
         overrides = [*cfg.locomo_common, *cfg.runs[name].overrides, f"seed={seed}", f"out_dir={folder}", *_logger_overrides(cfg),
                      f"logger.name={name}-seed{seed}"]
         log.info("[%d/%d] %s: %s", i, len(plan), key, "done before, reused" if skip else " ".join(overrides))
-        seconds = _run_part(failures, key, folder, skip,
+        _run_part(failures, timings, key, folder, skip,
                             lambda o=overrides: run_locomo(compose(config_name="locomo", overrides=o), quiet=True))
-        if seconds is not None:
-            timings[key] = seconds
     runs = {name: load_run(name, [d for d in dirs if (d / "results.json").exists()]) for name, dirs in seed_dirs.items()}
     missing = sorted(name for name, run in runs.items() if not run.results)
     runs = {name: run for name, run in runs.items() if run.results}
@@ -121,10 +118,8 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
         planned.append("growth")
         folder = out / "growth"
         overrides = [*cfg.growth.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]
-        seconds = _run_part(failures, "growth", folder, _done(folder, cfg.resume, report_only),
+        _run_part(failures, timings, "growth", folder, _done(folder, cfg.resume, report_only),
                             lambda: run_growth_cfg(compose(config_name="growth", overrides=overrides), quiet=True))
-        if seconds is not None:
-            timings["growth"] = seconds
     if cfg.growth.enabled and (folder := out / "growth" / "results.json").exists():
         g = json.loads(folder.read_text())["growth"]
         numbers["growth"] = [{k: v for k, v in r.items() if k != "per_question"} for r in g["rows"]]
@@ -133,10 +128,8 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
         planned.append("longmemeval")
         folder = out / "longmemeval"
         overrides = [*cfg.longmemeval.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]
-        seconds = _run_part(failures, "longmemeval", folder, _done(folder, cfg.resume, report_only),
+        _run_part(failures, timings, "longmemeval", folder, _done(folder, cfg.resume, report_only),
                             lambda: run_lme(compose(config_name="longmemeval", overrides=overrides), quiet=True))
-        if seconds is not None:
-            timings["longmemeval"] = seconds
     if cfg.longmemeval.enabled and (folder := out / "longmemeval" / "results.json").exists():
         r = json.loads(folder.read_text())
         numbers["longmemeval"] = r["retrieval"]

@@ -15,7 +15,8 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -247,11 +248,16 @@ class MTMStore:
         if rows:
             _fill(part, rows, self.dim)
 
-    def _own_changes(self, c, before: int) -> None:
-        """After this process's writes in transaction ``c``: skip replaying them, unless another
-        process's commit came in between (then the next sync replays both; replay is idempotent)."""
-        if before == self._seen_change:
-            self._seen_change = self.sql.last_change(c)
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """``sql.transaction()`` for this process's index-changing writes: their change-log rows are
+        marked seen (they are applied here directly), unless another process's commit came in
+        between; then the next refresh replays both (replay is idempotent)."""
+        with self.sql.transaction() as c:
+            before = self.sql.last_change(c)
+            yield c
+            if before == self._seen_change:
+                self._seen_change = self.sql.last_change(c)
 
     # -- partitions ------------------------------------------------------------------------
     def _part(self, user_id: str) -> _Partition:
@@ -286,8 +292,7 @@ class MTMStore:
             raise InvalidInputError(f"vectors have dim {vectors.shape[1]}, the store expects {self.dim}")
         with self._lock:
             part = self._part(user_id)
-            with self.sql.transaction() as c:
-                before = self.sql.last_change(c)
+            with self._transaction() as c:
                 self._flush_touches(c)
                 seen = self.sql.existing_turn_ids(c, user_id, [t.turn_id for t in turns])
                 for t in turns:
@@ -305,7 +310,6 @@ class MTMStore:
                 if pending is not None:
                     self.sql.set_pending(c, user_id, pending)
                 evicted = self._evict(c, user_id, len(part.vectors) + len(written), now)
-                self._own_changes(c, before)
             try:
                 for rid, item, vec in written:
                     part.add(rid, item, vec)
@@ -354,8 +358,7 @@ class MTMStore:
             old = self.get(user_id, item_id, include_archived=True)
             new = replace(old, **fields)
             rid = self.sql.rid_of(user_id, item_id)
-            with self.sql.transaction() as c:
-                before = self.sql.last_change(c)
+            with self._transaction() as c:
                 sets = {k: v for k, v in fields.items()}
                 for k in ("entities", "metadata", "provenance"):
                     if k in sets:
@@ -365,7 +368,6 @@ class MTMStore:
                 cols = ", ".join(f"{k} = ?" for k in sets)
                 c.execute(f"UPDATE items SET {cols} WHERE user_id = ? AND id = ?", [*sets.values(), user_id, item_id])
                 self.sql.log(c, user_id, item_id, "UPDATE", old.text, new.text, now)
-                self._own_changes(c, before)
             part = self._part(user_id)
             if not new.archived and rid is not None:
                 vec = vector if vector is not None else part.vectors.vecs[part.vectors.row_of(rid)].copy()
@@ -392,11 +394,9 @@ class MTMStore:
             rid = self.sql.rid_of(user_id, item_id)
             if rid is None:
                 raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
-            with self.sql.transaction() as c:
-                before = self.sql.last_change(c)
+            with self._transaction() as c:
                 c.execute("DELETE FROM items WHERE user_id = ? AND rid = ?", (user_id, rid))
                 self.sql.log(c, user_id, item_id, "DELETE", None, None, now)
-                self._own_changes(c, before)
             self._touched.get(user_id, {}).pop(rid, None)
             if user_id in self._parts:
                 self._parts[user_id].remove([rid])

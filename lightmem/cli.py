@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -16,47 +15,26 @@ from rich.table import Table
 from lightmem.errors import LightMemError
 
 console = Console(stderr=True)
-EMBEDDERS = {"minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
-
-
-def _embedder(name: str):
-    """Build the embedder by its stored name: a store must be searched with what built it."""
-    if name.startswith("hashing-"):
-        from lightmem.models.embedder import HashingEmbedder
-
-        return HashingEmbedder(int(name.split("-")[1]))
-    from lightmem.models.embedder import SentenceTransformerEmbedder
-
-    return SentenceTransformerEmbedder(name)
-
-
-def _stored_embedder(store: Path) -> str | None:
-    db = store / "lightmem.sqlite" if store.is_dir() else store
-    if not db.exists():
-        return None
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        row = con.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
-    except sqlite3.DatabaseError:
-        return None
-    finally:
-        con.close()
-    return row[0] if row else None
+# --encoder of a new store: "tuned" is MiniLM with the trained memory adapter (checkpoints/embedder).
+EMBEDDERS = {"tuned": "", "minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
 
 
 def _open(store: str, encoder: str | None = None, must_exist: bool = False, selector: str = "none", ltm=None):
-    """Open a store; only ``search`` needs a Stage-2 model (``selector="trained"``)."""
+    """Open a store with the embedder that wrote it (a new one: ``encoder``, by default the trained
+    one); only ``search`` needs a Stage-2 model (``selector="trained"``)."""
     from lightmem.memory import Memory
+    from lightmem.models.embedder import default_embedder, embedder_for
     from lightmem.roles.selector import Stage1Selector, default_selector
+    from lightmem.stores.mtm import stored_embedder
 
     path = Path(store)
-    stored = _stored_embedder(path)
-    if must_exist and stored is None:
+    if must_exist and stored_embedder(path) is None:
         raise LightMemError(f"no lightmem store at {path}; create one with `lightmem ingest FILE --store {path}`")
-    name = stored or EMBEDDERS.get(encoder or "minilm", encoder or "minilm")
-    if encoder and stored and EMBEDDERS.get(encoder, encoder) != stored:
-        raise LightMemError(f"{path} was built with {stored}; drop --encoder or use a new --store")
-    return Memory.open(path, embedder=_embedder(name), selector=default_selector() if selector == "trained" else Stage1Selector(),
+    if encoder in (None, "tuned"):  # an existing store keeps its own; a store written otherwise refuses "tuned"
+        embedder = default_embedder(path if encoder is None else None)
+    else:
+        embedder = embedder_for(EMBEDDERS[encoder])
+    return Memory.open(path, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),
                        ltm=ltm)
 
 
@@ -256,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--user", help="user id for every conversation (default: each conversation's own id)")
     s.add_argument("--format", default="auto", choices=["auto", "locomo", "longmemeval", "jsonl"])
     s.add_argument("--conversations", help="subset: indices ('0-4', '1,3') or ids ('conv-26')")
-    s.add_argument("--encoder", choices=sorted(EMBEDDERS), help="embedder of a new store (default minilm)")
+    s.add_argument("--encoder", choices=sorted(EMBEDDERS), help="embedder of a new store (default tuned: MiniLM with the trained memory adapter; minilm: the base model)")
     s.add_argument("--skip-bad-lines", action="store_true",
                    help="JSONL / JSON list of turns: ingest the valid lines and list the skipped ones "
                         "(default: a file with any bad line writes nothing)")

@@ -212,6 +212,19 @@ class DistillConfig(PipelineConfig):
 
 
 @dataclass
+class RankerTrainConfig(DistillConfig):
+    """train/ranker.py: the linear Stage-2 ranker, fitted on Stage-1 candidate groups of the dev splits."""
+
+    k: int = 20  # retrieve(k): the ranker orders the 2K (candidate_factor × K) Stage-1 candidates
+    budget: int = 600  # tokens: the held-out metric packs the ranked candidates into it
+    loss: str = "both"  # pointwise | listwise | both
+    l2: float = 1.0e-3
+    listwise_weight: float = 1.0
+    out_dir: str = "checkpoints/runs/ranker"
+    export_dir: str | None = "checkpoints/ranker"
+
+
+@dataclass
 class SensoryBenchConfig(PipelineConfig):
     """eval/sensory.py: compression, segmentation and ingestion cost of the write path."""
 
@@ -244,9 +257,14 @@ class LTMBenchConfig(PipelineConfig):
 
 def register_configs() -> None:
     """Register the schemas the YAML files in conf/ extend (``defaults: [schema_...]``), and the
-    ``${lightmem_repo:}`` resolver that conf/paths/default.yaml roots the data folder at."""
+    ``${lightmem_repo:}`` resolver that conf/paths/default.yaml roots the data folder at, and
+    ``${lightmem_checkpoint:name}`` (``$LIGHTMEM_CHECKPOINTS/name`` or the source tree's checkpoints/name)."""
     if not OmegaConf.has_resolver("lightmem_repo"):
         OmegaConf.register_new_resolver("lightmem_repo", lambda: str(repo_root()))
+    if not OmegaConf.has_resolver("lightmem_checkpoint"):
+        from lightmem.models.registry import checkpoint_path
+
+        OmegaConf.register_new_resolver("lightmem_checkpoint", lambda name: str(checkpoint_path(name)))
     cs = ConfigStore.instance()
     cs.store(name="schema_locomo", node=LocomoEvalConfig)
     cs.store(name="schema_latency", node=LatencyBenchConfig)
@@ -254,6 +272,7 @@ def register_configs() -> None:
     cs.store(name="schema_growth", node=GrowthConfig)
     cs.store(name="schema_roles", node=RolesBenchConfig)
     cs.store(name="schema_distill", node=DistillConfig)
+    cs.store(name="schema_train_ranker", node=RankerTrainConfig)
     cs.store(name="schema_sensory_bench", node=SensoryBenchConfig)
     cs.store(name="schema_ltm_bench", node=LTMBenchConfig)
 

@@ -86,7 +86,8 @@ class Memory:
 
         Args:
             path: Store folder (or ``.sqlite`` file); created when missing.
-            embedder: Defaults to the packaged all-MiniLM-L6-v2.
+            embedder: Defaults to the embedder that wrote the store; for a new store the packaged
+                all-MiniLM-L6-v2 with the trained memory adapter of checkpoints/embedder.
             selector: Stage-2 selector; defaults to the trained cross-encoder of checkpoints/selector
                 (``Stage1Selector()`` keeps the Stage-1 order and loads no model).
             controller: Defaults to the raw query as the single HQ.
@@ -104,9 +105,9 @@ class Memory:
             **store_kwargs: Keyword arguments of ``MTMStore`` (index, synchronous...).
         """
         if embedder is None:
-            from lightmem.models.embedder import SentenceTransformerEmbedder
+            from lightmem.models.embedder import default_embedder
 
-            embedder = SentenceTransformerEmbedder()
+            embedder = default_embedder(path)
         store = MTMStore(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
         routing = {} if ltm is None else {"routing": ltm.routing, "cross_share": ltm.cross_share, "ltm_hops": ltm.hops}
         retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **{**dict(retrieval or {}), **routing})

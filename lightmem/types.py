@@ -211,6 +211,7 @@ class Hit:
     scores: dict[str, float]
     score: float
     hq: str = ""
+    row: int | None = None  # the store's row of an MTM item (rows of one session are written in order)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view used by the CLI's ``--json`` and by evaluation dumps."""

@@ -6,6 +6,7 @@ import json
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -236,3 +237,55 @@ def test_generative_selector_loss_trains_only_the_adapter(tok):
     grads = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
     assert grads and all("lora_" in n for n in grads)
     assert len(sel.generative_scorer(llm)(["q"] * 3, ["[2023-01-01] a", "b", "c"])) == 3
+
+
+# -- the memory embedder -----------------------------------------------------------------------
+def test_embedder_batches_pair_each_query_with_its_positive_first():
+    from lightmem.training.embedder import EmbedderTask, batcher, doc_text
+
+    assert doc_text("[2023-05-08] Ava: hi") == "Ava: hi" and doc_text("plain text") == "plain text"
+    groups = [{"query": f"q{g}", "texts": [f"[2023-01-0{i + 1}] d{g}-{i}" for i in range(6)], "labels": [0, 1, 0, 0, 0, 0]}
+              for g in range(3)]
+    batch = batcher(EmbedderTask(negatives=2))(groups, random.Random(0))
+    assert batch["queries"] == ["q0", "q1", "q2"] and len(batch["docs"]) == 9
+    assert batch["pos_index"].tolist() == [0, 3, 6]
+    assert [batch["docs"][i] for i in batch["pos_index"].tolist()] == ["d0-1", "d1-1", "d2-1"]
+    assert all(d.startswith(f"d{i // 3}-") and d != f"d{i // 3}-1" for i, d in enumerate(batch["docs"]) if i % 3)
+
+
+@pytest.mark.slow
+def test_embedder_adapter_trains_and_loads_as_the_store_encodes(tmp_path):
+    """A few contrastive steps move the vectors; the merged adapter encodes exactly as the training
+    model pools, and the embedder's name carries the adapter's fingerprint."""
+    import torch
+
+    from lightmem.models.embedder import SentenceTransformerEmbedder
+    from lightmem.models.registry import ModelRegistry
+    from lightmem.training.embedder import EmbedderTask, batcher, build_bi_encoder, contrastive_loss, encode
+    from lightmem.training.lora import LoraSpec
+
+    torch.manual_seed(0)
+    model, tok = build_bi_encoder(str(ModelRegistry().embedder_path("all-MiniLM-L6-v2")), LoraSpec(r=4, alpha=8))
+    task = EmbedderTask(negatives=1)
+    groups = [{"query": "Where does Ava live?", "texts": ["Ava: I live in Porto now", "Ben: I like tea"], "labels": [1, 0]},
+              {"query": "What does Ben drink?", "texts": ["Ben: I drink green tea", "Ava: hello there"], "labels": [1, 0]}]
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    losses = []
+    for _ in range(4):
+        loss = contrastive_loss(tok, task)(model, batcher(task)(groups, random.Random(0)))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]
+    model.save_pretrained(str(tmp_path))
+    model.eval()
+    with torch.no_grad():
+        trained = encode(model, tok, ["Ava: I live in Porto now"], 128)[0].numpy()
+    tuned = SentenceTransformerEmbedder(adapter=str(tmp_path), device="cpu", query_cache_size=0)
+    base = SentenceTransformerEmbedder(device="cpu", query_cache_size=0)
+    assert tuned.name.startswith(base.name + "+lora-") and tuned.dim == base.dim
+    got = tuned.encode(["Ava: I live in Porto now"])[0]
+    assert np.allclose(got, trained, atol=1e-5) and not np.allclose(got, base.encode(["Ava: I live in Porto now"])[0], atol=1e-3)
+    with pytest.raises(FileNotFoundError, match="train/embedder.py"):
+        SentenceTransformerEmbedder(adapter=str(tmp_path / "nowhere"), device="cpu")

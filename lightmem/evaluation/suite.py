@@ -39,6 +39,7 @@ PAIRED: dict[str, Any] = {
     "coverage@budget": lambda q: q.get("coverage") if q["category"] != 5 else None,
     "F1": lambda q: q["qa"]["f1"] if q.get("qa") and q["category"] != 5 else None,
     "multi-hop F1": lambda q: q["qa"]["f1"] if q.get("qa") and q["category"] == 1 else None,
+    "multi-hop R@budget": lambda q: q["recall"]["@budget"]["all"] if q["category"] == 1 else None,
 }
 
 

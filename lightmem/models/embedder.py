@@ -62,6 +62,9 @@ class SentenceTransformerEmbedder:
         max_seq_length: Longer inputs are truncated by the encoder (MiniLM was trained on 256).
         query_cache_size: How many query vectors to keep in an LRU cache.
         cache_dir: Registry cache directory.
+        adapter: Folder of a LoRA adapter trained by ``train/embedder.py`` (merged into the
+            weights at load, so encoding costs what the base model costs). The embedder's
+            ``name`` then carries the adapter's fingerprint: stores check it on reopen.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class SentenceTransformerEmbedder:
         max_seq_length: int = 256,
         query_cache_size: int = 1024,
         cache_dir: str | None = None,
+        adapter: str | None = None,
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
@@ -81,6 +85,8 @@ class SentenceTransformerEmbedder:
         self.name = registry.canonical(model)
         self._model = SentenceTransformer(str(path), device=self.device, local_files_only=True)
         self._model.max_seq_length = max_seq_length
+        if adapter:
+            self.name = f"{self.name}+{merge_adapter(self._model, adapter)}"
         get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         self.dim = int(get_dim())
         self.batch_size = batch_size
@@ -107,6 +113,65 @@ class SentenceTransformerEmbedder:
 
     def token_counter(self) -> TokenCounter:
         return HFTokenCounter(self._model.tokenizer, name=self.name)
+
+
+def merge_adapter(model, adapter: str) -> str:
+    """Merge a peft LoRA adapter into a SentenceTransformer's transformer; return its fingerprint."""
+    import hashlib
+    from pathlib import Path
+
+    from peft import PeftModel
+
+    folder = Path(adapter)
+    weights = folder / "adapter_model.safetensors"
+    if not weights.exists():
+        raise FileNotFoundError(f"no embedder adapter at {folder} (expected adapter_model.safetensors); "
+                                "train one with `python train/embedder.py` or drop `adapter`")
+    module = model[0]
+    module.auto_model = PeftModel.from_pretrained(module.auto_model, str(folder)).merge_and_unload()
+    module.auto_model.eval()
+    return "lora-" + hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+
+
+def tuned_adapter() -> str | None:
+    """The trained memory-embedder adapter (checkpoints/embedder), or None when it is not installed."""
+    from lightmem.models.registry import checkpoint_path
+
+    folder = checkpoint_path("embedder")
+    return str(folder) if (folder / "adapter_model.safetensors").exists() else None
+
+
+def embedder_for(name: str) -> Embedder:
+    """The embedder a store records by name: ``hashing-<dim>``, a packaged model, or a packaged model
+    with the trained adapter (``<model>+lora-<fingerprint>``; the store refuses a different fingerprint)."""
+    if name.startswith("hashing-"):
+        return HashingEmbedder(int(name.split("-")[1]))
+    model, _, adapter = name.partition("+")
+    if not adapter:
+        return SentenceTransformerEmbedder(model)
+    folder = tuned_adapter()
+    if folder is None:
+        from lightmem.models.registry import checkpoint_path
+
+        raise FileNotFoundError(f"this store was written with the trained embedder {name!r}, and there is none at "
+                                f"{checkpoint_path('embedder')} (set LIGHTMEM_CHECKPOINTS or run `make train`)")
+    return SentenceTransformerEmbedder(model, adapter=folder)
+
+
+def default_embedder(store: str | Path | None = None) -> Embedder:
+    """What ``Memory.open`` encodes with when given no embedder: the store's own for an existing store;
+    for a new one MiniLM with the trained memory adapter (base MiniLM, with a warning, without it)."""
+    from lightmem.stores.mtm import stored_embedder
+
+    name = stored_embedder(store) if store is not None else None
+    if name and name != "unknown":
+        return embedder_for(name)
+    folder = tuned_adapter()
+    if folder is None:
+        log.warning("no trained embedder adapter in checkpoints/embedder (set LIGHTMEM_CHECKPOINTS or run `make train`); "
+                    "using the base all-MiniLM-L6-v2")
+        return SentenceTransformerEmbedder()
+    return SentenceTransformerEmbedder(adapter=folder)
 
 
 class HashingEmbedder:

@@ -184,5 +184,5 @@ class TwoStageRetriever:
             if rid not in items:  # isolation: a row of anyone else is never returned
                 continue
             scores = {"dense": float(cos[i]), "bm25": float(bm[i]), "bm25_norm": float(bm_norm[i]), "meta": float(meta[i]), "stage1": float(fused[i])}
-            out.append((rid, Hit(item=items[rid], scores=scores, score=float(fused[i]), hq=text)))
+            out.append((rid, Hit(item=items[rid], scores=scores, score=float(fused[i]), hq=text, row=int(rid))))
         return out

@@ -35,6 +35,29 @@ DB_NAME = "lightmem.sqlite"
 _ITEM_COLS_LIST = _ITEM_COLS.split(",")
 
 
+def database_path(path: str | Path) -> Path:
+    """The SQLite file of a store given as a folder or as a ``.sqlite`` / ``.db`` file."""
+    p = Path(path)
+    return p if p.suffix in {".sqlite", ".db"} else p / DB_NAME
+
+
+def stored_embedder(path: str | Path) -> str | None:
+    """The name of the embedder that wrote the store at ``path`` (read-only), or None when there is no store."""
+    import sqlite3
+
+    db = database_path(path)
+    if not db.is_file():
+        return None
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        con.close()
+    return row[0] if row else None
+
+
 @dataclass
 class _Meta:
     event_time: float
@@ -185,8 +208,7 @@ class MTMStore:
     ) -> None:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
-        p = Path(path)
-        db = p if p.suffix in {".sqlite", ".db"} else p / DB_NAME
+        db = database_path(path)
         self.sql = SQLiteStore(db, synchronous=synchronous)
         self.path = db
         self.dim, self.embedder = dim, embedder

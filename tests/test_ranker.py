@@ -1,0 +1,116 @@
+"""The learned Stage-2 ranker: its features, its fit and the selector that loads it."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from lightmem.retrieval.features import FEATURES, candidate_features, linear_scores, named_speakers, speaker_of
+from lightmem.roles.selector import LearnedRanker
+from lightmem.text import analyze
+from lightmem.training.ranker import evaluate, fit_linear
+from lightmem.types import Filters, Hit, HypotheticalQuery, MemoryItem, RetrievalPlan
+
+F = {name: i for i, name in enumerate(FEATURES)}
+
+
+def _hit(text, score, row=None, session="s1", n_tokens=10, speaker=None, **scores):
+    meta = {"session_id": session, **({"speaker": speaker} if speaker else {})}
+    item = MemoryItem(id=f"i{row}{text[:5]}", user_id="u", text=text, provenance=[str(row)], created_at=0, event_time=0,
+                      last_access=0, n_tokens=n_tokens, metadata=meta)
+    return Hit(item, {"stage1": score, **scores}, score, row=row)
+
+
+def test_speakers_come_from_metadata_or_a_short_name_prefix():
+    assert speaker_of(_hit("Ava: hi", 1.0, speaker="Ava")) == "Ava"
+    assert speaker_of(_hit("Ben: I moved to Porto", 1.0)) == "Ben"
+    assert speaker_of(_hit("no prefix here", 1.0)) == ""
+    assert named_speakers("When did ava move?", {"Ava", "Ben", ""}) == {"Ava"}
+    assert named_speakers("When did Avalon open?", {"Ava"}) == set()  # whole words only
+
+
+def test_candidate_features_describe_each_hit_relative_to_its_group():
+    hits = [
+        _hit("Ava: I moved to Porto last year.", 0.9, row=10, n_tokens=12, dense=0.8, bm25_norm=1.0),
+        _hit("Ben: Did you like it?", 0.5, row=11),
+        _hit("Ava: The 2 dogs love the beach", 0.4, row=30, session="s2"),
+    ]
+    x = candidate_features("When did Ava move to Porto?", hits)
+    assert x.shape == (3, len(FEATURES))
+    assert x[0, F["stage1"]] == 0.9 and x[0, F["dense"]] == 0.8 and x[0, F["bm25"]] == 1.0
+    assert x[0, F["gap_top"]] == 0.0 and x[1, F["gap_top"]] == pytest.approx(-0.4)
+    assert x[:, F["rank"]].tolist() == pytest.approx([0, 1 / 3, 2 / 3])
+    assert x[:, F["speaker_named"]].tolist() == [1, 0, 1] and x[:, F["speaker_other"]].tolist() == [0, 1, 0]
+    assert x[1, F["neighbor"]] == 0.9 and x[0, F["neighbor"]] == 0.5 and x[2, F["neighbor"]] == 0.0  # rows 10, 11 adjacent
+    assert x[:, F["session_share"]].tolist() == pytest.approx([2 / 3, 2 / 3, 1 / 3])
+    assert x[1, F["session_gap"]] == pytest.approx(0.4) and x[2, F["session_gap"]] == 0.0
+    assert x[:, F["is_question"]].tolist() == [0, 1, 0]
+    q_words = set(analyze("When did Ava move to Porto?"))
+    assert x[0, F["overlap"]] == pytest.approx(len(q_words & {"ava", "move", "porto"}) / len(q_words))  # stems match
+    assert x[:, F["digits"]].tolist() == [0, 0, 1]
+    assert x[0, F["when_x_time"]] == 1.0 and x[2, F["when_x_time"]] == 0.0 and x[:, F["when"]].tolist() == [1, 1, 1]
+    assert candidate_features("anything", []).shape == (0, len(FEATURES))
+
+
+def test_linear_scores_standardise_then_weigh():
+    x = np.array([[1.0, 2.0], [3.0, 4.0]])
+    got = linear_scores(x, np.array([1.0, 2.0]), np.array([2.0, 1.0]), np.array([1.0, -1.0]), 0.5)
+    assert got.tolist() == pytest.approx([0.5, 1.0 - 2.0 + 0.5])
+
+
+def _groups(n, rng, flip=False):
+    """Groups where feature 'overlap' marks the evidence and Stage 1 (the 'stage1' feature) is noise."""
+    out = []
+    for g in range(n):
+        m = 12
+        labels = [0] * m
+        for i in rng.sample(range(m), 2):
+            labels[i] = 1
+        feats = np.zeros((m, len(FEATURES)))
+        feats[:, F["stage1"]] = [rng.random() for _ in range(m)]
+        feats[:, F["overlap"]] = [(0.8 if y else 0.2) + 0.1 * rng.random() for y in labels]
+        out.append({"features": feats.tolist(), "labels": labels, "provenance": [[f"t{i}"] for i in range(m)],
+                    "tokens": [30] * m, "evidence": [f"t{i}" for i in range(m) if labels[i]], "category": 1 + g % 2})
+    return out
+
+
+def test_fit_linear_learns_the_informative_feature_and_beats_stage1_order():
+    rng = random.Random(0)
+    w = fit_linear(_groups(40, rng))
+    assert w["features"] == list(FEATURES)
+    assert np.argmax(np.abs(w["coef"])) == F["overlap"] and w["coef"][F["overlap"]] > 0
+    held_out = _groups(30, rng)
+    learned, stage1 = evaluate(held_out, w, k=2, budget=60), evaluate(held_out, None, k=2, budget=60)
+    assert learned["overall/recall_all@2"] == 1.0 > stage1["overall/recall_all@2"]
+    assert evaluate(held_out, w, k=2, budget=30)["overall/recall_all@budget"] == 0.0  # only one 30-token item fits
+    assert {"category_1/recall_all@2", "category_2/recall_all@budget", "n"} <= set(learned)
+    with pytest.raises(ValueError, match="no ranker groups"):
+        fit_linear([])
+
+
+def _write(tmp_path, coef, features=FEATURES):
+    n = len(features)
+    (tmp_path / "ranker.json").write_text(json.dumps(
+        {"features": list(features), "mean": [0.0] * n, "scale": [1.0] * n, "coef": coef, "intercept": 0.0}))
+    return str(tmp_path)
+
+
+def test_learned_ranker_orders_by_its_weights_and_records_the_score(tmp_path):
+    coef = [0.0] * len(FEATURES)
+    coef[F["speaker_other"]] = -2.0
+    ranker = LearnedRanker(_write(tmp_path, coef))
+    hits = [_hit("Ben: lovely day", 0.9, row=1), _hit("Ava: I adopted a cat", 0.5, row=5), _hit("Ava: hello", 0.4, row=9)]
+    plan = RetrievalPlan("What pet did Ava adopt?", (HypotheticalQuery("What pet did Ava adopt?"),), Filters(), 2)
+    kept = ranker.select(plan, hits, 2)
+    assert [h.item.text for h in kept] == ["Ava: I adopted a cat", "Ava: hello"]  # ties keep the Stage-1 order
+    assert kept[0].scores["ranker"] == 0.0
+    assert ranker.select(plan, [], 2) == []
+
+
+def test_learned_ranker_refuses_a_missing_or_stale_checkpoint(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train/ranker.py"):
+        LearnedRanker(str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="retrain"):
+        LearnedRanker(_write(tmp_path, [1.0], features=("stage1",)))

@@ -1,0 +1,90 @@
+"""Fit the learned Stage-2 ranker on mined Stage-1 candidate groups; export ranker.json and its card.
+
+    python train/ranker.py
+    python train/ranker.py -m l2=1e-4,1e-3,1e-2
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from lightmem.config import SharedRuntime, build_embedder, build_memory, per_job, to_container
+from lightmem.datasets import load_locomo, select_conversations
+from lightmem.datasets.longmemeval import load_longmemeval
+from lightmem.metric_logger import quiet_third_party_logs
+from lightmem.training import distill
+from lightmem.training import ranker as rk
+from lightmem.training.export import git_commit, model_card_md, sha256_files
+
+
+def run(cfg: DictConfig) -> dict:
+    quiet_third_party_logs()
+    t0 = time.perf_counter()
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    embedder, shared = build_embedder(cfg), SharedRuntime(cfg)
+    scratch = out / "stores"
+    shutil.rmtree(scratch, ignore_errors=True)
+
+    def make_memory(conv_id: str):
+        return build_memory(cfg, scratch / conv_id, embedder=embedder, shared=shared)
+
+    locomo = load_locomo(cfg.locomo_path)
+    lme = load_longmemeval(cfg.lme_path)[: cfg.lme_max]
+    progress = sys.stderr.isatty()
+    mine = lambda convs, source, cats=None: rk.mine_groups(make_memory, convs, source, cfg.k, cats, progress)  # noqa: E731
+    train = mine(select_conversations(locomo, cfg.locomo_train), "locomo", (1, 2, 3, 4))
+    train += mine([c for c in lme if distill.split_of(c.conv_id) == "train"], "longmemeval")
+    test = {"locomo": mine(select_conversations(locomo, cfg.locomo_test), "locomo", (1, 2, 3, 4)),
+            "longmemeval": mine([c for c in lme if distill.split_of(c.conv_id) == "test"], "longmemeval")}
+    mined_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    weights = rk.fit_linear(train, cfg.loss, cfg.l2, cfg.listwise_weight)
+    fit_s = time.perf_counter() - t1
+    metrics: dict[str, float] = {}
+    for source, groups in test.items():
+        for name, w in (("stage1", None), ("ranker", weights)):
+            metrics.update({f"test/{source}/{name}/{k}": v for k, v in rk.evaluate(groups, w, cfg.k, cfg.budget).items()})
+    shutil.rmtree(scratch, ignore_errors=True)
+    groups_file = out / "ranker_groups.jsonl"
+    groups_file.write_text("".join(json.dumps(g) + "\n" for g in train))
+    card = {"name": "lightmem learned ranker (Stage 2)", "task": "linear listwise ranker of Stage-1 candidates",
+            "description": "Scores each Stage-1 candidate from cheap features (lightmem/retrieval/features.py); "
+                           "LearnedRanker loads it (conf/selector/ranker.yaml).",
+            "base_model": f"features over the Stage-1 signals of {cfg.encoder.get('model')} "
+                          f"(adapter: {'yes' if cfg.encoder.get('adapter') else 'no'})",
+            "command": "make train  (python train/ranker.py)", "params": {"trainable": len(weights["coef"]) + 1,
+                                                                          "total": len(weights["coef"]) + 1},
+            "data_sha256": sha256_files([groups_file]), "commit": git_commit(), "metrics": metrics,
+            "training": {"n_train_groups": len(train), "mine_seconds": round(mined_s, 1), "fit_seconds": round(fit_s, 2)},
+            "config": to_container(cfg)}
+    summary = {"weights": weights, "test": metrics, "card": card}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if cfg.export_dir:
+        dest = Path(cfg.export_dir)
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        (tmp / "ranker.json").write_text(json.dumps(weights, indent=2))
+        (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
+        (tmp / "README.md").write_text(model_card_md(card))
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    print(json.dumps({k: round(v, 4) for k, v in metrics.items() if "overall" in k}, indent=1))
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train_ranker")
+def main(cfg: DictConfig) -> float:
+    cfg = per_job(cfg)
+    return run(cfg)["test"].get("test/locomo/ranker/overall/recall_all@budget", float("nan"))
+
+
+if __name__ == "__main__":
+    main()

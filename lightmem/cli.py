@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--store", required=True)
     s.add_argument("-k", type=int, default=5, help="how many items (default 5)")
     s.add_argument("--selector", choices=["trained", "none"], default="trained",
-                   help="Stage 2: the trained cross-encoder of checkpoints/selector (default) or the Stage-1 order")
+                   help="Stage 2: the learned ranker of checkpoints/ranker (default) or the Stage-1 order")
     s.add_argument("--json", action="store_true", help="print hits as JSON (text, provenance, scores)")
     s.set_defaults(func=cmd_search)
 

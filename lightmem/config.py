@@ -47,7 +47,7 @@ class RetrievalConfig:
     w_recency: float = 0.0
     rrf_k: float = 60.0
     depth_factor: int = 2
-    candidate_factor: int = 2
+    candidate_factor: int = 3
     recency_half_life_days: float = 30.0
 
 

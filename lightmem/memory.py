@@ -88,7 +88,7 @@ class Memory:
             path: Store folder (or ``.sqlite`` file); created when missing.
             embedder: Defaults to the embedder that wrote the store; for a new store the packaged
                 all-MiniLM-L6-v2 with the trained memory adapter of checkpoints/embedder.
-            selector: Stage-2 selector; defaults to the trained cross-encoder of checkpoints/selector
+            selector: Stage-2 selector; defaults to the learned ranker of checkpoints/ranker
                 (``Stage1Selector()`` keeps the Stage-1 order and loads no model).
             controller: Defaults to the raw query as the single HQ.
             writer: Defaults to one item per turn.

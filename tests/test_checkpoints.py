@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import ROOT
 
-NAMES = ("selector", "complexity", "compressor")
+NAMES = ("embedder", "selector", "complexity", "compressor")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -21,20 +21,46 @@ def test_checkpoint_holds_only_an_adapter_and_a_card(name):
     assert card["params"]["trainable"] < card["params"]["total"] / 10
 
 
+def test_ranker_checkpoint_holds_its_weights_and_a_card():
+    from lightmem.retrieval.features import FEATURES
+
+    folder = ROOT / "checkpoints" / "ranker"
+    assert {p.name for p in folder.iterdir()} == {"ranker.json", "card.json", "README.md"}
+    weights = json.loads((folder / "ranker.json").read_text())
+    assert tuple(weights["features"]) == FEATURES and len(weights["coef"]) == len(FEATURES) == len(weights["mean"])
+    card = json.loads((folder / "card.json").read_text())
+    for key in ("base_model", "data_sha256", "config", "metrics", "commit", "training"):
+        assert card[key], key
+    held_out = card["metrics"]
+    assert held_out["test/locomo/ranker/overall/recall_all@budget"] > held_out["test/locomo/stage1/overall/recall_all@budget"]
+
+
 @pytest.mark.slow
-def test_default_memory_uses_the_trained_selector(tmp_path):
+def test_default_memory_uses_the_trained_embedder_and_ranker(tmp_path):
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import CrossEncoderSelector
+    from lightmem.roles.selector import LearnedRanker
 
-    m = Memory.open(tmp_path, embedder=HashingEmbedder(64))
+    m = Memory.open(tmp_path / "new")
     try:
-        assert isinstance(m.retriever.selector, CrossEncoderSelector)
+        assert isinstance(m.retriever.selector, LearnedRanker) and m.retriever.candidate_factor == 3
+        assert "+lora-" in m.embedder.name and m.store.embedder == m.embedder.name
         m.add([{"role": "user", "content": "My sister Anna moved to Lisbon."}, {"role": "user", "content": "I like tea."}], "u")
         hits = m.search("Where does Anna live?", "u", k=1)
-        assert len(hits) == 1 and "selector" in hits[0].scores
+        assert len(hits) == 1 and "ranker" in hits[0].scores and "Lisbon" in hits[0].item.text
     finally:
         m.close()
+    again = Memory.open(tmp_path / "new")  # reopened without an embedder: the one that wrote it
+    try:
+        assert again.embedder.name == m.embedder.name and len(again.search("Where does Anna live?", "u", k=1)) == 1
+    finally:
+        again.close()
+    Memory.open(tmp_path / "hashed", embedder=HashingEmbedder(64)).close()
+    hashed = Memory.open(tmp_path / "hashed")  # a store written by another embedder keeps it
+    try:
+        assert isinstance(hashed.embedder, HashingEmbedder) and hashed.embedder.dim == 64
+    finally:
+        hashed.close()
 
 
 @pytest.mark.slow

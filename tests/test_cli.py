@@ -17,8 +17,8 @@ def test_ingest_search_stats_delete(tmp_path, capsys):
     assert len(hits) == 2 and ["D1:3"] in [h["provenance"] for h in hits]
     assert {"text", "provenance", "scores", "score"} <= set(hits[0])
     assert main(["search", "What breed is Biscuit?", "--user", "tiny-a", "--store", store, "-k", "2", "--json"]) == 0
-    reranked = json.loads(capsys.readouterr().out)  # the trained selector (default) scored every hit
-    assert len(reranked) == 2 and all("selector" in h["scores"] for h in reranked)
+    reranked = json.loads(capsys.readouterr().out)  # the learned ranker (default) scored every hit
+    assert len(reranked) == 2 and all("ranker" in h["scores"] for h in reranked)
     assert main(["stats", "--store", store, "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["users"]["tiny-a"] == {"turns": 7, "items": 7, "archived": 0, "pending": 0}

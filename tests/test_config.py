@@ -16,7 +16,7 @@ def test_groups_compose_and_build(tmp_path, retrieval, logger):
     cfg = compose("locomo", [f"retrieval={retrieval}", f"logger={logger}", "encoder=hashing", "selector=none"])
     m = build_memory(cfg, tmp_path / "s")
     assert m.retriever.fusion is Fusion(cfg.retrieval.fusion)
-    assert m.retriever.candidate_factor == 2
+    assert m.retriever.candidate_factor == 3  # the learned ranker orders 3K Stage-1 candidates
     m.close()
 
 
@@ -44,7 +44,9 @@ def test_every_role_option_builds_into_a_working_memory(tmp_path, group, tiny_se
             overrides.append("selector.tau=0.0")
         m = build_memory(compose("locomo", overrides), tmp_path / f"{group}-{option}")
         role = {"controller": m.controller, "selector": m.retriever.selector, "writer": m.writer}[group]
-        assert type(role).__name__.lower().startswith(option.replace("_", "")[:4]) or option in ("none", "turn", "passthrough")
+        named = {"ranker": "LearnedRanker"}.get(option)
+        assert (type(role).__name__ == named if named else
+                type(role).__name__.lower().startswith(option.replace("_", "")[:4]) or option in ("none", "turn", "passthrough"))
         m.add([{"speaker": "Ava", "text": "I bake sourdough every Sunday", "id": "T1"}], user_id="u", timestamp="2023-05-07")
         hits = m.search("What does Ava bake?", "u", k=2)
         assert hits and hits[0].item.provenance == ["T1"]

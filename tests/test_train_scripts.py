@@ -24,10 +24,12 @@ def _lme(path):
 
 
 @pytest.mark.slow
-def test_data_gen_and_all_three_trainers_run_end_to_end(tmp_path):
+def test_data_gen_and_all_five_trainers_run_end_to_end(tmp_path):
     from data_gen import distill as distill_script
     from data_gen import synth as synth_script
     from train import complexity, compressor
+    from train import embedder as embedder_script
+    from train import ranker as ranker_script
     from train import selector as selector_script
 
     data = tmp_path / "data"
@@ -53,10 +55,21 @@ def test_data_gen_and_all_three_trainers_run_end_to_end(tmp_path):
     p = compressor.run(compose("train_compressor", common + [f"out_dir={tmp_path}/run_comp", f"export_dir={tmp_path}/ck/comp"]))
     assert 0.0 <= p["test"]["test/trained/answer_kept@r0.5"] <= 1.0
     assert (tmp_path / "ck/comp/adapter_model.safetensors").exists()
+    e = embedder_script.run(compose("train_embedder", common + [f"out_dir={tmp_path}/run_emb", f"export_dir={tmp_path}/ck/emb",
+                                                               "max_eval_groups=8", "lora.r=4"]))
+    assert e["train"]["steps"] == 2 and 0.0 <= e["test"]["test/locomo/tuned_cosine/recall_all@10"] <= 1.0
+    assert (tmp_path / "ck/emb/adapter_model.safetensors").exists()
+    r = ranker_script.run(compose("train_ranker", [f"out_dir={tmp_path}/run_rk", f"export_dir={tmp_path}/ck/rk", "encoder=hashing",
+                                                   f"locomo_path={TINY_LOCOMO}", "locomo_train=0", "locomo_test=1",
+                                                   f"lme_path={tmp_path / 'lme.json'}", "k=3"]))
+    weights = json.loads((tmp_path / "ck/rk/ranker.json").read_text())
+    assert weights["features"] == r["weights"]["features"] and len(weights["coef"]) == len(weights["features"])
+    assert 0.0 <= r["test"]["test/locomo/ranker/overall/recall_all@budget"] <= 1.0
+    assert json.loads((tmp_path / "ck/rk/card.json").read_text())["training"]["n_train_groups"] > 0
 
 
 def test_train_configs_compose_with_every_lora_option_and_the_optuna_search():
-    for name in ("train_selector", "train_complexity", "train_compressor"):
+    for name in ("train_selector", "train_complexity", "train_compressor", "train_embedder"):
         for lora in ("attention", "causal_lm", "full"):
             cfg = compose(name, [f"lora={lora}"])
             assert cfg.lora.enabled == (lora != "full")

@@ -47,7 +47,7 @@ class TwoStageRetriever:
         w_recency: ρ, weight of recency decay of the event time (weighted fusion only).
         rrf_k: The k of reciprocal-rank fusion.
         depth_factor: Each signal retrieves ``depth_factor × quota`` before fusion.
-        candidate_factor: Stage 1 returns ``candidate_factor × K`` candidates (2 in the paper).
+        candidate_factor: Stage 1 returns ``candidate_factor × K`` candidates (2 in the paper; 3 here, measured).
         recency_half_life_days: Half-life of the recency term.
         ltm: The LTM knowledge graph (None: MTM only).
         routing: How HQs reach the tiers when ``ltm`` is set (see ``LTMOptions.routing``).
@@ -67,7 +67,7 @@ class TwoStageRetriever:
         w_recency: float = 0.0,
         rrf_k: float = 60.0,
         depth_factor: int = 2,
-        candidate_factor: int = 2,
+        candidate_factor: int = 3,
         recency_half_life_days: float = 30.0,
         ltm: Any = None,
         routing: str = "concurrent",

@@ -222,6 +222,7 @@ class RankerTrainConfig(DistillConfig):
     listwise_weight: float = 1.0
     out_dir: str = "checkpoints/runs/ranker"
     export_dir: str | None = "checkpoints/ranker"
+    cache_dir: str = "outputs/ranker_groups"  # mined groups, keyed by the pipeline, data and embedder
 
 
 @dataclass

@@ -41,7 +41,8 @@ def test_mined_groups_label_stage1_candidates_by_evidence(tmp_path, embedder):
     from lightmem.roles.selector import Stage1Selector
 
     convs = load_locomo(TINY_LOCOMO)[:1]
-    mk = lambda cid: Memory.open(tmp_path / cid, embedder=embedder, selector=Stage1Selector())  # noqa: E731
+    mk = lambda cid: Memory.open(tmp_path / cid, embedder=embedder, selector=Stage1Selector(),  # noqa: E731
+                                 retrieval={"candidate_factor": 2})
     groups = distill.mine_selector_groups(mk, convs, "locomo", k=2, categories=(1, 2, 3, 4))
     assert groups and all(len(g["texts"]) == len(g["labels"]) == len(g["stage1"]) for g in groups)
     for g in groups:

@@ -38,6 +38,7 @@ def topical(memory):
 
 def test_each_hq_gets_its_quota_and_the_union_is_at_most_2k(topical):
     topical.controller = MultiHQController()
+    topical.retriever.candidate_factor = 2  # the paper's 2K (the default is 3K)
     result = topical.retrieve("tennis violin sourdough", "u", k=4)
     # ⌈2K/n⌉ = ⌈8/3⌉ = 3 per HQ, 9 in the union, truncated to 2K = 8
     assert len(result.candidates) == 8
@@ -59,7 +60,7 @@ def test_stage2_selector_decides_the_final_set(topical):
     sel = ReverseSelector()
     topical.retriever.selector = sel
     result = topical.retrieve("marathon practice", "u", k=3)
-    assert sel.seen == [6]
+    assert sel.seen == [9]  # 3K candidates by default
     worst = sorted(result.candidates, key=lambda h: h.score)[:3]
     assert [h.item.id for h in result.hits] == [h.item.id for h in worst]
 

@@ -61,11 +61,17 @@ def test_data_gen_and_all_five_trainers_run_end_to_end(tmp_path):
     assert (tmp_path / "ck/emb/adapter_model.safetensors").exists()
     r = ranker_script.run(compose("train_ranker", [f"out_dir={tmp_path}/run_rk", f"export_dir={tmp_path}/ck/rk", "encoder=hashing",
                                                    f"locomo_path={TINY_LOCOMO}", "locomo_train=0", "locomo_test=1",
-                                                   f"lme_path={tmp_path / 'lme.json'}", "k=3"]))
+                                                   f"lme_path={tmp_path / 'lme.json'}", "k=3",
+                                                   f"cache_dir={tmp_path}/rk_cache"]))
     weights = json.loads((tmp_path / "ck/rk/ranker.json").read_text())
     assert weights["features"] == r["weights"]["features"] and len(weights["coef"]) == len(weights["features"])
     assert 0.0 <= r["test"]["test/locomo/ranker/overall/recall_all@budget"] <= 1.0
     assert json.loads((tmp_path / "ck/rk/card.json").read_text())["training"]["n_train_groups"] > 0
+    again = ranker_script.run(compose("train_ranker", [f"out_dir={tmp_path}/run_rk2", "export_dir=null", "encoder=hashing", "l2=0.1",
+                                                       f"locomo_path={TINY_LOCOMO}", "locomo_train=0", "locomo_test=1",
+                                                       f"lme_path={tmp_path / 'lme.json'}", "k=3", f"cache_dir={tmp_path}/rk_cache"]))
+    assert again["card"]["training"]["groups_from_cache"]  # the second fit reuses the mined groups
+    assert again["card"]["training"]["n_train_groups"] == r["card"]["training"]["n_train_groups"]
 
 
 def test_train_configs_compose_with_every_lora_option_and_the_optuna_search():

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -18,6 +19,7 @@ from lightmem.config import SharedRuntime, build_embedder, build_memory, per_job
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.datasets.longmemeval import load_longmemeval
 from lightmem.metric_logger import quiet_third_party_logs
+from lightmem.retrieval.features import FEATURES
 from lightmem.training import distill
 from lightmem.training import ranker as rk
 from lightmem.training.export import git_commit, model_card_md, sha256_files
@@ -35,14 +37,30 @@ def run(cfg: DictConfig) -> dict:
     def make_memory(conv_id: str):
         return build_memory(cfg, scratch / conv_id, embedder=embedder, shared=shared)
 
-    locomo = load_locomo(cfg.locomo_path)
-    lme = load_longmemeval(cfg.lme_path)[: cfg.lme_max]
-    progress = sys.stderr.isatty()
-    mine = lambda convs, source, cats=None: rk.mine_groups(make_memory, convs, source, cfg.k, cats, progress)  # noqa: E731
-    train = mine(select_conversations(locomo, cfg.locomo_train), "locomo", (1, 2, 3, 4))
-    train += mine([c for c in lme if distill.split_of(c.conv_id) == "train"], "longmemeval")
-    test = {"locomo": mine(select_conversations(locomo, cfg.locomo_test), "locomo", (1, 2, 3, 4)),
-            "longmemeval": mine([c for c in lme if distill.split_of(c.conv_id) == "test"], "longmemeval")}
+    # Mining (ingest + Stage 1 for every question) is the slow part and does not depend on the fit's
+    # settings: groups are cached under cache_dir by everything that does (pipeline, data, embedder).
+    key = {name: to_container(cfg[name]) for name in ("encoder", "store", "retrieval", "controller", "writer", "sensory", "ltm")}
+    key.update(embedder=embedder.name, k=cfg.k, data=[cfg.locomo_path, str(cfg.locomo_train), str(cfg.locomo_test),
+                                                      cfg.lme_path, cfg.lme_max], features=list(FEATURES))
+    cache = Path(cfg.cache_dir) / hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    cached = (cache / "groups.json").exists()
+    if cached:
+        groups = json.loads((cache / "groups.json").read_text())
+    else:
+        locomo = load_locomo(cfg.locomo_path)
+        lme = load_longmemeval(cfg.lme_path)[: cfg.lme_max]
+        progress = sys.stderr.isatty()
+        mine = lambda convs, source, cats=None: rk.mine_groups(make_memory, convs, source, cfg.k, cats, progress)  # noqa: E731
+        groups = {"train": mine(select_conversations(locomo, cfg.locomo_train), "locomo", (1, 2, 3, 4))
+                  + mine([c for c in lme if distill.split_of(c.conv_id) == "train"], "longmemeval"),
+                  "test_locomo": mine(select_conversations(locomo, cfg.locomo_test), "locomo", (1, 2, 3, 4)),
+                  "test_longmemeval": mine([c for c in lme if distill.split_of(c.conv_id) == "test"], "longmemeval")}
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = cache / "groups.json.tmp"
+        tmp.write_text(json.dumps(groups))
+        tmp.rename(cache / "groups.json")  # a kill mid-write leaves no half cache
+    train = groups["train"]
+    test = {"locomo": groups["test_locomo"], "longmemeval": groups["test_longmemeval"]}
     mined_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     weights = rk.fit_linear(train, cfg.loss, cfg.l2, cfg.listwise_weight)
@@ -62,7 +80,8 @@ def run(cfg: DictConfig) -> dict:
             "command": "make train  (python train/ranker.py)", "params": {"trainable": len(weights["coef"]) + 1,
                                                                           "total": len(weights["coef"]) + 1},
             "data_sha256": sha256_files([groups_file]), "commit": git_commit(), "metrics": metrics,
-            "training": {"n_train_groups": len(train), "mine_seconds": round(mined_s, 1), "fit_seconds": round(fit_s, 2)},
+            "training": {"n_train_groups": len(train), "mine_seconds": round(mined_s, 1),
+                         "groups_from_cache": str(cache) if cached else None, "fit_seconds": round(fit_s, 2)},
             "config": to_container(cfg)}
     summary = {"weights": weights, "test": metrics, "card": card}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -5,6 +5,7 @@ import logging
 import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -118,7 +119,6 @@ class SentenceTransformerEmbedder:
 def merge_adapter(model, adapter: str) -> str:
     """Merge a peft LoRA adapter into a SentenceTransformer's transformer; return its fingerprint."""
     import hashlib
-    from pathlib import Path
 
     from peft import PeftModel
 

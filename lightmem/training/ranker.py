@@ -91,6 +91,11 @@ def fit_linear(groups: Sequence[dict[str, Any]], loss: str = "both", l2: float =
             "intercept": float(b.detach()), "loss": loss, "l2": l2}
 
 
+def _found(group: dict[str, Any], idx: Sequence[int]) -> float:
+    """1.0 when the candidates ``idx`` of ``group`` hold every evidence turn."""
+    return float(set(group["evidence"]) <= {p for i in idx for p in group["provenance"][i]})
+
+
 def evaluate(groups: Sequence[dict[str, Any]], weights: dict[str, Any] | None, k: int, budget: int) -> dict[str, float]:
     """recall_all@K and within ``budget`` tokens (packed as the composer packs), overall and per category;
     ``weights=None`` keeps the Stage-1 order."""
@@ -105,13 +110,9 @@ def evaluate(groups: Sequence[dict[str, Any]], weights: dict[str, Any] | None, k
             order = sorted(range(n), key=lambda i: (-s[i], i))
         top = order[:k]
         kept = [top[i] for i in pack_by_budget([g["tokens"][i] for i in top], budget)]
-        ev = set(g["evidence"])
-
-        def found(idx: Sequence[int]) -> float:
-            return float(ev <= {p for i in idx for p in g["provenance"][i]})
-
+        scores = tuple(_found(g, idx) for idx in (top, kept))
         for key in ("overall", f"category_{g['category']}"):
-            per.setdefault(key, []).append((found(top), found(kept)))
+            per.setdefault(key, []).append(scores)
     out: dict[str, float] = {}
     for key, vals in sorted(per.items()):
         out[f"{key}/recall_all@{k}"] = float(np.mean([a for a, _ in vals]))

@@ -16,22 +16,35 @@ from lightmem.errors import LightMemError
 
 console = Console(stderr=True)
 # --encoder of a new store: "tuned" is MiniLM with the trained memory adapter (checkpoints/embedder).
-EMBEDDERS = {"tuned": "", "minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
+EMBEDDERS = {"tuned": "all-MiniLM-L6-v2+lora", "minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
+
+
+def _kind(name: str) -> str:
+    """The ``--encoder`` choice a stored embedder name corresponds to."""
+    return "hashing" if name.startswith("hashing-") else "tuned" if "+lora-" in name else "minilm"
 
 
 def _open(store: str, encoder: str | None = None, must_exist: bool = False, selector: str = "none", ltm=None):
     """Open a store with the embedder that wrote it (a new one: ``encoder``, by default the trained
     one); only ``search`` needs a Stage-2 model (``selector="trained"``)."""
     from lightmem.memory import Memory
-    from lightmem.models.embedder import default_embedder, embedder_for
+    from lightmem.models.embedder import default_embedder, embedder_for, tuned_adapter
     from lightmem.roles.selector import Stage1Selector, default_selector
     from lightmem.stores.mtm import stored_embedder
 
     path = Path(store)
-    if must_exist and stored_embedder(path) is None:
+    stored = stored_embedder(path)
+    if must_exist and stored is None:
         raise LightMemError(f"no lightmem store at {path}; create one with `lightmem ingest FILE --store {path}`")
-    if encoder in (None, "tuned"):  # an existing store keeps its own; a store written otherwise refuses "tuned"
-        embedder = default_embedder(path if encoder is None else None)
+    if encoder and stored and _kind(stored) != encoder:
+        raise LightMemError(f"{path} was built with {stored}; drop --encoder or use a new --store")
+    if stored:
+        embedder = embedder_for(stored)
+    elif encoder == "tuned" and tuned_adapter() is None:
+        raise LightMemError("--encoder tuned needs the trained adapter in checkpoints/embedder (set LIGHTMEM_CHECKPOINTS "
+                            "or run `make train`); --encoder minilm is the base model")
+    elif encoder in (None, "tuned"):
+        embedder = default_embedder()
     else:
         embedder = embedder_for(EMBEDDERS[encoder])
     return Memory.open(path, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),

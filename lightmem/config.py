@@ -215,9 +215,9 @@ class DistillConfig(PipelineConfig):
 class RankerTrainConfig(DistillConfig):
     """train/ranker.py: the linear Stage-2 ranker, fitted on Stage-1 candidate groups of the dev splits."""
 
-    k: int = 20  # retrieve(k): the ranker orders the 2K (candidate_factor × K) Stage-1 candidates
+    k: int = 20  # retrieve(k): the ranker orders the candidate_factor × K Stage-1 candidates
     budget: int = 600  # tokens: the held-out metric packs the ranked candidates into it
-    loss: str = "both"  # pointwise | listwise | both
+    loss: str = "both"  # pointwise | listwise | both | per_positive | both_per_positive
     l2: float = 1.0e-3
     listwise_weight: float = 1.0
     out_dir: str = "checkpoints/runs/ranker"

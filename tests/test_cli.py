@@ -23,6 +23,8 @@ def test_ingest_search_stats_delete(tmp_path, capsys):
     stats = json.loads(capsys.readouterr().out)
     assert stats["users"]["tiny-a"] == {"turns": 7, "items": 7, "archived": 0, "pending": 0}
     assert stats["embedder"] == "hashing-256"
+    assert main(["ingest", str(TINY_LOCOMO), "--store", store, "--encoder", "minilm", "-q"]) == 2  # not what built it
+    assert "drop --encoder" in " ".join(capsys.readouterr().err.split())
     # re-ingesting resumes instead of duplicating
     assert main(["ingest", str(TINY_LOCOMO), "--store", store, "-q"]) == 0
     assert "0 items written" in " ".join(capsys.readouterr().err.split())

@@ -94,3 +94,14 @@ def test_faiss_gpu_index_matches_cpu():
     assert cpu.search(x[7], 10)[0].tolist() == gpu.search(x[7], 10)[0].tolist()
     gpu.remove([7])
     assert 7 not in gpu.search(x[7], 10)[0].tolist()
+
+
+def test_stored_embedder_names_rebuild_or_fail_before_loading_a_model():
+    from lightmem.errors import StoreError
+    from lightmem.models.embedder import HashingEmbedder, embedder_for
+
+    assert isinstance(embedder_for("hashing-64"), HashingEmbedder) and embedder_for("hashing-64").dim == 64
+    with pytest.raises(StoreError, match="cannot rebuild by name"):
+        embedder_for("my-custom-embedder")
+    with pytest.raises(StoreError, match="lora-000000000000"):  # not the installed adapter: refused, nothing loaded
+        embedder_for("all-MiniLM-L6-v2+lora-000000000000")

@@ -11,7 +11,7 @@ from lightmem.retrieval.features import FEATURES, candidate_features, linear_sco
 from lightmem.roles.selector import LearnedRanker
 from lightmem.text import analyze
 from lightmem.training.ranker import evaluate, fit_linear
-from lightmem.types import Filters, Hit, HypotheticalQuery, MemoryItem, RetrievalPlan
+from lightmem.types import Filters, Hit, HypotheticalQuery, ItemKind, MemoryItem, RetrievalPlan
 
 F = {name: i for i, name in enumerate(FEATURES)}
 
@@ -27,6 +27,8 @@ def test_speakers_come_from_metadata_or_a_short_name_prefix():
     assert speaker_of(_hit("Ava: hi", 1.0, speaker="Ava")) == "Ava"
     assert speaker_of(_hit("Ben: I moved to Porto", 1.0)) == "Ben"
     assert speaker_of(_hit("no prefix here", 1.0)) == ""
+    assert speaker_of(_hit("Time: 10:30 at the dentist", 1.0)) == "Time"  # capitalised: indistinguishable from a name
+    assert speaker_of(_hit("note to self: buy milk", 1.0)) == "" and speaker_of(_hit("Mary Ann Lee: hi", 1.0)) == "Mary Ann Lee"
     assert named_speakers("When did ava move?", {"Ava", "Ben", ""}) == {"Ava"}
     assert named_speakers("When did Avalon open?", {"Ava"}) == set()  # whole words only
 
@@ -60,7 +62,18 @@ def test_linear_scores_standardise_then_weigh():
     assert got.tolist() == pytest.approx([0.5, 1.0 - 2.0 + 0.5])
 
 
-def _groups(n, rng, flip=False):
+def test_memories_without_a_session_or_speaker_stand_alone():
+    a, b = _hit("we met at the pier", 0.9, row=4), _hit("a knowledge line", 0.5, row=5)
+    a.item.metadata, b.item.metadata = {}, {}
+    b.item.kind = ItemKind.KNOWLEDGE
+    b.scores = {"ltm": 0.7, "stage1": 0.5}
+    x = candidate_features("What did Ava do at the pier?", [a, b, _hit("Ava: I fished", 0.4, row=6)])
+    assert x[:2, F["neighbor"]].tolist() == [0.0, 0.0] and x[:2, F["session_share"]].tolist() == pytest.approx([1 / 3, 1 / 3])
+    assert x[:2, F["speaker_other"]].tolist() == [0.0, 0.0]  # no speaker is not "another speaker"
+    assert x[1, F["dense"]] == 0.7  # an LTM hit's score stands in for its cosine
+
+
+def _groups(n, rng):
     """Groups where feature 'overlap' marks the evidence and Stage 1 (the 'stage1' feature) is noise."""
     out = []
     for g in range(n):

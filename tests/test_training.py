@@ -15,7 +15,7 @@ from lightmem.training import selector as sel
 from lightmem.training.export import export
 from lightmem.training.loop import TrainSpec, fit
 from lightmem.training.lora import LoraSpec, apply_lora, trainable_summary
-from lightmem.training.losses import listwise_softmax, pointwise_bce, ranking_loss
+from lightmem.training.losses import listwise_softmax, per_positive_softmax, pointwise_bce, ranking_loss
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +63,25 @@ def test_listwise_matches_a_brute_force_reference():
         z = sum(math.exp(logits[g, j]) for j in valid)
         ref.append(-math.log(sum(math.exp(logits[g, j]) for j in valid if labels[g, j]) / z))
     assert listwise_softmax(logits, labels, mask).item() == pytest.approx(sum(ref) / 2, rel=1e-5)
+
+
+def test_per_positive_loss_makes_every_positive_beat_the_negatives():
+    torch.manual_seed(2)
+    logits, labels = torch.randn(3, 5), torch.tensor([[1, 0, 0, 1, 0], [0, 0, 0, 0, 0], [0, 1, 0, 0, 0]])
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[0, 4] = False  # padding is neither a positive nor a negative
+    ref = []
+    for g in (0, 2):
+        negs = [j for j in range(5) if mask[g, j] and not labels[g, j]]
+        for p in (j for j in range(5) if labels[g, j]):
+            z = math.exp(logits[g, p]) + sum(math.exp(logits[g, j]) for j in negs)
+            ref.append(-math.log(math.exp(logits[g, p]) / z))
+    assert per_positive_softmax(logits, labels, mask).item() == pytest.approx(sum(ref) / len(ref), rel=1e-5)
+    # one positive on top satisfies the listwise loss, not this one: the other positive still pays
+    top_one = torch.tensor([[9.0, -9.0, 0.0]]), torch.tensor([[1, 1, 0]]), torch.ones(1, 3, dtype=torch.bool)
+    assert listwise_softmax(*top_one).item() < 0.01 < per_positive_softmax(*top_one).item()
+    both = ranking_loss("both_per_positive", *top_one)
+    assert both.item() == pytest.approx(pointwise_bce(*top_one).item() + per_positive_softmax(*top_one).item())
 
 
 def test_pointwise_ignores_padding_and_losses_combine():

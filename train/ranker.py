@@ -17,9 +17,10 @@ from omegaconf import DictConfig
 
 from lightmem.config import SharedRuntime, build_embedder, build_memory, per_job, to_container
 from lightmem.datasets import load_locomo, select_conversations
+from lightmem.datasets.catalog import repo_root
 from lightmem.datasets.longmemeval import load_longmemeval
 from lightmem.metric_logger import quiet_third_party_logs
-from lightmem.retrieval.features import FEATURES
+from lightmem.retrieval import features
 from lightmem.training import distill
 from lightmem.training import ranker as rk
 from lightmem.training.export import git_commit, model_card_md, sha256_files
@@ -39,9 +40,12 @@ def run(cfg: DictConfig) -> dict:
 
     # Mining (ingest + Stage 1 for every question) is the slow part and does not depend on the fit's
     # settings: groups are cached under cache_dir by everything that does (pipeline, data, embedder).
-    key = {name: to_container(cfg[name]) for name in ("encoder", "store", "retrieval", "controller", "writer", "sensory", "ltm")}
-    key.update(embedder=embedder.name, k=cfg.k, data=[cfg.locomo_path, str(cfg.locomo_train), str(cfg.locomo_test),
-                                                      cfg.lme_path, cfg.lme_max], features=list(FEATURES))
+    key = {name: to_container(cfg[name]) for name in ("encoder", "store", "retrieval", "controller", "writer", "sensory", "ltm",
+                                                      "memory", "llm")}
+    key["encoder"].pop("adapter", None)  # a machine's path; the embedder's name carries the adapter's fingerprint
+    key.update(embedder=embedder.name, k=cfg.k, data=[Path(str(p)).name for p in (cfg.locomo_path, cfg.lme_path)],
+               splits=[str(cfg.locomo_train), str(cfg.locomo_test), cfg.lme_max],
+               features=hashlib.sha256(Path(features.__file__).read_bytes()).hexdigest())  # the feature code itself
     cache = Path(cfg.cache_dir) / hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
     cached = (cache / "groups.json").exists()
     if cached:
@@ -66,9 +70,9 @@ def run(cfg: DictConfig) -> dict:
     weights = rk.fit_linear(train, cfg.loss, cfg.l2, cfg.listwise_weight)
     fit_s = time.perf_counter() - t1
     metrics: dict[str, float] = {}
-    for source, groups in test.items():
+    for source, held_out in test.items():
         for name, w in (("stage1", None), ("ranker", weights)):
-            metrics.update({f"test/{source}/{name}/{k}": v for k, v in rk.evaluate(groups, w, cfg.k, cfg.budget).items()})
+            metrics.update({f"test/{source}/{name}/{k}": v for k, v in rk.evaluate(held_out, w, cfg.k, cfg.budget).items()})
     shutil.rmtree(scratch, ignore_errors=True)
     groups_file = out / "ranker_groups.jsonl"
     groups_file.write_text("".join(json.dumps(g) + "\n" for g in train))
@@ -82,7 +86,7 @@ def run(cfg: DictConfig) -> dict:
             "data_sha256": sha256_files([groups_file]), "commit": git_commit(), "metrics": metrics,
             "training": {"n_train_groups": len(train), "mine_seconds": round(mined_s, 1),
                          "groups_from_cache": str(cache) if cached else None, "fit_seconds": round(fit_s, 2)},
-            "config": to_container(cfg)}
+            "config": json.loads(json.dumps(to_container(cfg)).replace(str(repo_root()) + "/", ""))}  # no machine paths
     summary = {"weights": weights, "test": metrics, "card": card}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     if cfg.export_dir:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -116,21 +117,26 @@ class SentenceTransformerEmbedder:
         return HFTokenCounter(self._model.tokenizer, name=self.name)
 
 
-def merge_adapter(model, adapter: str) -> str:
-    """Merge a peft LoRA adapter into a SentenceTransformer's transformer; return its fingerprint."""
+def adapter_fingerprint(folder: str | Path) -> str:
+    """``lora-<sha256[:12]>`` of an adapter's weights: the suffix a store records after the model name."""
     import hashlib
 
-    from peft import PeftModel
-
-    folder = Path(adapter)
-    weights = folder / "adapter_model.safetensors"
+    weights = Path(folder) / "adapter_model.safetensors"
     if not weights.exists():
         raise FileNotFoundError(f"no embedder adapter at {folder} (expected adapter_model.safetensors); "
                                 "train one with `python train/embedder.py` or drop `adapter`")
-    module = model[0]
-    module.auto_model = PeftModel.from_pretrained(module.auto_model, str(folder)).merge_and_unload()
-    module.auto_model.eval()
     return "lora-" + hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+
+
+def merge_adapter(model, adapter: str) -> str:
+    """Merge a peft LoRA adapter into a SentenceTransformer's transformer; return its fingerprint."""
+    from peft import PeftModel
+
+    fingerprint = adapter_fingerprint(adapter)
+    module = model[0]
+    module.auto_model = PeftModel.from_pretrained(module.auto_model, str(adapter)).merge_and_unload()
+    module.auto_model.eval()
+    return fingerprint
 
 
 def tuned_adapter() -> str | None:
@@ -142,19 +148,31 @@ def tuned_adapter() -> str | None:
 
 
 def embedder_for(name: str) -> Embedder:
-    """The embedder a store records by name: ``hashing-<dim>``, a packaged model, or a packaged model
-    with the trained adapter (``<model>+lora-<fingerprint>``; the store refuses a different fingerprint)."""
-    if name.startswith("hashing-"):
-        return HashingEmbedder(int(name.split("-")[1]))
-    model, _, adapter = name.partition("+")
-    if not adapter:
+    """Rebuild the embedder a store records by name: ``hashing-<dim>``, a packaged model, or a packaged
+    model with the trained adapter (``<model>+lora-<fingerprint>``, checked before any model loads).
+
+    Raises:
+        StoreError: the name is not one lightmem can rebuild (a custom embedder: pass it to
+            ``Memory.open(embedder=...)``), or the installed adapter is not the one that wrote the store.
+    """
+    from lightmem.errors import StoreError
+    from lightmem.models.registry import PACKAGED, ModelRegistry, checkpoint_path
+
+    if name.startswith("hashing-") and name[8:].isdigit():
+        return HashingEmbedder(int(name[8:]))
+    model, _, fingerprint = name.partition("+lora-")
+    if ModelRegistry.canonical(model) not in PACKAGED and not os.path.isdir(model):
+        raise StoreError(f"this store was written with the embedder {name!r}, which lightmem cannot rebuild by name: "
+                         "open it with Memory.open(path, embedder=<that embedder>)")
+    if not fingerprint:
         return SentenceTransformerEmbedder(model)
     folder = tuned_adapter()
-    if folder is None:
-        from lightmem.models.registry import checkpoint_path
-
-        raise FileNotFoundError(f"this store was written with the trained embedder {name!r}, and there is none at "
-                                f"{checkpoint_path('embedder')} (set LIGHTMEM_CHECKPOINTS or run `make train`)")
+    found = adapter_fingerprint(folder) if folder else None
+    if found != f"lora-{fingerprint}":
+        where = checkpoint_path("embedder")
+        have = f"the adapter at {where} is {found}" if found else f"there is no adapter at {where}"
+        raise StoreError(f"this store was written with {name!r} and {have}: point LIGHTMEM_CHECKPOINTS at the "
+                         "checkpoints that wrote it, or pass embedder=SentenceTransformerEmbedder(adapter=<its folder>)")
     return SentenceTransformerEmbedder(model, adapter=folder)
 
 

@@ -1,4 +1,4 @@
-"""Selector (SLM-2): Stage 2 keeps at most K of the 2K Stage-1 candidates.
+"""Selector (SLM-2): Stage 2 keeps at most K of the Stage-1 candidates (3K by default).
 
 It only selects: scores decide which candidates stay, the memory text is never changed.
 """
@@ -133,7 +133,7 @@ class CrossEncoderSelector:
 
 class LearnedRanker:
     """A linear ranker over cheap candidate features (``retrieval/features.py``), trained listwise
-    by ``train/ranker.py`` on Stage-1 candidate groups; ranking 2K candidates takes well under 1 ms.
+    by ``train/ranker.py`` on Stage-1 candidate groups; ranking 3K = 60 candidates takes ~4 ms on 2 CPU cores.
 
     Args:
         checkpoint: Folder with ``ranker.json`` (feature names, standardisation, weights).

@@ -29,12 +29,33 @@ def listwise_softmax(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Ten
     return per_group[has_pos].mean()
 
 
+def per_positive_softmax(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over positives of -log softmax of that positive against the group's negatives.
+
+    ``listwise_softmax`` is satisfied once any one positive tops the group; here every positive
+    must beat the negatives, which is what recall_all (every evidence turn retrieved) asks.
+    """
+    logits = logits.float()
+    neg = ~labels.bool() & mask
+    pos = labels.bool() & mask & neg.any(dim=1, keepdim=True)  # a group without negatives has nothing to beat
+    if not pos.any():
+        return logits.new_zeros(())
+    neg_lse = torch.logsumexp(logits.masked_fill(~neg, float("-inf")), dim=1, keepdim=True)  # [G, 1]
+    per = torch.logaddexp(logits, neg_lse) - logits  # -log(e^s / (e^s + Σ_neg e^n)) for each candidate
+    return per[pos].mean()
+
+
 def ranking_loss(name: str, logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, listwise_weight: float = 1.0) -> torch.Tensor:
-    """``pointwise`` (BCE), ``listwise`` (softmax over the group) or ``both`` (their sum, listwise weighted)."""
+    """``pointwise`` (BCE), ``listwise`` (softmax over the group), ``both`` (their sum, listwise weighted),
+    ``per_positive`` (every positive against the negatives) or ``both_per_positive`` (BCE + that)."""
+    if name == "per_positive":
+        return per_positive_softmax(logits, labels, mask)
+    if name == "both_per_positive":
+        return pointwise_bce(logits, labels, mask) + listwise_weight * per_positive_softmax(logits, labels, mask)
     if name == "pointwise":
         return pointwise_bce(logits, labels, mask)
     if name == "listwise":
         return listwise_softmax(logits, labels, mask)
     if name == "both":
         return pointwise_bce(logits, labels, mask) + listwise_weight * listwise_softmax(logits, labels, mask)
-    raise ValueError(f"unknown ranking loss {name!r}: use pointwise, listwise or both")
+    raise ValueError(f"unknown ranking loss {name!r}: use pointwise, listwise, both, per_positive or both_per_positive")

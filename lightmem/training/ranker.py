@@ -1,7 +1,7 @@
 """The learned Stage-2 ranker: mine Stage-1 candidate groups with their features, fit a linear
 model with the listwise + pointwise ranking loss, and measure recall within the token budget.
 
-A group is one question: the features of its 2K Stage-1 candidates (``retrieval/features.py``),
+A group is one question: the features of its Stage-1 candidates (candidate_factor × K) (``retrieval/features.py``),
 0/1 evidence labels, token costs and the number of evidence turns.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """MTM growth stress test (LightMem-SLM §4.5): one user's memory grows along one trajectory, and at
 about 100 / 1k / 5k / 10k entries the questions answerable so far are asked again, with Stage-2
-reranking and with vector top-K only, on the same store.
+reranking and in the Stage-1 order only (the "vector_only" rows), on the same store.
 
 The trajectory is the LoCoMo conversations one after another, then LongMemEval haystack sessions
 (distractor history) until the largest size. Turn ids are prefixed with their source so that

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tqdm import tqdm
@@ -34,6 +34,26 @@ def split_of(key: str, fracs: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> s
     return "train" if u < fracs[0] else "val" if u < fracs[0] + fracs[1] else "test"
 
 
+def asked_questions(make_memory: Callable[[str], Memory], convs: Sequence[Conversation], source: str,
+                    categories: Sequence[Any] | None = None, show_progress: bool = False) -> Iterator[tuple[Any, ...]]:
+    """``(memory, user, conversation, qa, evidence ids, asked_at)`` for every answerable question, after its conversation
+    was ingested into a fresh ``make_memory(conv_id)`` (closed once its questions are done)."""
+    for conv in tqdm(convs, desc=f"mining {source}", disable=not show_progress):
+        mem = make_memory(conv.conv_id)
+        try:
+            user = "u"
+            for s in conv.sessions:
+                mem.add_turns(user, s.turns)
+            mem.flush(user)
+            asked_at = max((s.timestamp for s in conv.sessions), default=None)
+            for qa in conv.qa:
+                evidence = set(normalize_evidence(qa.evidence))
+                if evidence and (categories is None or qa.category in categories):
+                    yield mem, user, conv, qa, evidence, asked_at
+        finally:
+            mem.close()
+
+
 def mine_selector_groups(make_memory: Callable[[str], Memory], convs: Sequence[Conversation], source: str, k: int = 10,
                          categories: Sequence[Any] | None = None, add_missed: bool = True,
                          show_progress: bool = False) -> list[dict[str, Any]]:
@@ -43,35 +63,24 @@ def mine_selector_groups(make_memory: Callable[[str], Memory], convs: Sequence[C
     Stage 1 missed; with ``add_missed`` those turns are appended as positives (training only).
     """
     groups: list[dict[str, Any]] = []
-    for conv in tqdm(convs, desc=f"mining {source}", disable=not show_progress):
-        mem = make_memory(conv.conv_id)
-        try:
-            user = "u"
-            for s in conv.sessions:
-                mem.add_turns(user, s.turns)
-            by_turn = {p: it for it in mem.get_all(user) for p in it.provenance}
-            asked_at = max((s.timestamp for s in conv.sessions), default=None)
-            for qa in conv.qa:
-                if categories is not None and qa.category not in categories:
-                    continue
-                evidence = set(normalize_evidence(qa.evidence))
-                if not evidence:
-                    continue
-                res = mem.retrieve(qa.question, user, k=k, now=asked_at)
-                texts = [candidate_text(h) for h in res.candidates]
-                labels = [int(bool(evidence & set(h.item.provenance))) for h in res.candidates]
-                covered = {p for h in res.candidates for p in h.item.provenance} & evidence
-                missed = [by_turn[e] for e in sorted(evidence - covered) if e in by_turn]
-                g = {"query": qa.question, "texts": texts, "labels": labels, "stage1": [h.score for h in res.candidates],
-                     "n_evidence": len(evidence), "n_missed": len(evidence - covered), "source": source,
-                     "conversation": conv.conv_id, "category": qa.category}
-                if add_missed and missed:
-                    g["texts"] = texts + [item_text(it) for it in missed]
-                    g["labels"] = labels + [1] * len(missed)
-                    g["stage1"] = g["stage1"] + [float("-inf")] * len(missed)
-                groups.append(g)
-        finally:
-            mem.close()
+    by_turn: dict[str, Any] = {}  # turn id -> the item written from it, for the current conversation
+    current = None
+    for mem, user, conv, qa, evidence, asked_at in asked_questions(make_memory, convs, source, categories, show_progress):
+        if conv.conv_id != current:
+            current, by_turn = conv.conv_id, {p: it for it in mem.get_all(user) for p in it.provenance}
+        res = mem.retrieve(qa.question, user, k=k, now=asked_at)
+        texts = [candidate_text(h) for h in res.candidates]
+        labels = [int(bool(evidence & set(h.item.provenance))) for h in res.candidates]
+        covered = {p for h in res.candidates for p in h.item.provenance} & evidence
+        missed = [by_turn[e] for e in sorted(evidence - covered) if e in by_turn]
+        g = {"query": qa.question, "texts": texts, "labels": labels, "stage1": [h.score for h in res.candidates],
+             "n_evidence": len(evidence), "n_missed": len(evidence - covered), "source": source,
+             "conversation": conv.conv_id, "category": qa.category}
+        if add_missed and missed:
+            g["texts"] = texts + [item_text(it) for it in missed]
+            g["labels"] = labels + [1] * len(missed)
+            g["stage1"] = g["stage1"] + [float("-inf")] * len(missed)
+        groups.append(g)
     return groups
 
 

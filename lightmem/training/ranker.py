@@ -11,12 +11,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from lightmem.evaluation.metrics import normalize_evidence
 from lightmem.memory import Memory
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.features import FEATURES, candidate_features, linear_scores
+from lightmem.training.distill import asked_questions
 from lightmem.training.losses import ranking_loss
 
 
@@ -24,32 +23,17 @@ def mine_groups(make_memory: Callable[[str], Memory], convs: Sequence[Any], sour
                 categories: Sequence[Any] | None = None, show_progress: bool = False) -> list[dict[str, Any]]:
     """One group per answerable question of each conversation, with the candidates of ``retrieve(k)``."""
     groups: list[dict[str, Any]] = []
-    for conv in tqdm(convs, desc=f"mining {source}", disable=not show_progress):
-        mem = make_memory(conv.conv_id)
-        try:
-            user = "u"
-            for s in conv.sessions:
-                mem.add_turns(user, s.turns)
-            mem.flush(user)
-            asked_at = max((s.timestamp for s in conv.sessions), default=None)
-            for qa in conv.qa:
-                if categories is not None and qa.category not in categories:
-                    continue
-                evidence = set(normalize_evidence(qa.evidence))
-                if not evidence:
-                    continue
-                cands = mem.retrieve(qa.question, user, k=k, now=asked_at).candidates
-                if not cands:
-                    continue
-                groups.append({
-                    "features": candidate_features(qa.question, cands).tolist(),
-                    "labels": [int(bool(evidence & set(h.item.provenance))) for h in cands],
-                    "provenance": [list(h.item.provenance) for h in cands],
-                    "tokens": [h.item.n_tokens for h in cands], "evidence": sorted(evidence),
-                    "source": source, "conversation": conv.conv_id, "category": qa.category,
-                })
-        finally:
-            mem.close()
+    for mem, user, conv, qa, evidence, asked_at in asked_questions(make_memory, convs, source, categories, show_progress):
+        cands = mem.retrieve(qa.question, user, k=k, now=asked_at).candidates
+        if not cands:
+            continue
+        groups.append({
+            "features": candidate_features(qa.question, cands).tolist(),
+            "labels": [int(bool(evidence & set(h.item.provenance))) for h in cands],
+            "provenance": [list(h.item.provenance) for h in cands],
+            "tokens": [h.item.n_tokens for h in cands], "evidence": sorted(evidence),
+            "source": source, "conversation": conv.conv_id, "category": qa.category,
+        })
     return groups
 
 

@@ -1,8 +1,8 @@
 """Candidate features of the learned Stage-2 ranker (pure: query text and hits in, a matrix out).
 
 Every feature is cheap to compute from what Stage 1 already has in memory (its signal
-scores, the candidate's text, speaker, session and row): about 1 ms for 60 candidates, ~4 ms
-for the whole Stage 2 on 2 CPU cores. They describe a candidate relative to its group: how far it is
+scores, the candidate's text, speaker, session and row). What depends on a memory's text alone
+is computed once per text (an LRU cache), not once per search. They describe a candidate relative to its group: how far it is
 from the best Stage-1 score, whether its session or its neighbouring turn also matched,
 whether the speaker the question names said it.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -67,6 +68,19 @@ def named_speakers(query: str, speakers: set[str]) -> set[str]:
     return {s for s in speakers if s and re.search(rf"\b{re.escape(s.lower())}\b", q)}
 
 
+@lru_cache(maxsize=50_000)
+def _text_features(text: str, speaker: str) -> tuple[frozenset[str], float, float, float, float, float]:
+    """What a memory's text alone gives (content words, is_question, question_share, digits, names,
+    has_time): the same for every query, so it is computed once per text, not once per search."""
+    body = text.split(":", 1)[1] if speaker and text.startswith(speaker + ":") else text
+    sentences = [x for x in _SENTENCE_END.split(body) if x.strip()]
+    return (
+        frozenset(analyze(text)), 1.0 if body.rstrip().endswith("?") else 0.0,
+        min(1.0, body.count("?") / max(1, len(sentences))), 1.0 if any(map(str.isdigit, body)) else 0.0,
+        min(len(_NAME.findall(body.strip())), 5) / 5, 1.0 if _TIME.search(body) else 0.0,
+    )
+
+
 def candidate_features(query: str, hits: Sequence[Hit]) -> np.ndarray:
     """``[len(hits), len(FEATURES)]`` float64 features of the Stage-1 candidates of one query."""
     n = len(hits)
@@ -89,23 +103,16 @@ def candidate_features(query: str, hits: Sequence[Hit]) -> np.ndarray:
     when = 1.0 if query.strip().lower().startswith("when") else 0.0
     top = s1.max()
     for i, h in enumerate(hits):
-        text = h.item.text
-        body = text.split(":", 1)[1] if speakers[i] and text.startswith(speakers[i] + ":") else text
-        sentences = [x for x in _SENTENCE_END.split(body) if x.strip()]
-        n_q = body.count("?")
+        words, is_question, question_share, digits, names, has_time = _text_features(h.item.text, speakers[i])
         neighbor = [s1[j] for j in (by_row.get((sessions[i], h.row - 1)), by_row.get((sessions[i], h.row + 1)))
                     if j is not None] if h.row is not None else []
-        words = set(analyze(text))
-        has_time = 1.0 if _TIME.search(body) else 0.0
         dense = h.scores.get("dense", h.scores.get("ltm", 0.0))  # an LTM hit's hybrid score stands for its cosine
         out[i] = (
             s1[i], dense, h.scores.get("bm25_norm", 0.0), s1[i] - top, i / n,
             math.log1p(h.item.n_tokens), 1.0 if named and speakers[i] in named else 0.0,
             1.0 if named and speakers[i] and speakers[i] not in named else 0.0, max(neighbor, default=0.0),
-            sess_count[sessions[i]] / n, sess_best[sessions[i]] - s1[i], 1.0 if body.rstrip().endswith("?") else 0.0,
-            min(1.0, n_q / max(1, len(sentences))), len(q_words & words) / max(1, len(q_words)),
-            1.0 if any(c.isdigit() for c in body) else 0.0, min(len(_NAME.findall(body.strip())), 5) / 5,
-            when * has_time, when,
+            sess_count[sessions[i]] / n, sess_best[sessions[i]] - s1[i], is_question, question_share,
+            len(q_words & words) / max(1, len(q_words)), digits, names, when * has_time, when,
         )
     return out
 

@@ -15,8 +15,9 @@ from rich.table import Table
 from lightmem.errors import LightMemError
 
 console = Console(stderr=True)
-# --encoder of a new store: "tuned" is MiniLM with the trained memory adapter (checkpoints/embedder).
-EMBEDDERS = {"tuned": "all-MiniLM-L6-v2+lora", "minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
+# --encoder of a new store: "tuned" (the default) is MiniLM with the trained memory adapter of
+# checkpoints/embedder; these two are rebuilt by their stored names.
+EMBEDDERS = {"minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
 
 
 def _kind(name: str) -> str:
@@ -247,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--user", help="user id for every conversation (default: each conversation's own id)")
     s.add_argument("--format", default="auto", choices=["auto", "locomo", "longmemeval", "jsonl"])
     s.add_argument("--conversations", help="subset: indices ('0-4', '1,3') or ids ('conv-26')")
-    s.add_argument("--encoder", choices=sorted(EMBEDDERS), help="embedder of a new store (default tuned: MiniLM with the trained memory adapter; minilm: the base model)")
+    s.add_argument("--encoder", choices=["tuned", *sorted(EMBEDDERS)], help="embedder of a new store (default tuned: MiniLM with the trained memory adapter; minilm: the base model)")
     s.add_argument("--skip-bad-lines", action="store_true",
                    help="JSONL / JSON list of turns: ingest the valid lines and list the skipped ones "
                         "(default: a file with any bad line writes nothing)")

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from lightmem.config import lora_spec, per_job, to_container, train_spec
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.training import embedder as emb
+from lightmem.training import selector as sel
 from lightmem.training.job import read_jsonl, train_and_export
 from lightmem.training.loop import seed_everything
 
@@ -51,12 +52,12 @@ def run(cfg: DictConfig) -> dict:
         for source in sorted({g["source"] for g in test}):
             groups = [g for g in test if g["source"] == source]
             for name, fn in (("stage1", None), ("base_cosine", scorer(base)), ("tuned_cosine", scorer(tuned))):
-                out.update({f"test/{source}/{name}/{k}": v for k, v in emb.evaluate_groups(fn, groups, task.k).items()})
+                out.update({f"test/{source}/{name}/{k}": v for k, v in sel.evaluate_groups(fn, groups, task.k).items()})
         return out
 
     summary = train_and_export(
         name="embedder", model=model, train=train, make_batch=emb.batcher(task), loss_fn=emb.contrastive_loss(tok, task),
-        evaluate=lambda m: emb.evaluate_groups(emb.cosine_scorer(m, tok, task.max_length), val, task.k), test=held_out,
+        evaluate=lambda m: sel.evaluate_groups(emb.cosine_scorer(m, tok, task.max_length), val, task.k), test=held_out,
         metric=cfg.metric, spec=spec, out_dir=cfg.out_dir, export_dir=cfg.export_dir, logger_cfg=cfg.logger,
         config=to_container(cfg), data_files=[data / "selector_train.jsonl"],
         card={"name": "lightmem memory embedder", "task": "bi-encoder for Stage-1 retrieval (question -> memory turn)",

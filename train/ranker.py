@@ -23,7 +23,7 @@ from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.retrieval import features
 from lightmem.training import distill
 from lightmem.training import ranker as rk
-from lightmem.training.export import git_commit, model_card_md, sha256_files
+from lightmem.training.export import export, git_commit, sha256_files
 
 
 def run(cfg: DictConfig) -> dict:
@@ -89,16 +89,10 @@ def run(cfg: DictConfig) -> dict:
             "config": json.loads(json.dumps(to_container(cfg)).replace(str(repo_root()) + "/", ""))}  # no machine paths
     summary = {"weights": weights, "test": metrics, "card": card}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "best").mkdir(exist_ok=True)
+    (out / "best" / "ranker.json").write_text(json.dumps(weights, indent=2))
     if cfg.export_dir:
-        dest = Path(cfg.export_dir)
-        tmp = dest.with_name(dest.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        (tmp / "ranker.json").write_text(json.dumps(weights, indent=2))
-        (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
-        (tmp / "README.md").write_text(model_card_md(card))
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
+        export(out / "best", cfg.export_dir, card)
     print(json.dumps({k: round(v, 4) for k, v in metrics.items() if "overall" in k}, indent=1))
     return summary
 

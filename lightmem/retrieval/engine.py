@@ -95,8 +95,7 @@ class TwoStageRetriever:
         t2 = time.perf_counter()
         hits = self.selector.select(plan, candidates, plan.k)[: plan.k]
         t3 = time.perf_counter()
-        rid_of = {hit.item.id: rid for rid, hit in ranked if isinstance(rid, int)}
-        self.store.touch(user_id, [rid_of[h.item.id] for h in hits if h.item.id in rid_of], now)
+        self.store.touch(user_id, [h.row for h in hits if h.row is not None], now)
         ms = lambda a, b: (b - a) * 1000.0  # noqa: E731
         return RetrievalResult(hits, candidates, {"embed": ms(t0, t1), "stage1": ms(t1, t2), "stage2": ms(t2, t3)}, plan)
 

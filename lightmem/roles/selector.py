@@ -8,6 +8,8 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 from lightmem.llm.base import LLM, GenerationError
 from lightmem.roles import prompts
 from lightmem.timeutil import iso
@@ -152,8 +154,6 @@ class LearnedRanker:
         if tuple(w.get("features", ())) != FEATURES:
             raise ValueError(f"{path} was trained on features {w.get('features')}, this version computes {list(FEATURES)}: "
                              "retrain it with `python train/ranker.py`")
-        import numpy as np
-
         self.mean, self.scale = np.asarray(w["mean"]), np.asarray(w["scale"])
         self.coef, self.intercept = np.asarray(w["coef"]), float(w["intercept"])
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from lightmem.evaluation.ranking import nanmean, recall_all_at_k, reciprocal_rank
 from lightmem.training.lora import LoraSpec, apply_lora
+from lightmem.training.selector import split_dated
 
 
 @dataclass
@@ -31,9 +31,7 @@ class EmbedderTask:
 
 def doc_text(candidate: str) -> str:
     """A group candidate as the store embeds it: selector groups write ``[YYYY-MM-DD] text``."""
-    if candidate.startswith("[") and "] " in candidate[:14]:
-        return candidate[candidate.index("] ") + 2 :]
-    return candidate
+    return split_dated(candidate)[1]
 
 
 def sample_pair(group: dict[str, Any], negatives: int, rng: random.Random) -> tuple[str, list[str]]:
@@ -105,18 +103,3 @@ def cosine_scorer(model, tok, max_length: int, batch_size: int = 64) -> Callable
         return out
 
     return score
-
-
-def evaluate_groups(score: Callable[[list[str], list[str]], list[float]] | None, groups: Sequence[dict[str, Any]],
-                    k: int) -> dict[str, float]:
-    """recall_all@K and MRR of ranking each group's candidates by ``score`` (None: Stage-1 order)."""
-    r, rr = [], []
-    for g in groups:
-        stage1 = [s for s in g.get("stage1", [0.0] * len(g["texts"])) if s != float("-inf")]
-        n = len(stage1)
-        texts, labels = g["texts"][:n], g["labels"][:n]
-        scores = stage1 if score is None else score([g["query"]] * n, texts)
-        r.append(recall_all_at_k(labels, scores, k, n_relevant=g.get("n_evidence") or sum(labels)))
-        rr.append(reciprocal_rank(labels, scores))
-    return {f"recall_all@{k}": nanmean(r), "mrr": nanmean(rr), "n": float(len(groups))}
-

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-KEEP = ("adapter_config.json", "adapter_model.safetensors", "config.json", "model.safetensors")
+KEEP = ("adapter_config.json", "adapter_model.safetensors", "config.json", "model.safetensors", "ranker.json")
 
 
 def sha256_files(paths: Sequence[str | Path]) -> str:
@@ -34,7 +34,7 @@ def export(run_best: str | Path, dest: str | Path, card: dict[str, Any]) -> Path
     The copy goes to a temporary folder first, so a kill never leaves a half-written checkpoint.
     """
     src, dest = Path(run_best), Path(dest)
-    if not (src / "adapter_config.json").exists() and not (src / "config.json").exists():
+    if not any((src / name).exists() for name in ("adapter_config.json", "config.json", "ranker.json")):
         raise FileNotFoundError(f"{src} holds no saved model: did training run (see its out_dir)?")
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

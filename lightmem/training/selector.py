@@ -99,11 +99,16 @@ def cross_encoder_scorer(model, tok, max_length: int, batch_size: int = 64) -> C
 # --- the generative variant (SmolLM2 yes/no) ----------------------------------------------------
 
 
+def split_dated(candidate: str) -> tuple[str, str]:
+    """``("YYYY-MM-DD", text)`` of a group candidate written by ``candidate_text`` (``("", candidate)`` otherwise)."""
+    if candidate.startswith(_DATED) and "] " in candidate[:14]:
+        return candidate[1:11], candidate[13:]
+    return "", candidate
+
+
 def selector_prompt(query: str, candidate: str) -> str:
     """The GenerativeSelector's prompt for one (query, "[date] text") pair."""
-    date, text = "", candidate
-    if candidate.startswith(_DATED) and "] " in candidate[:14]:
-        date, text = candidate[1:11], candidate[13:]
+    date, text = split_dated(candidate)
     return prompts.SELECTOR.format(hqs=prompts.bullet([query]), date=date, memory=text)
 
 

@@ -49,6 +49,7 @@ class RetrievalConfig:
     depth_factor: int = 2
     candidate_factor: int = 3
     recency_half_life_days: float = 30.0
+    fill_budget: bool = True  # with a token budget, Stage 2 fills it from all candidates, not only its best K
 
 
 @dataclass

@@ -55,7 +55,7 @@ class Memory:
     ) -> None:
         self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
         self.controller = controller or PassthroughController()
-        self.writer = writer or TurnWriter()
+        self.writer = writer or TurnWriter(compact=True)
         self.maintainer = maintainer
         self.write_path = write_path
         self.counter = counter or embedder.token_counter()
@@ -91,7 +91,7 @@ class Memory:
             selector: Stage-2 selector; defaults to the learned ranker of checkpoints/ranker
                 (``Stage1Selector()`` keeps the Stage-1 order and loads no model).
             controller: Defaults to the raw query as the single HQ.
-            writer: Defaults to one item per turn.
+            writer: Defaults to one item per turn, its chit-chat sentences left out (the turn is stored whole).
             maintainer: Online maintenance after writes; none by default.
             k: Default number of items ``search`` returns.
             budget: Default prompt budget of ``build_context`` (tokens).
@@ -244,13 +244,16 @@ class Memory:
         filters: Filters | Mapping[str, Any] | None = None,
         stm: Sequence[str] = (),
         now: object = None,
+        budget: int | None = None,
     ) -> list[Hit]:
         """Retrieve at most ``k`` items of ``user_id`` for ``query`` (Controller → Stage 1 → Selector).
 
         ``now`` anchors relative time in the query ("last week"); it defaults to the clock.
         An adaptive controller may return more than ``k`` for a complex query (SimpleMem Eq. 8).
+        With ``budget`` (tokens of memory text), the hits are the set Stage 2 packs within it
+        from its 3K candidates, best first: short memories leave room for more of them.
         """
-        return self.retrieve(query, user_id, k, filters, stm, now).hits
+        return self.retrieve(query, user_id, k, filters, stm, now, budget).hits
 
     def retrieve(
         self,
@@ -260,17 +263,20 @@ class Memory:
         filters: Filters | Mapping[str, Any] | None = None,
         stm: Sequence[str] = (),
         now: object = None,
+        budget: int | None = None,
     ) -> RetrievalResult:
         """``search`` with its workings: the plan, the Stage-1 candidates and per-stage milliseconds."""
         user_id = check_user_id(user_id)
         if not isinstance(query, str) or not query.strip():
             raise InvalidInputError("query must be a non-empty string")
         k = self.k if k is None else _check_k(k)
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
+            raise InvalidInputError(f"budget must be a positive number of tokens, got {budget!r}")
         at = self.clock() if now is None else parse_timestamp(now)
         t0 = time.perf_counter()
         plan = self.controller.plan(query, k, _to_filters(filters), stm, at)
         plan_ms = (time.perf_counter() - t0) * 1000
-        result = self.retriever.retrieve(plan, user_id, at)
+        result = self.retriever.retrieve(plan, user_id, at, budget)
         result.timings_ms["controller"] = plan_ms
         return result
 
@@ -284,8 +290,13 @@ class Memory:
         filters: Filters | Mapping[str, Any] | None = None,
         now: object = None,
     ) -> ComposedContext:
-        """Search, then pack query > STM > memories into a prompt under ``budget`` tokens."""
-        hits = self.search(query, user_id, k, filters, stm, now)
+        """Search, then pack query > STM > memories into a prompt under ``budget`` tokens.
+
+        Without ``k``, Stage 2 fills the budget with the best of its candidates (budget-aware set);
+        with ``k``, the best ``k`` are packed.
+        """
+        fill = (self.composer.budget if budget is None else budget) if k is None else None
+        hits = self.search(query, user_id, k, filters, stm, now, fill)
         return self.composer.compose(query, stm, [h.item for h in hits], budget)
 
     # -- item management ---------------------------------------------------------------------

@@ -71,3 +71,37 @@ def test_hits_carry_every_signal_and_update_access_stats(topical):
     assert hit.scores["bm25"] > 0 and hit.score == hit.scores["stage1"]
     topical.store.flush()
     assert topical.get(hit.item.id, "u").access_count == 1
+
+
+def test_a_budget_is_filled_from_all_candidates_in_stage2_order(topical):
+    sel = ReverseSelector()
+    topical.retriever.selector = sel
+    result = topical.retrieve("marathon practice", "u", k=3, budget=60)
+    assert sel.seen == [9]
+    tokens = [h.item.n_tokens for h in result.hits]
+    assert sum(tokens) <= 60
+    # more than K short memories fit: Stage 2's order, packed until the budget is full
+    worst_first = sorted(result.candidates, key=lambda h: h.score)
+    packed, used = [], 0
+    for h in worst_first:
+        if used + h.item.n_tokens <= 60:
+            packed.append(h.item.id)
+            used += h.item.n_tokens
+    assert [h.item.id for h in result.hits] == packed and len(packed) > 3
+
+
+def test_without_fill_a_budget_packs_only_the_best_k(topical):
+    topical.retriever.fill_budget = False
+    full = topical.retrieve("marathon practice", "u", k=3)
+    capped = topical.retrieve("marathon practice", "u", k=3, budget=1000)
+    assert [h.item.id for h in capped.hits] == [h.item.id for h in full.hits]
+    tiny = topical.retrieve("marathon practice", "u", k=3, budget=full.hits[0].item.n_tokens)
+    assert [h.item.id for h in tiny.hits] == [full.hits[0].item.id]
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, "600", True])
+def test_a_budget_that_is_not_a_positive_int_is_refused(topical, bad):
+    from lightmem.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="budget"):
+        topical.retrieve("marathon", "u", k=3, budget=bad)

@@ -18,7 +18,7 @@ def test_add_writes_one_item_per_turn_with_provenance_and_caption(memory):
          {"role": "Ben", "content": "Look at this", "blip_caption": "a dog on grass", "id": "D1:2"}],
         user_id="u", timestamp="9:00 am on 3 March, 2023",
     )
-    assert [i.text for i in items] == ["Ava: I got a puppy", "Ben: Look at this [shares an image: a dog on grass]"]
+    assert [i.text for i in items] == ["Ava: I got a puppy", "Ben: Look at this [image: a dog on grass]"]  # compact default writer
     assert [i.provenance for i in items] == [["D1:1"], ["D1:2"]]
     assert items[0].event_time == pytest.approx(1677834000.0)
     assert memory.get(items[0].id, "u").text == items[0].text

@@ -98,6 +98,9 @@ def test_fit_linear_learns_the_informative_feature_and_beats_stage1_order():
     learned, stage1 = evaluate(held_out, w, k=2, budget=60), evaluate(held_out, None, k=2, budget=60)
     assert learned["overall/recall_all@2"] == 1.0 > stage1["overall/recall_all@2"]
     assert evaluate(held_out, w, k=2, budget=30)["overall/recall_all@budget"] == 0.0  # only one 30-token item fits
+    # a budget of 4 items: filled from every ranked candidate, not only the best K = 1
+    assert evaluate(held_out, w, k=1, budget=120)["overall/recall_all@budget"] == 1.0
+    assert evaluate(held_out, w, k=1, budget=120, fill=False)["overall/recall_all@budget"] == 0.0
     assert {"category_1/recall_all@2", "category_2/recall_all@budget", "n"} <= set(learned)
     with pytest.raises(ValueError, match="no ranker groups"):
         fit_linear([])

@@ -50,7 +50,7 @@ class FullContext:
         return []
 
     def retrieve(self, query: str, user_id: str, k: int | None = None, filters=None, stm: Sequence[str] = (),
-                 now: object = None) -> RetrievalResult:
+                 now: object = None, budget: int | None = None) -> RetrievalResult:
         t = time.perf_counter()
         newest_first = list(reversed(self._items.get(user_id, [])))
         kept = pack_by_budget([it.n_tokens for it in newest_first], self.context_budget)

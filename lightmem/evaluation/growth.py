@@ -98,10 +98,10 @@ def _score(memory, asked: Sequence[tuple[QAItem, list[str]]], k: int, budget: in
         t = time.perf_counter()
         hits = memory.retrieve(q.question, USER, k=k).hits
         ms.append((time.perf_counter() - t) * 1000)
-        provs = [h.item.provenance for h in hits]
-        rec_k.append(evidence_recall(provs, ev).all)
-        kept = pack_by_budget([h.item.n_tokens for h in hits], budget)
-        rec_b.append(evidence_recall([provs[i] for i in kept], ev).all)
+        rec_k.append(evidence_recall([h.item.provenance for h in hits], ev).all)
+        in_budget = memory.retrieve(q.question, USER, k=k, budget=budget).hits  # the set the system fills the budget with
+        kept = [in_budget[i] for i in pack_by_budget([h.item.n_tokens for h in in_budget], budget)]
+        rec_b.append(evidence_recall([h.item.provenance for h in kept], ev).all)
     mean = (lambda v: float(np.mean(v)) if v else float("nan"))
     return {"n": len(asked), "recall_all@k": mean(rec_k), "recall_all@budget": mean(rec_b),
             "search_ms_p50": percentile(ms, 50), "search_ms_p95": percentile(ms, 95), "per_question": rec_b}

@@ -124,7 +124,10 @@ def evaluate_conversation(
         recall = {f"@{k}": recall[f"@{k}"] for k in sorted(ks)}
         tokens = {f"@{k}": tokens[f"@{k}"] for k in sorted(ks)}
         hits = top_hits
-        kept = [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], budget)]
+        # Within the budget: the set the system returns for it (Stage 2 may fill it with more than K
+        # short memories), packed again so that no system can pass more than ``budget`` tokens.
+        in_budget = memory.retrieve(qa.question, user, k=kmax, now=asked_at, budget=budget).hits
+        kept = [in_budget[i] for i in pack_by_budget([h.item.n_tokens for h in in_budget], budget)]
         if qa_options is not None:
             packed = kept if qa_budget == budget else [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], qa_budget)]
             contexts.append("\n".join(format_memory(h.item) for h in packed))

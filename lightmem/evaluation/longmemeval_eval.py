@@ -90,7 +90,8 @@ def evaluate_instance(memory, inst: Conversation, ks: Sequence[int], budget: int
     ranked = dedupe(p for h in hits for p in h.item.provenance)
     gold_sessions = [str(s) for s in qa.extra.get("answer_session_ids") or []]
     metrics = ranked_metrics(ranked, qa.evidence, gold_sessions, ks)
-    packed = [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], budget)]
+    in_budget = memory.retrieve(qa.question, inst.conv_id, k=max(ks), now=asked, budget=budget).hits if turns else []
+    packed = [in_budget[i] for i in pack_by_budget([h.item.n_tokens for h in in_budget], budget)]
     context = "\n".join(format_memory(h.item) for h in packed)
     metrics.update(budget_metrics(packed, qa.evidence, qa.answer, context))
     rec = LMERecord(inst.conv_id, str(qa.category), qa.question, qa.answer, metrics, ranked, search_ms, ingest_s, turns)

@@ -15,6 +15,7 @@ import numpy as np
 
 from lightmem.models.embedder import Embedder
 from lightmem.retrieval import scoring
+from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.scoring import Fusion
 from lightmem.roles.selector import Selector
 from lightmem.stores.mtm import MTMStore
@@ -53,6 +54,8 @@ class TwoStageRetriever:
         routing: How HQs reach the tiers when ``ltm`` is set (see ``LTMOptions.routing``).
         cross_share: Share of an HQ's quota spent on the tier it was not routed to (``concurrent``).
         ltm_hops: Edge hops of LTM expansion.
+        fill_budget: With a token budget, Stage 2 fills it from its ranking of all 3K candidates
+            (a budget-aware set); False keeps its best K and packs those (the former behaviour).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class TwoStageRetriever:
         routing: str = "concurrent",
         cross_share: float = 0.5,
         ltm_hops: int = 1,
+        fill_budget: bool = True,
     ) -> None:
         if routing not in ROUTINGS:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
@@ -84,8 +88,12 @@ class TwoStageRetriever:
         self.candidate_factor = max(1, candidate_factor)
         self.half_life = recency_half_life_days
         self.ltm, self.routing, self.cross_share, self.ltm_hops = ltm, routing, cross_share, ltm_hops
+        self.fill_budget = fill_budget
 
-    def retrieve(self, plan: RetrievalPlan, user_id: str, now: float) -> RetrievalResult:
+    def retrieve(self, plan: RetrievalPlan, user_id: str, now: float, budget: int | None = None) -> RetrievalResult:
+        """Stage 1, then Stage 2: the best ``plan.k`` hits, or with ``budget`` the set Stage 2 packs
+        within ``budget`` tokens of memory text (its ranking of all candidates, greedily packed:
+        K then only sizes the candidate pool, so short memories leave room for more of them)."""
         t0 = time.perf_counter()
         texts = [hq.text for hq in plan.hqs]
         qvecs = self.embedder.encode(texts, is_query=True)
@@ -93,7 +101,10 @@ class TwoStageRetriever:
         ranked = self.stage1(plan, user_id, qvecs, now)
         candidates = [hit for _, hit in ranked]
         t2 = time.perf_counter()
-        hits = self.selector.select(plan, candidates, plan.k)[: plan.k]
+        fill = budget is not None and self.fill_budget
+        hits = self.selector.select(plan, candidates, len(candidates) if fill else plan.k)[: None if fill else plan.k]
+        if budget is not None:
+            hits = [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], budget)]
         t3 = time.perf_counter()
         self.store.touch(user_id, [h.row for h in hits if h.row is not None], now)
         ms = lambda a, b: (b - a) * 1000.0  # noqa: E731

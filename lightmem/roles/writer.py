@@ -21,6 +21,7 @@ from lightmem.llm.base import LLM
 from lightmem.roles import prompts
 from lightmem.roles.jsonio import call_json
 from lightmem.sensory.normalize import anchor_dates, name_speakers
+from lightmem.sensory.phatic import compact_turn
 from lightmem.sensory.pipeline import Processed, Segment
 from lightmem.timeutil import iso
 from lightmem.types import ItemKind, Turn
@@ -107,10 +108,20 @@ def _meta(t: Turn) -> dict[str, Any]:
 
 
 class TurnWriter:
-    """One entry per turn: ``speaker: text`` (with the image caption), provenance = the turn."""
+    """One entry per turn: ``speaker: text`` (with the image caption), provenance = the turn.
+
+    Args:
+        compact: Drop chit-chat sentences ("Thanks, Mel!", "Wow, that's amazing!") and caption
+            boilerplate (``sensory/phatic.py``): more memories fit a context budget; the turn
+            itself is stored unchanged.
+    """
+
+    def __init__(self, compact: bool = False) -> None:
+        self.compact = compact
 
     def write(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[DraftItem]:
-        return [DraftItem(text=t.render(), provenance=[t.turn_id], event_time=t.timestamp, metadata=_meta(t)) for t in turns]
+        render = (lambda t: compact_turn(t.speaker, t.text, t.caption)) if self.compact else Turn.render
+        return [DraftItem(text=render(t), provenance=[t.turn_id], event_time=t.timestamp, metadata=_meta(t)) for t in turns]
 
     def write_segments(self, segments: Sequence[Segment], context: Sequence[str] = ()) -> list[DraftItem]:
         """One entry per (normalized, compressed) turn, tagged with its segment's topic."""

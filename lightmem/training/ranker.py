@@ -80,9 +80,11 @@ def _found(group: dict[str, Any], idx: Sequence[int]) -> float:
     return float(set(group["evidence"]) <= {p for i in idx for p in group["provenance"][i]})
 
 
-def evaluate(groups: Sequence[dict[str, Any]], weights: dict[str, Any] | None, k: int, budget: int) -> dict[str, float]:
+def evaluate(groups: Sequence[dict[str, Any]], weights: dict[str, Any] | None, k: int, budget: int,
+             fill: bool = True) -> dict[str, float]:
     """recall_all@K and within ``budget`` tokens (packed as the composer packs), overall and per category;
-    ``weights=None`` keeps the Stage-1 order."""
+    ``weights=None`` keeps the Stage-1 order. ``fill`` packs the budget from every ranked candidate, as the
+    engine does by default (``fill_budget``); otherwise from the best K only."""
     per: dict[str, list[tuple[float, float]]] = {}
     for g in groups:
         n = len(g["labels"])
@@ -93,7 +95,8 @@ def evaluate(groups: Sequence[dict[str, Any]], weights: dict[str, Any] | None, k
                               np.asarray(weights["coef"]), weights["intercept"])
             order = sorted(range(n), key=lambda i: (-s[i], i))
         top = order[:k]
-        kept = [top[i] for i in pack_by_budget([g["tokens"][i] for i in top], budget)]
+        pool = order if fill else top
+        kept = [pool[i] for i in pack_by_budget([g["tokens"][i] for i in pool], budget)]
         scores = tuple(_found(g, idx) for idx in (top, kept))
         for key in ("overall", f"category_{g['category']}"):
             per.setdefault(key, []).append(scores)

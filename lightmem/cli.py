@@ -120,11 +120,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     memory = _open(args.store, must_exist=True, selector=args.selector)
     with memory:
-        hits = memory.search(args.query, args.user, k=args.k)
+        hits = memory.search(args.query, args.user, k=args.k, budget=args.budget)
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], indent=2))
         return 0
-    table = Table(title=f"top {len(hits)} for user {args.user!r}")
+    within = f" within {args.budget} tokens" if args.budget else ""
+    table = Table(title=f"top {len(hits)}{within} for user {args.user!r}")
     for col in ("#", "score", "text", "provenance"):
         table.add_column(col)
     for i, h in enumerate(hits, 1):
@@ -260,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--user", required=True)
     s.add_argument("--store", required=True)
     s.add_argument("-k", type=int, default=5, help="how many items (default 5)")
+    s.add_argument("--budget", type=int, default=None,
+                   help="tokens of memory text: return the best set that fits (Stage 2 fills it from 3K candidates) instead of K items")
     s.add_argument("--selector", choices=["trained", "none"], default="trained",
                    help="Stage 2: the learned ranker of checkpoints/ranker (default) or the Stage-1 order")
     s.add_argument("--json", action="store_true", help="print hits as JSON (text, provenance, scores)")

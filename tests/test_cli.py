@@ -19,6 +19,13 @@ def test_ingest_search_stats_delete(tmp_path, capsys):
     assert main(["search", "What breed is Biscuit?", "--user", "tiny-a", "--store", store, "-k", "2", "--json"]) == 0
     reranked = json.loads(capsys.readouterr().out)  # the learned ranker (default) scored every hit
     assert len(reranked) == 2 and all("ranker" in h["scores"] for h in reranked)
+    # a budget with room for more than k=2 short turns: Stage 2 fills it from its 3K candidates
+    assert main(["search", "What breed is Biscuit?", "--user", "tiny-a", "--store", store, "-k", "2", "--budget", "400",
+                 "--json", "--selector", "none"]) == 0
+    filled = json.loads(capsys.readouterr().out)
+    assert len(filled) > 2 and ["D1:3"] in [h["provenance"] for h in filled]
+    assert main(["search", "Biscuit", "--user", "tiny-a", "--store", store, "--budget", "0"]) == 2
+    capsys.readouterr()
     assert main(["stats", "--store", store, "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["users"]["tiny-a"] == {"turns": 7, "items": 7, "archived": 0, "pending": 0}

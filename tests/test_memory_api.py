@@ -175,3 +175,6 @@ def test_build_context_respects_the_budget_and_priorities(memory):
     assert big.stm_turns_kept == 10 and len(big.memories) == 10 and big.dropped_memories == 0
     small = memory.build_context("What do I grow?", "u", stm=stm, budget=60, k=10)
     assert small.stm_turns_kept < 10 and "turn 9" in small.prompt  # the newest STM turns survive
+    # without k, Stage 2 fills the budget from its 3K candidates: more than K short memories
+    filled = memory.build_context("What do I grow?", "u", budget=2000)
+    assert len(filled.memories) > memory.k and filled.n_tokens <= 2000

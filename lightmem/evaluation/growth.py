@@ -17,9 +17,9 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation, QAItem
+from lightmem.evaluation.locomo_retrieval import within_budget
 from lightmem.evaluation.metrics import evidence_recall, normalize_evidence, percentile
 from lightmem.evaluation.stats import spread
-from lightmem.retrieval.composer import pack_by_budget
 from lightmem.roles.selector import Stage1Selector
 from lightmem.types import Turn
 
@@ -99,8 +99,7 @@ def _score(memory, asked: Sequence[tuple[QAItem, list[str]]], k: int, budget: in
         hits = memory.retrieve(q.question, USER, k=k).hits
         ms.append((time.perf_counter() - t) * 1000)
         rec_k.append(evidence_recall([h.item.provenance for h in hits], ev).all)
-        in_budget = memory.retrieve(q.question, USER, k=k, budget=budget).hits  # the set the system fills the budget with
-        kept = [in_budget[i] for i in pack_by_budget([h.item.n_tokens for h in in_budget], budget)]
+        kept = within_budget(memory, q.question, USER, k, budget)
         rec_b.append(evidence_recall([h.item.provenance for h in kept], ev).all)
     mean = (lambda v: float(np.mean(v)) if v else float("nan"))
     return {"n": len(asked), "recall_all@k": mean(rec_k), "recall_all@budget": mean(rec_b),

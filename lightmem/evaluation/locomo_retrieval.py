@@ -63,6 +63,13 @@ class QuestionRecord:
     coverage: float | None = None  # answer coverage of the memories packed within the budget (None: no gold answer)
 
 
+def within_budget(memory, query: str, user_id: str, k: int, budget: int, now: object = None) -> list:
+    """The hits a system returns for a token budget (Stage 2 may fill it with more than K short
+    memories), packed again so that no system can pass more than ``budget`` tokens."""
+    hits = memory.retrieve(query, user_id, k=k, now=now, budget=budget).hits
+    return [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], budget)]
+
+
 def sample_questions(conv: Conversation, categories: Sequence[int], max_questions: int | None = None) -> list:
     """The scorable questions (category kept, usable evidence); with ``max_questions``, that many spread
     evenly over the conversation (every category and session keeps its share, no randomness)."""
@@ -124,10 +131,7 @@ def evaluate_conversation(
         recall = {f"@{k}": recall[f"@{k}"] for k in sorted(ks)}
         tokens = {f"@{k}": tokens[f"@{k}"] for k in sorted(ks)}
         hits = top_hits
-        # Within the budget: the set the system returns for it (Stage 2 may fill it with more than K
-        # short memories), packed again so that no system can pass more than ``budget`` tokens.
-        in_budget = memory.retrieve(qa.question, user, k=kmax, now=asked_at, budget=budget).hits
-        kept = [in_budget[i] for i in pack_by_budget([h.item.n_tokens for h in in_budget], budget)]
+        kept = within_budget(memory, qa.question, user, kmax, budget, asked_at)
         if qa_options is not None:
             packed = kept if qa_budget == budget else [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], qa_budget)]
             contexts.append("\n".join(format_memory(h.item) for h in packed))

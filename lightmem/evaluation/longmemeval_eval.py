@@ -18,10 +18,10 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation
-from lightmem.evaluation.locomo_retrieval import QAOptions
+from lightmem.evaluation.locomo_retrieval import QAOptions, within_budget
 from lightmem.evaluation.metrics import answer_coverage, dedupe, ndcg_at_k, percentile, recall_at_k, token_f1
 from lightmem.evaluation.qa import generate_answers, judge, longmemeval_judge_prompt, parse_yes_no
-from lightmem.retrieval.composer import format_memory, pack_by_budget
+from lightmem.retrieval.composer import format_memory
 
 
 def session_of(turn_id: str) -> str:
@@ -90,8 +90,7 @@ def evaluate_instance(memory, inst: Conversation, ks: Sequence[int], budget: int
     ranked = dedupe(p for h in hits for p in h.item.provenance)
     gold_sessions = [str(s) for s in qa.extra.get("answer_session_ids") or []]
     metrics = ranked_metrics(ranked, qa.evidence, gold_sessions, ks)
-    in_budget = memory.retrieve(qa.question, inst.conv_id, k=max(ks), now=asked, budget=budget).hits if turns else []
-    packed = [in_budget[i] for i in pack_by_budget([h.item.n_tokens for h in in_budget], budget)]
+    packed = within_budget(memory, qa.question, inst.conv_id, max(ks), budget, asked) if turns else []
     context = "\n".join(format_memory(h.item) for h in packed)
     metrics.update(budget_metrics(packed, qa.evidence, qa.answer, context))
     rec = LMERecord(inst.conv_id, str(qa.category), qa.question, qa.answer, metrics, ranked, search_ms, ingest_s, turns)

@@ -213,6 +213,22 @@ def cmd_delete_user(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from lightmem.server.serve import serve
+    from lightmem.server.settings import ServeSettings
+
+    serve(ServeSettings(store=args.store, keys=args.keys, host=args.host, port=args.port, workers=args.workers,
+                        encoder=args.encoder, selector=args.selector, max_body_bytes=args.max_body_bytes))
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from lightmem.server.mcp_server import run_stdio
+
+    run_stdio(args.store, args.user, args.encoder, args.selector)
+    return 0
+
+
 def cmd_data(args: argparse.Namespace) -> int:
     from lightmem.datasets.catalog import Catalog, data_dir
     from lightmem.datasets.fetch import fetch, fetch_full, status
@@ -295,6 +311,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--store", required=True)
     s.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     s.set_defaults(func=cmd_delete_user)
+
+    s = sub.add_parser("serve", help="serve stores over HTTP to many agents (API keys scoped to users; OpenAPI at /docs)",
+                       epilog='KEYS.json: {"<key>": ["alice", "bob"], "<admin key>": ["*"]}')
+    s.add_argument("--store", required=True, help="store folder (created if missing)")
+    s.add_argument("--keys", required=True, metavar="KEYS.json", help="JSON object: API key -> user ids it may act for ('*': all)")
+    s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--workers", type=int, default=1, help="worker processes; each loads the models once (default 1)")
+    s.add_argument("--encoder", choices=["minilm", "hashing"], help="embedder of a new store (default: the trained one)")
+    s.add_argument("--selector", choices=["trained", "none"], default="trained", help="Stage 2 (default: the learned ranker)")
+    s.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default 1 MiB)")
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("mcp", help="serve one user's memory to an MCP client (stdio): add, search, list, delete, build context")
+    s.add_argument("--store", required=True, help="store folder (created if missing)")
+    s.add_argument("--user", required=True, help="the user every tool acts for")
+    s.add_argument("--encoder", choices=["minilm", "hashing"], help="embedder of a new store (default: the trained one)")
+    s.add_argument("--selector", choices=["trained", "none"], default="trained", help="Stage 2 (default: the learned ranker)")
+    s.set_defaults(func=cmd_mcp)
 
     s = sub.add_parser("data", help="list the datasets, or fetch those not committed (sha256-checked)",
                        description="Datasets live in the repository's data/ folder (or $LIGHTMEM_DATA). "

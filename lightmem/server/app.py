@@ -1,0 +1,246 @@
+"""The HTTP API: one ``Memory`` per worker process, many agents and users, API keys scoped to users.
+
+The app only talks to ``Memory``, so it serves whatever store backend ``memory_factory`` opens.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import lightmem
+from lightmem.errors import InvalidInputError, ItemNotFoundError
+from lightmem.memory import Memory
+from lightmem.server.auth import KeyRing, Principal
+from lightmem.server.schemas import (
+    USER_DOC,
+    AddRequest,
+    ContextOut,
+    ContextRequest,
+    DeletedOut,
+    HistoryEventOut,
+    HistoryOut,
+    HitOut,
+    HitsOut,
+    ItemsOut,
+    MemoryOut,
+    SearchRequest,
+    UpdateRequest,
+    UserDeletedOut,
+    UserId,
+)
+
+log = logging.getLogger(__name__)
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+MemoryFactory = Callable[[], Memory]
+
+_bearer = HTTPBearer(auto_error=False, description="An API key from the server's keys file.")
+QueryUser = Annotated[UserId, Query(description=USER_DOC)]
+
+
+def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+    """The FastAPI app of ``lightmem serve``.
+
+    Args:
+        memory_factory: Opens the ``Memory`` this worker serves; called once, at startup (models
+            load then), and the memory is closed at shutdown.
+        keys: The API keys accepted and the users each may act for.
+        max_body_bytes: Larger request bodies are refused with 413 before they are read whole.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.memory = await run_in_threadpool(memory_factory)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(app.state.memory.close)
+
+    app = FastAPI(title="lightmem", version=lightmem.__version__, lifespan=lifespan,
+                  description="Long-term memory for LLM agents. Every call names the user it acts for; "
+                              "an API key acts only for the users the keys file gives it.")
+    app.state.keys = keys
+    # Memory makes no promise of thread safety (tokenizers, caches), so a worker runs one Memory call
+    # at a time, off the event loop; more throughput comes from more workers (processes).
+    app.state.memory_lock = threading.Lock()
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_exception_handler(RequestValidationError, _malformed)
+    app.add_exception_handler(InvalidInputError, _invalid)
+    app.add_exception_handler(ItemNotFoundError, _not_found)
+    app.include_router(_routes())
+    return app
+
+
+# -- auth and access to the memory ------------------------------------------------------------
+def principal(request: Request, cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
+    """The caller of a request: 401 unless it carries a known key as ``Authorization: Bearer KEY``."""
+    found = request.app.state.keys.identify(cred.credentials) if cred is not None else None
+    if found is None:
+        log.info("401 %s %s: %s", request.method, request.url.path, "invalid key" if cred else "no key")
+        raise HTTPException(401, "missing or invalid API key: send the header `Authorization: Bearer <key>`",
+                            headers={"WWW-Authenticate": "Bearer"})
+    return found
+
+
+Caller = Annotated[Principal, Depends(principal)]
+
+
+def authorize(caller: Principal, user_id: str) -> None:
+    """403 unless the caller's key covers ``user_id`` (checked before the store is touched)."""
+    if not caller.may_act_for(user_id):
+        log.info("403: %s may not act for the user asked", caller.label)
+        raise HTTPException(403, f"this API key may not act for user {user_id!r}")
+
+
+@contextmanager
+def memory_of(request: Request) -> Iterator[Memory]:
+    with request.app.state.memory_lock:
+        yield request.app.state.memory
+
+
+# -- routes (sync functions: FastAPI runs them in its threadpool) -------------------------------
+def _routes():
+    from fastapi import APIRouter
+
+    r = APIRouter()
+
+    @r.get("/healthz", tags=["ops"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "version": lightmem.__version__}
+
+    @r.post("/v1/memories", status_code=201, tags=["memories"])
+    def add(body: AddRequest, caller: Caller, request: Request) -> ItemsOut:
+        """Remember messages; answers once the turns and their items are committed."""
+        authorize(caller, body.user_id)
+        msgs = [m.model_dump(exclude_none=True) for m in body.messages]
+        with memory_of(request) as memory:
+            items = memory.add(msgs, user_id=body.user_id, session_id=body.session_id)
+        return ItemsOut(items=[MemoryOut.of(i) for i in items])
+
+    @r.post("/v1/search", tags=["memories"])
+    def search(body: SearchRequest, caller: Caller, request: Request) -> HitsOut:
+        authorize(caller, body.user_id)
+        filters = body.filters.model_dump(exclude_none=True) if body.filters else None
+        with memory_of(request) as memory:
+            hits = memory.search(body.query, body.user_id, k=body.k, filters=filters, budget=body.budget)
+        return HitsOut(hits=[HitOut.of(h) for h in hits])
+
+    @r.post("/v1/context", tags=["memories"])
+    def context(body: ContextRequest, caller: Caller, request: Request) -> ContextOut:
+        """A prompt: query > recent turns (``stm``) > memories, within ``budget`` tokens."""
+        authorize(caller, body.user_id)
+        with memory_of(request) as memory:
+            ctx = memory.build_context(body.query, body.user_id, stm=body.stm, budget=body.budget)
+        return ContextOut.of(ctx)
+
+    @r.get("/v1/memories", tags=["memories"])
+    def list_items(user_id: QueryUser, caller: Caller, request: Request,
+                   limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Annotated[int, Query(ge=0)] = 0,
+                   include_archived: bool = False) -> ItemsOut:
+        authorize(caller, user_id)
+        with memory_of(request) as memory:
+            items = memory.get_all(user_id, include_archived=include_archived, limit=limit, offset=offset)
+        return ItemsOut(items=[MemoryOut.of(i) for i in items])
+
+    @r.get("/v1/memories/{item_id}", tags=["memories"])
+    def get(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> MemoryOut:
+        authorize(caller, user_id)
+        with memory_of(request) as memory:
+            return MemoryOut.of(memory.get(item_id, user_id, include_archived=True))
+
+    @r.patch("/v1/memories/{item_id}", tags=["memories"])
+    def update(item_id: str, body: UpdateRequest, user_id: QueryUser, caller: Caller, request: Request) -> MemoryOut:
+        """Change a memory's text (re-embedded), topic or metadata; the change is kept in its history."""
+        authorize(caller, user_id)
+        fields = body.model_dump(exclude_none=True)
+        with memory_of(request) as memory:
+            return MemoryOut.of(memory.update(item_id, user_id, **fields))
+
+    @r.delete("/v1/memories/{item_id}", tags=["memories"])
+    def delete(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> DeletedOut:
+        authorize(caller, user_id)
+        with memory_of(request) as memory:
+            memory.delete(item_id, user_id)
+        return DeletedOut(id=item_id)
+
+    @r.get("/v1/memories/{item_id}/history", tags=["memories"])
+    def history(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> HistoryOut:
+        authorize(caller, user_id)
+        with memory_of(request) as memory:
+            events = memory.history(item_id, user_id)
+        if not events:  # the same answer for an id that never existed and one of another user
+            raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
+        return HistoryOut(id=item_id, events=[HistoryEventOut.of(e) for e in events])
+
+    @r.delete("/v1/users/{user_id}", tags=["users"])
+    def delete_user(user_id: Annotated[UserId, Path(description=USER_DOC)], caller: Caller, request: Request) -> UserDeletedOut:
+        """Erase everything of a user: turns, memories and history."""
+        authorize(caller, user_id)
+        with memory_of(request) as memory:
+            removed = memory.delete_user(user_id)
+        return UserDeletedOut(user_id=user_id, removed=removed)
+
+    return r
+
+
+# -- errors ------------------------------------------------------------------------------------
+async def _malformed(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 with the standard error list and one line naming each bad field."""
+    errors = exc.errors()
+    where = "; ".join(_describe(e) for e in errors)
+    detail = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in errors]  # not the input: it may be memory text
+    return JSONResponse({"detail": detail, "message": f"malformed request: {where}"}, status_code=422)
+
+
+def _describe(error: dict) -> str:
+    if error["type"] == "json_invalid":
+        return f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'decode error')} at character {error['loc'][-1]})"
+    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+
+
+async def _invalid(request: Request, exc: InvalidInputError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc), "message": str(exc)}, status_code=422)
+
+
+async def _not_found(request: Request, exc: ItemNotFoundError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
+class BodyLimit:
+    """413 for a request body over ``max_bytes``: at once from Content-Length, else as chunks arrive."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    def _refusal(self) -> JSONResponse:
+        return JSONResponse({"detail": f"request body over the server's limit of {self.max_bytes} bytes"}, status_code=413)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refusal()(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:  # raised inside the body read: FastAPI answers it as an HTTPException
+                    raise HTTPException(413, f"request body over the server's limit of {self.max_bytes} bytes")
+            return message
+
+        await self.app(scope, counted, send)

@@ -1,0 +1,91 @@
+"""API keys: which users each key may act for, checked in constant time."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lightmem.errors import LightMemError
+
+ADMIN = "*"
+MIN_KEY_LENGTH = 16
+_KEY_HINT = "make one with `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+
+
+class KeyFileError(LightMemError):
+    """A keys file is missing, not JSON, or maps a key to something other than a list of user ids."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a label safe to log (never the key) and the users it covers.
+
+    Attributes:
+        label: ``key #N``, the key's position in the keys file.
+        users: The user ids this key may act for; ``None`` for an admin key (``"*"``).
+    """
+
+    label: str
+    users: frozenset[str] | None
+
+    def may_act_for(self, user_id: str) -> bool:
+        return self.users is None or user_id in self.users
+
+
+class KeyRing:
+    """The API keys a server accepts.
+
+    Keys are kept as SHA-256 digests and a presented key is compared with every one of them by
+    ``hmac.compare_digest``, so neither the time a lookup takes nor its length depends on which
+    key, or how much of one, matched.
+
+    Args:
+        keys: API key -> the user ids it may act for; ``"*"`` (alone or in the list) makes it an admin key.
+
+    Raises:
+        KeyFileError: a key shorter than 16 characters, or a value that is not a list of user ids.
+    """
+
+    def __init__(self, keys: Mapping[str, Sequence[str] | str]) -> None:
+        self._entries: list[tuple[bytes, Principal]] = []
+        for n, (key, users) in enumerate(keys.items(), 1):
+            if not isinstance(key, str) or len(key) < MIN_KEY_LENGTH:
+                raise KeyFileError(f"key #{n} is shorter than {MIN_KEY_LENGTH} characters: {_KEY_HINT}")
+            if isinstance(users, str):
+                users = [users]
+            if not isinstance(users, Sequence) or not users or not all(isinstance(u, str) and u.strip() for u in users):
+                raise KeyFileError(f'key #{n} must map to a non-empty list of user ids (or ["*"] for an admin key)')
+            principal = Principal(f"key #{n}", None if ADMIN in users else frozenset(users))
+            self._entries.append((_digest(key), principal))
+        if not self._entries:
+            raise KeyFileError(f"no API keys given: the server would refuse every request; {_KEY_HINT}")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "KeyRing":
+        """Read a JSON object ``{"<key>": ["alice", "bob"], "<admin key>": ["*"]}``."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError as exc:
+            raise KeyFileError(f"no keys file at {path}: write a JSON object mapping each API key to its user ids") from exc
+        except json.JSONDecodeError as exc:
+            raise KeyFileError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        if not isinstance(data, dict):
+            raise KeyFileError(f'{path} must hold a JSON object: {{"<key>": ["alice"], "<admin key>": ["*"]}}')
+        return cls(data)
+
+    def identify(self, key: str) -> Principal | None:
+        """The principal of ``key``, or None when no key matches. Looks at every key, whatever matches."""
+        presented = _digest(key)
+        found = None
+        for digest, principal in self._entries:
+            if hmac.compare_digest(presented, digest):
+                found = principal
+        return found
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()

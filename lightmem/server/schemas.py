@@ -1,0 +1,154 @@
+"""Request and response bodies of the HTTP API (and the MCP tools' results)."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, StringConstraints, model_validator
+
+from lightmem.types import ComposedContext, HistoryEvent, Hit, MemoryItem
+
+MAX_K = 200
+
+UserId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
+USER_DOC = "The user whose memories these are: the partition, never a filter."
+Text = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
+# A Unix time (seconds) or a date string lightmem parses ("1:56 pm on 8 May, 2023", ISO 8601...).
+Timestamp = StrictStr | StrictInt | StrictFloat
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not silently ignored
+
+
+class Message(_Request):
+    speaker: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(examples=["Caroline"])
+    text: Text = Field(examples=["I went to a LGBTQ support group yesterday."])
+    timestamp: Timestamp | None = Field(None, description="When it was said; defaults to now.")
+    id: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = Field(
+        None, description="Turn id: a retried request with the same ids stores nothing twice.")
+
+
+class AddRequest(_Request):
+    user_id: UserId = Field(description=USER_DOC, examples=["alice"])
+    messages: list[Message] = Field(min_length=1)
+    session_id: str | None = None
+
+
+class SearchFilters(_Request):
+    time_from: Timestamp | None = None
+    time_to: Timestamp | None = None
+    kinds: list[Literal["episodic", "abstract", "knowledge"]] | None = None
+    tags: list[str] | None = None
+    include_superseded: bool = False
+
+
+class SearchRequest(_Request):
+    user_id: UserId = Field(description=USER_DOC, examples=["alice"])
+    query: Text
+    k: int | None = Field(None, ge=1, le=MAX_K, description="How many hits (default: the server's K).")
+    filters: SearchFilters | None = None
+    budget: int | None = Field(None, ge=1, description="Tokens of memory text: the best set that fits, instead of K hits.")
+
+
+class ContextRequest(_Request):
+    user_id: UserId = Field(description=USER_DOC, examples=["alice"])
+    query: Text
+    budget: int | None = Field(None, ge=1, description="Prompt budget in tokens (default: the server's).")
+    stm: list[str] = Field(default_factory=list, description="Recent turns of the conversation, oldest first.")
+
+
+class UpdateRequest(_Request):
+    text: Text | None = Field(None, description="New text (re-embedded; the old text goes to history).")
+    topic: str | None = None
+    metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> "UpdateRequest":
+        if self.text is None and self.topic is None and self.metadata is None:
+            raise ValueError("give at least one of text, topic, metadata")
+        return self
+
+
+class MemoryOut(BaseModel):
+    id: str
+    user_id: str
+    text: str
+    provenance: list[str] = Field(description="Ids of the turns the memory was written from.")
+    kind: str
+    event_time: float
+    created_at: float
+    topic: str | None
+    entities: list[str]
+    archived: bool
+    superseded_by: str | None
+    metadata: dict[str, Any]
+
+    @classmethod
+    def of(cls, item: MemoryItem) -> "MemoryOut":
+        return cls(id=item.id, user_id=item.user_id, text=item.text, provenance=list(item.provenance), kind=item.kind.value,
+                   event_time=item.event_time, created_at=item.created_at, topic=item.topic, entities=list(item.entities),
+                   archived=item.archived, superseded_by=item.superseded_by, metadata=dict(item.metadata))
+
+
+class HitOut(BaseModel):
+    id: str
+    text: str
+    score: float
+    scores: dict[str, float] = Field(description="The score of each retrieval signal.")
+    provenance: list[str]
+    event_time: float
+    kind: str
+
+    @classmethod
+    def of(cls, hit: Hit) -> "HitOut":
+        it = hit.item
+        return cls(id=it.id, text=it.text, score=hit.score, scores=dict(hit.scores), provenance=list(it.provenance),
+                   event_time=it.event_time, kind=it.kind.value)
+
+
+class ItemsOut(BaseModel):
+    items: list[MemoryOut]
+
+
+class HitsOut(BaseModel):
+    hits: list[HitOut]
+
+
+class ContextOut(BaseModel):
+    prompt: str
+    n_tokens: int
+    budget: int
+    memory_ids: list[str] = Field(description="The memories packed into the prompt, in prompt order.")
+    stm_turns_kept: int
+    dropped_memories: int
+
+    @classmethod
+    def of(cls, ctx: ComposedContext) -> "ContextOut":
+        return cls(prompt=ctx.prompt, n_tokens=ctx.n_tokens, budget=ctx.budget, memory_ids=[m.id for m in ctx.memories],
+                   stm_turns_kept=ctx.stm_turns_kept, dropped_memories=ctx.dropped_memories)
+
+
+class HistoryEventOut(BaseModel):
+    event: str
+    old_text: str | None
+    new_text: str | None
+    at: float
+
+    @classmethod
+    def of(cls, ev: HistoryEvent) -> "HistoryEventOut":
+        return cls(event=ev.event, old_text=ev.old_text, new_text=ev.new_text, at=ev.at)
+
+
+class HistoryOut(BaseModel):
+    id: str
+    events: list[HistoryEventOut]
+
+
+class DeletedOut(BaseModel):
+    id: str
+    deleted: bool = True
+
+
+class UserDeletedOut(BaseModel):
+    user_id: str
+    removed: dict[str, int] = Field(description="Rows removed per table (turns, items, history...).")

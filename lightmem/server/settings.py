@@ -1,0 +1,73 @@
+"""What ``lightmem serve`` and ``lightmem mcp`` open, and how a server's workers receive it."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from lightmem.errors import LightMemError
+from lightmem.memory import Memory
+
+log = logging.getLogger(__name__)
+ENV = "LIGHTMEM_SERVE"  # a worker process reads its ServeSettings from here (uvicorn starts workers by import string)
+# --encoder of a new store (an existing one reopens with the embedder that wrote it); None: the trained default.
+ENCODERS = {"minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
+SELECTORS = ("trained", "none")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Options of ``lightmem serve``.
+
+    Attributes:
+        store: Store folder (created when missing).
+        keys: JSON file mapping each API key to the user ids it may act for (``"*"``: all).
+        host: Interface to listen on.
+        port: TCP port.
+        workers: Worker processes; each opens the store and loads the models once.
+        encoder: Embedder of a new store: None (MiniLM + the trained adapter), ``minilm`` or ``hashing``.
+        selector: Stage 2: ``trained`` (the learned ranker) or ``none`` (the Stage-1 order).
+        max_body_bytes: Larger request bodies get 413.
+    """
+
+    store: str
+    keys: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    encoder: str | None = None
+    selector: str = "trained"
+    max_body_bytes: int = 1 << 20
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls) -> "ServeSettings":
+        raw = os.environ.get(ENV)
+        if not raw:
+            raise LightMemError(f"{ENV} is not set: start the server with `lightmem serve`")
+        return cls(**json.loads(raw))
+
+
+def open_memory(store: str | Path, encoder: str | None = None, selector: str = "trained") -> Memory:
+    """Open a store for serving: an existing store with the embedder that wrote it, a new one with ``encoder``.
+
+    Raises:
+        LightMemError: an unknown ``encoder`` or ``selector``.
+    """
+    from lightmem.models.embedder import embedder_for
+    from lightmem.roles.selector import Stage1Selector, default_selector
+    from lightmem.stores.mtm import stored_embedder
+
+    if encoder is not None and encoder not in ENCODERS:
+        raise LightMemError(f"unknown encoder {encoder!r}; choose one of {sorted(ENCODERS)} or leave it out (the trained one)")
+    if selector not in SELECTORS:
+        raise LightMemError(f"unknown selector {selector!r}; choose one of {list(SELECTORS)}")
+    stored = stored_embedder(Path(store))
+    if stored and encoder and stored != ENCODERS[encoder]:
+        log.warning("%s already exists: it reopens with its own embedder %s, --encoder %s is ignored", store, stored, encoder)
+    embedder = embedder_for(ENCODERS[encoder]) if encoder and not stored else None
+    return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector())

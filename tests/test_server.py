@@ -5,8 +5,10 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -43,6 +45,46 @@ def add(client, user: str, key: str, *texts: str) -> list[dict]:
                     json={"user_id": user, "messages": [{"speaker": user.title(), "text": t} for t in texts]})
     assert r.status_code == 201, r.text
     return r.json()["items"]
+
+
+def test_the_memory_opens_once_per_app_and_closes_at_shutdown(tmp_path):
+    opened = []
+
+    def factory() -> Memory:
+        opened.append(_open(tmp_path / "store"))
+        return opened[-1]
+
+    with TestClient(create_app(factory, KeyRing(KEYS))) as c:
+        for n in range(3):
+            add(c, "alice", ALICE, f"note {n}")
+            c.post("/v1/search", headers=auth(ALICE), json={"user_id": "alice", "query": "note"})
+    assert len(opened) == 1
+    with pytest.raises(sqlite3.ProgrammingError):  # closed: the SQLite connection refuses work
+        opened[0].get_all("alice")
+
+
+def test_a_slow_memory_call_does_not_block_the_server(client):
+    memory = client.app.state.memory
+    started, release = threading.Event(), threading.Event()
+    search = memory.search
+
+    def slow_search(*args, **kwargs):
+        started.set()
+        release.wait(10)
+        return search(*args, **kwargs)
+
+    memory.search = slow_search
+    worker = threading.Thread(target=client.post, args=("/v1/search",),
+                              kwargs={"headers": auth(ALICE), "json": {"user_id": "alice", "query": "x"}})
+    worker.start()
+    try:
+        assert started.wait(10)
+        t0 = time.monotonic()
+        assert client.get("/healthz").status_code == 200  # the event loop is free while Memory works
+        assert time.monotonic() - t0 < 2
+    finally:
+        release.set()
+        worker.join()
 
 
 def test_health_and_docs_need_no_key(client):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -108,9 +108,7 @@ def memory_of(request: Request) -> Iterator[Memory]:
 
 
 # -- routes (sync functions: FastAPI runs them in its threadpool) -------------------------------
-def _routes():
-    from fastapi import APIRouter
-
+def _routes() -> APIRouter:
     r = APIRouter()
 
     @r.get("/healthz", tags=["ops"])

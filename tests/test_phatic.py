@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from lightmem.roles.writer import TurnWriter
-from lightmem.sensory.phatic import compact_turn, drop_chitchat, is_chitchat
+from lightmem.sensory.phatic import compact_turn, drop_chitchat, is_chitchat, sentence_units
 from lightmem.types import Turn
 
 
@@ -43,3 +43,26 @@ def test_compact_writer_keeps_provenance_and_shortens_text():
     assert compact[0].text == "Mel: I ran a charity race last Saturday."
     assert compact[1].text == plain[1].text == "Caroline: Thanks, Mel!"
     assert compact[0].metadata == plain[0].metadata == {"speaker": "Mel", "session_id": "s1"}
+
+
+def test_sentence_units_split_facts_and_join_short_sentences():
+    text = "Hey Tim! Yes! I went to the support group yesterday. It was so powerful. I also signed with Nike last week."
+    assert sentence_units("I adopted Max. He is a golden retriever.", min_words=6) == ["I adopted Max. He is a golden retriever."]
+    assert sentence_units(text, min_words=6) == ["I went to the support group yesterday.",
+                                                 "It was so powerful. I also signed with Nike last week."]
+    # min_words=1: one unit per sentence that is not chit-chat ("Hey Tim!", "Yes!")
+    assert sentence_units(text, min_words=1) == ["I went to the support group yesterday.", "It was so powerful.",
+                                                 "I also signed with Nike last week."]
+    assert sentence_units("Thanks, Mel! Take care!") == ["Thanks, Mel! Take care!"]
+    assert sentence_units("   ") == []
+
+
+def test_sentence_writer_gives_each_unit_the_turn_as_provenance_and_the_caption_once():
+    turns = [Turn("D1:1", "Mel", "Hey Caroline! I ran a charity race last Saturday. My kids painted a sunset after that.",
+                  1_683_561_600.0, "s1", caption="a photo of a painted sunset")]
+    drafts = TurnWriter(granularity="sentence").write(turns)
+    assert [d.text for d in drafts] == ["Mel: I ran a charity race last Saturday.",
+                                        "Mel: My kids painted a sunset after that. [image: a painted sunset]"]
+    assert all(d.provenance == ["D1:1"] and d.metadata == {"speaker": "Mel", "session_id": "s1"} for d in drafts)
+    with pytest.raises(ValueError, match="granularity"):
+        TurnWriter(granularity="paragraph")

@@ -21,7 +21,7 @@ from lightmem.llm.base import LLM
 from lightmem.roles import prompts
 from lightmem.roles.jsonio import call_json
 from lightmem.sensory.normalize import anchor_dates, name_speakers
-from lightmem.sensory.phatic import compact_turn
+from lightmem.sensory.phatic import caption_note, compact_turn, sentence_units
 from lightmem.sensory.pipeline import Processed, Segment
 from lightmem.timeutil import iso
 from lightmem.types import ItemKind, Turn
@@ -114,14 +114,30 @@ class TurnWriter:
         compact: Drop chit-chat sentences ("Thanks, Mel!", "Wow, that's amazing!") and caption
             boilerplate (``sensory/phatic.py``): more memories fit a context budget; the turn
             itself is stored unchanged.
+        granularity: ``turn`` (one entry per turn) or ``sentence``: one entry per sentence of a
+            compacted turn (short sentences join the next, ``min_words``), each with the turn as
+            provenance and the image caption on its last entry. A question that gathers facts from
+            many turns then gets more of them within a token budget.
+        min_words: With ``sentence``: the fewest words of an entry.
     """
 
-    def __init__(self, compact: bool = False) -> None:
-        self.compact = compact
+    def __init__(self, compact: bool = False, granularity: str = "turn", min_words: int = 6) -> None:
+        if granularity not in ("turn", "sentence"):
+            raise ValueError(f"granularity must be 'turn' or 'sentence', got {granularity!r}")
+        self.compact, self.granularity, self.min_words = compact or granularity == "sentence", granularity, min_words
 
     def write(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[DraftItem]:
+        if self.granularity == "sentence":
+            return [d for t in turns for d in self._sentences(t)]
         render = (lambda t: compact_turn(t.speaker, t.text, t.caption)) if self.compact else Turn.render
         return [DraftItem(text=render(t), provenance=[t.turn_id], event_time=t.timestamp, metadata=_meta(t)) for t in turns]
+
+    def _sentences(self, t: Turn) -> list[DraftItem]:
+        units = sentence_units(t.text, self.min_words) or [""]
+        if t.caption:
+            units[-1] += caption_note(t.caption)
+        return [DraftItem(text=f"{t.speaker}: {u.strip()}", provenance=[t.turn_id], event_time=t.timestamp, metadata=_meta(t))
+                for u in units if u.strip()]
 
     def write_segments(self, segments: Sequence[Segment], context: Sequence[str] = ()) -> list[DraftItem]:
         """One entry per (normalized, compressed) turn, tagged with its segment's topic."""

@@ -48,10 +48,38 @@ def drop_chitchat(text: str) -> str:
     return " ".join(kept) if kept else text.strip()
 
 
+def sentence_units(text: str, min_words: int = 6) -> list[str]:
+    """``text`` without chit-chat, cut into its sentences; a sentence shorter than ``min_words``
+    words joins the next one ("Yes! I went to the support group." stays one unit), and a short
+    tail joins the last unit. A text made only of chit-chat is one unit, kept whole."""
+    sentences = [s for s in _SENTENCE.split(text.strip()) if s]
+    kept = [s for s in sentences if not is_chitchat(s)]
+    if not kept:
+        return [text.strip()] if text.strip() else []
+    units: list[str] = []
+    run: list[str] = []
+    for s in kept:
+        run.append(s)
+        if sum(len(x.split()) for x in run) >= min_words:
+            units.append(" ".join(run))
+            run = []
+    if run:
+        if units:
+            units[-1] = f"{units[-1]} {' '.join(run)}"
+        else:
+            units.append(" ".join(run))
+    return units
+
+
+def caption_note(caption: str) -> str:
+    """`` [image: ...]`` without the "a photo of" boilerplate."""
+    return f" [image: {_CAPTION.sub('', caption.strip())}]"
+
+
 def compact_turn(speaker: str, text: str, caption: str | None = None) -> str:
     """``speaker: text [image: caption]`` with chit-chat sentences out and the caption's
     "a photo of" boilerplate removed (the item text of ``TurnWriter(compact=True)``)."""
     body = f"{speaker}: {drop_chitchat(text)}"
     if caption:
-        body += f" [image: {_CAPTION.sub('', caption.strip())}]"
+        body += caption_note(caption)
     return body

@@ -54,19 +54,26 @@ class _QueryCache:
             self._d.popitem(last=False)
 
 
+INT8_SUFFIX = "+int8"
+
+
 class SentenceTransformerEmbedder:
     """A sentence-transformers model resolved through the offline registry.
 
     Args:
         model: A packaged model name (default all-MiniLM-L6-v2) or a local folder.
-        device: ``auto``, ``cpu`` or ``cuda[:N]``.
+        device: ``auto``, ``cpu`` or ``cuda[:N]`` (the ONNX backends run on the CPU).
         batch_size: Encoding batch size.
         max_seq_length: Longer inputs are truncated by the encoder (MiniLM was trained on 256).
         query_cache_size: How many query vectors to keep in an LRU cache.
-        cache_dir: Registry cache directory.
+        cache_dir: Registry cache directory (also holds the exported ONNX graphs).
         adapter: Folder of a LoRA adapter trained by ``train/embedder.py`` (merged into the
             weights at load, so encoding costs what the base model costs). The embedder's
             ``name`` then carries the adapter's fingerprint: stores check it on reopen.
+        backend: ``torch`` (sentence-transformers), ``onnx`` (the same network exported once to
+            ONNX Runtime and cached; vectors equal torch's within 1e-6, so the name is the same) or
+            ``onnx_int8`` (dynamically quantized weights; its vectors differ, so its name ends in
+            ``+int8`` and a store written with it opens only with it).
     """
 
     def __init__(
@@ -78,21 +85,33 @@ class SentenceTransformerEmbedder:
         query_cache_size: int = 1024,
         cache_dir: str | None = None,
         adapter: str | None = None,
+        backend: str = "torch",
     ) -> None:
-        from sentence_transformers import SentenceTransformer
+        from lightmem.models.onnx_encoder import BACKENDS
 
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
         registry = ModelRegistry(cache_dir)
         path = registry.embedder_path(model)
-        self.device = pick_device(device)
-        self.name = registry.canonical(model)
-        self._model = SentenceTransformer(str(path), device=self.device, local_files_only=True)
-        self._model.max_seq_length = max_seq_length
-        if adapter:
-            self.name = f"{self.name}+{merge_adapter(self._model, adapter)}"
-        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        self.dim = int(get_dim())
+        self.backend = backend
         self.batch_size = batch_size
+        self.name = registry.canonical(model) + (f"+{adapter_fingerprint(adapter)}" if adapter else "")
         self._cache = _QueryCache(query_cache_size)
+        if backend == "torch":
+            self.device = pick_device(device)
+            self._model = _load(path, self.device, max_seq_length, adapter)
+            self._encode = self._encode_torch
+            self.tokenizer = self._model.tokenizer
+            get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+            self.dim = int(get_dim())
+            return
+        self.device = _onnx_device(device)
+        self._session = _onnx_session(registry, path, self.name, backend, max_seq_length, batch_size, adapter)
+        self._encode = self._session.encode
+        self.tokenizer = self._session.tokenizer
+        self.dim = self._session.dim
+        if backend == "onnx_int8":
+            self.name += INT8_SUFFIX
 
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
         texts = list(texts)
@@ -102,19 +121,52 @@ class SentenceTransformerEmbedder:
             hit = self._cache.get(texts[0])
             if hit is not None:
                 return hit[None, :]
-        vecs = self._model.encode(
+        vecs = self._encode(texts)
+        if is_query and len(texts) == 1:
+            self._cache.put(texts[0], vecs[0])
+        return vecs
+
+    def _encode_torch(self, texts: list[str]) -> np.ndarray:
+        return self._model.encode(
             texts,
             batch_size=self.batch_size,
             convert_to_numpy=True,
             normalize_embeddings=True,
             show_progress_bar=len(texts) >= 2048 and log.isEnabledFor(logging.INFO),
         ).astype(np.float32, copy=False)
-        if is_query and len(texts) == 1:
-            self._cache.put(texts[0], vecs[0])
-        return vecs
 
     def token_counter(self) -> TokenCounter:
-        return HFTokenCounter(self._model.tokenizer, name=self.name)
+        return HFTokenCounter(self.tokenizer, name=self.name)
+
+
+def _load(path: Path, device: str, max_seq_length: int, adapter: str | None):  # -> SentenceTransformer
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(path), device=device, local_files_only=True)
+    model.max_seq_length = max_seq_length
+    if adapter:
+        merge_adapter(model, adapter)
+    return model
+
+
+def _onnx_device(device: str) -> str:
+    if device not in ("auto", "cpu"):
+        raise ValueError(f"the ONNX encoder backends run on the CPU; got device={device!r}: use backend='torch' on a GPU")
+    return "cpu"
+
+
+def _onnx_session(registry: ModelRegistry, path: Path, name: str, backend: str, max_seq_length: int, batch_size: int,
+                  adapter: str | None):  # -> OnnxSession
+    """The cached ONNX graph of this model (exported from the torch model, adapter merged, on first use)."""
+    from transformers import AutoTokenizer
+
+    from lightmem.models.onnx_encoder import OnnxSession, ensure_exported, require_onnxruntime
+
+    require_onnxruntime()  # before the model loads and exports, not after
+    weights = next((path / f for f in ("model.safetensors", "pytorch_model.bin") if (path / f).exists()), path / "config.json")
+    graph = ensure_exported(registry.cache_dir, name, weights, backend, lambda: _load(path, "cpu", max_seq_length, adapter))
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    return OnnxSession(graph, tokenizer, max_seq_length, batch_size)
 
 
 def adapter_fingerprint(folder: str | Path) -> str:
@@ -147,25 +199,38 @@ def tuned_adapter() -> str | None:
     return str(folder) if (folder / "adapter_model.safetensors").exists() else None
 
 
-def embedder_for(name: str) -> Embedder:
+def embedder_for(name: str, backend: str | None = None) -> Embedder:
     """Rebuild the embedder a store records by name: ``hashing-<dim>``, a packaged model, or a packaged
-    model with the trained adapter (``<model>+lora-<fingerprint>``, checked before any model loads).
+    model with the trained adapter (``<model>+lora-<fingerprint>``, checked before any model loads),
+    either ending in ``+int8`` when the int8 ONNX backend wrote it.
+
+    Args:
+        name: The name the store records.
+        backend: How to encode: by default ``onnx_int8`` for an ``+int8`` name and ``torch``
+            otherwise; ``onnx`` also rebuilds a torch-written name (same vectors).
 
     Raises:
         StoreError: the name is not one lightmem can rebuild (a custom embedder: pass it to
-            ``Memory.open(embedder=...)``), or the installed adapter is not the one that wrote the store.
+            ``Memory.open(embedder=...)``), the installed adapter is not the one that wrote the
+            store, or ``backend`` would write different vectors than the store holds.
     """
     from lightmem.errors import StoreError
     from lightmem.models.registry import PACKAGED, ModelRegistry, checkpoint_path
 
     if name.startswith("hashing-") and name[8:].isdigit():
         return HashingEmbedder(int(name[8:]))
-    model, _, fingerprint = name.partition("+lora-")
+    int8 = name.endswith(INT8_SUFFIX)
+    backend = backend or ("onnx_int8" if int8 else "torch")
+    if int8 != (backend == "onnx_int8"):
+        need = "backend='onnx_int8'" if int8 else "backend='torch' or backend='onnx'"
+        raise StoreError(f"this store was written with {name!r}, whose vectors only {need} reproduces; "
+                         f"backend={backend!r} would mix incompatible vectors: open it with {need}, or use a new store")
+    model, _, fingerprint = name.removesuffix(INT8_SUFFIX).partition("+lora-")
     if ModelRegistry.canonical(model) not in PACKAGED and not os.path.isdir(model):
         raise StoreError(f"this store was written with the embedder {name!r}, which lightmem cannot rebuild by name: "
                          "open it with Memory.open(path, embedder=<that embedder>)")
     if not fingerprint:
-        return SentenceTransformerEmbedder(model)
+        return SentenceTransformerEmbedder(model, backend=backend)
     folder = tuned_adapter()
     found = adapter_fingerprint(folder) if folder else None
     if found != f"lora-{fingerprint}":
@@ -173,7 +238,7 @@ def embedder_for(name: str) -> Embedder:
         have = f"the adapter at {where} is {found}" if found else f"there is no adapter at {where}"
         raise StoreError(f"this store was written with {name!r} and {have}: point LIGHTMEM_CHECKPOINTS at the "
                          "checkpoints that wrote it, or pass embedder=SentenceTransformerEmbedder(adapter=<its folder>)")
-    return SentenceTransformerEmbedder(model, adapter=folder)
+    return SentenceTransformerEmbedder(model, adapter=folder, backend=backend)
 
 
 def default_embedder(store: str | Path | None = None) -> Embedder:

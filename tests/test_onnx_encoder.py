@@ -1,0 +1,192 @@
+"""The ONNX encoder backends: same vectors as torch (fp32), close ones under a distinct name (int8),
+a disk cache that is reused and never left half-written."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lightmem.errors import StoreError
+from lightmem.models.onnx_encoder import write_atomically
+
+TEXTS = [
+    "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
+    "Melanie: I painted a lake sunrise last year, it's special to me.",
+    "Hello!",
+    "",
+    "Jon: my dance studio opened on 20 June 2023 and the first class was full " * 30,  # past max_seq_length
+    "Gina lost her job at Door Dash in January.",
+]
+FACTS = ["Ava moved to Porto in 2021 for a job at a bakery.", "Ben's dog is called Biscuit and loves the beach.",
+         "Cleo plays the cello in a string quartet every Friday.", "Dan is training for the Berlin marathon in September.",
+         "Eve adopted two cats from the shelter last spring.", "Finn is learning Japanese to travel to Kyoto."]
+QUERIES = ["Where does Ava live?", "What is the name of Ben's dog?", "Which instrument does Cleo play?",
+           "What race is Dan preparing for?", "How many cats did Eve adopt?", "Which language is Finn studying?"]
+
+
+# -- the cache file: atomic writes ------------------------------------------------------------
+def test_a_failed_write_leaves_no_file_and_keeps_the_old_one(tmp_path):
+    target = tmp_path / "cache" / "model.onnx"
+
+    def broken(tmp):
+        tmp.write_bytes(b"half a graph")
+        raise RuntimeError("export died")
+
+    with pytest.raises(RuntimeError, match="export died"):
+        write_atomically(target, broken)
+    assert list(target.parent.iterdir()) == []
+    write_atomically(target, lambda tmp: tmp.write_bytes(b"whole graph"))
+    with pytest.raises(RuntimeError):
+        write_atomically(target, broken)
+    assert target.read_bytes() == b"whole graph" and list(target.parent.iterdir()) == [target]
+
+
+def test_a_killed_writer_never_leaves_a_readable_partial_file(tmp_path):
+    target = tmp_path / "model.onnx"
+    script = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from lightmem.models.onnx_encoder import write_atomically
+        def write(tmp):
+            tmp.write_bytes(b"x" * 1000)
+            os.kill(os.getpid(), signal.SIGKILL)   # killed mid-export
+        write_atomically(Path({str(target)!r}), write)
+    """)
+    assert subprocess.run([sys.executable, "-c", script]).returncode == -9
+    assert not target.exists()
+    [orphan] = tmp_path.glob("model.onnx.*.tmp")
+    old = time.time() - 2 * 3600
+    os.utime(orphan, (old, old))
+    write_atomically(target, lambda tmp: tmp.write_bytes(b"whole graph"))  # the next export sweeps stale temp files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"] and target.read_bytes() == b"whole graph"
+
+
+# -- names and errors, checked before any model loads -------------------------------------------
+def test_int8_names_refuse_the_float_backends_and_back(tmp_path):
+    from lightmem.models.embedder import SentenceTransformerEmbedder, embedder_for
+
+    with pytest.raises(StoreError, match="backend='onnx_int8'"):
+        embedder_for("all-MiniLM-L6-v2+int8", backend="torch")
+    with pytest.raises(StoreError, match="backend='onnx'"):
+        embedder_for("all-MiniLM-L6-v2+lora-000000000000", backend="onnx_int8")
+    with pytest.raises(StoreError, match="lora-000000000000"):  # the adapter check still applies under +int8
+        embedder_for("all-MiniLM-L6-v2+lora-000000000000+int8")
+    with pytest.raises(ValueError, match="onnx_int8"):
+        SentenceTransformerEmbedder(backend="tensorrt")
+    with pytest.raises(ValueError, match="CPU"):
+        SentenceTransformerEmbedder(backend="onnx", device="cuda", cache_dir=str(tmp_path))
+
+
+def test_missing_onnxruntime_names_the_package(tmp_path, monkeypatch):
+    from lightmem.models.embedder import SentenceTransformerEmbedder
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
+    with pytest.raises(ImportError, match="pip install onnxruntime"):
+        SentenceTransformerEmbedder(backend="onnx", cache_dir=str(tmp_path))
+    assert not (tmp_path / "onnx").exists()  # refused before exporting anything
+
+
+# -- the real MiniLM (with the trained adapter when it is installed) ----------------------------
+@pytest.fixture(scope="module")
+def encoders(tmp_path_factory):
+    from lightmem.models.embedder import SentenceTransformerEmbedder, tuned_adapter
+
+    cache = str(tmp_path_factory.mktemp("onnx-cache"))
+    kw = {"adapter": tuned_adapter(), "cache_dir": cache, "query_cache_size": 0}
+    return {b: SentenceTransformerEmbedder(backend=b, **kw) for b in ("torch", "onnx", "onnx_int8")}, cache
+
+
+@pytest.mark.slow
+def test_onnx_vectors_match_torch_under_the_same_name(encoders):
+    enc, _ = encoders
+    torch_v, onnx_v = enc["torch"].encode(TEXTS), enc["onnx"].encode(TEXTS)
+    assert onnx_v.shape == torch_v.shape == (len(TEXTS), 384) and onnx_v.dtype == np.float32
+    assert np.min(np.sum(torch_v * onnx_v, axis=1)) > 0.9999 and np.abs(torch_v - onnx_v).max() < 1e-5
+    # one at a time (the query path) gives what the length-bucketed batch gave
+    single = np.stack([enc["onnx"].encode([t], is_query=True)[0] for t in TEXTS])
+    assert np.abs(single - onnx_v).max() < 1e-5
+    assert enc["onnx"].name == enc["torch"].name
+    assert enc["onnx"].token_counter().count(TEXTS) == enc["torch"].token_counter().count(TEXTS)
+
+
+@pytest.mark.slow
+def test_int8_vectors_are_close_rank_the_same_and_carry_their_own_name(encoders):
+    enc, _ = encoders
+    sentences = FACTS + QUERIES
+    cos = np.sum(enc["onnx"].encode(sentences) * enc["onnx_int8"].encode(sentences), axis=1)
+    assert cos.mean() > 0.99 and cos.min() > 0.985
+    q8 = enc["onnx_int8"].encode(TEXTS)  # the edge cases (empty, truncated) stay close too
+    assert np.sum(enc["onnx"].encode(TEXTS) * q8, axis=1).min() > 0.97
+    assert np.allclose(np.linalg.norm(q8, axis=1), 1.0, atol=1e-5)
+    top1 = {b: (enc[b].encode(QUERIES, is_query=True) @ enc[b].encode(FACTS).T).argmax(1).tolist() for b in ("torch", "onnx_int8")}
+    assert top1["onnx_int8"] == top1["torch"] == list(range(len(QUERIES)))
+    assert enc["onnx_int8"].name == enc["torch"].name + "+int8"
+
+
+@pytest.mark.slow
+def test_a_store_opens_only_with_the_backend_family_that_wrote_it(encoders, tmp_path):
+    from lightmem.memory import Memory
+    from lightmem.models.embedder import embedder_for
+    from lightmem.roles.selector import Stage1Selector
+    from lightmem.stores.mtm import stored_embedder
+
+    enc, _ = encoders
+    m = Memory.open(tmp_path / "int8", embedder=enc["onnx_int8"], selector=Stage1Selector())
+    for fact in FACTS:
+        m.add(fact, user_id="u")
+    m.close()
+    with pytest.raises(StoreError, match=r"\+int8"):
+        Memory.open(tmp_path / "int8", embedder=enc["torch"], selector=Stage1Selector())
+    stored = stored_embedder(tmp_path / "int8")
+    assert stored == enc["onnx_int8"].name
+    with pytest.raises(StoreError, match="backend='onnx_int8'"):
+        embedder_for(stored, backend="onnx")
+    Memory.open(tmp_path / "torch", embedder=enc["torch"], selector=Stage1Selector()).close()
+    with pytest.raises(StoreError, match="embedder"):
+        Memory.open(tmp_path / "torch", embedder=enc["onnx_int8"], selector=Stage1Selector())
+    # an fp32 ONNX embedder writes the name torch writes, so it opens a torch-written store
+    Memory.open(tmp_path / "torch", embedder=enc["onnx"], selector=Stage1Selector()).close()
+
+
+@pytest.mark.slow
+def test_embedder_for_rebuilds_the_int8_embedder_from_its_name(encoders, monkeypatch):
+    from lightmem.models import embedder as embedder_mod
+
+    enc, cache = encoders
+    built = {}
+    real = embedder_mod.SentenceTransformerEmbedder
+
+    def recording(*args, **kw):  # keep the rebuilt embedder on the module's cache (no fresh export)
+        built.update(kw)
+        return real(*args, **{**kw, "cache_dir": cache})
+
+    monkeypatch.setattr(embedder_mod, "SentenceTransformerEmbedder", recording)
+    again = embedder_mod.embedder_for(enc["onnx_int8"].name)
+    assert built["backend"] == "onnx_int8" and again.name == enc["onnx_int8"].name
+    assert np.allclose(again.encode(FACTS), enc["onnx_int8"].encode(FACTS), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_exported_graphs_are_cached_and_reused(encoders, monkeypatch):
+    from lightmem.models import onnx_encoder
+    from lightmem.models.embedder import SentenceTransformerEmbedder, tuned_adapter
+
+    enc, cache = encoders
+    files = sorted((p.name, p.stat().st_mtime_ns) for p in (Path(cache) / "onnx").iterdir())
+    assert [n.split(".")[1] for n, _ in files] == ["onnx", "onnx_int8"]  # one fp32 graph, one int8, no temp files
+
+    def no_export(*a, **k):
+        raise AssertionError("the cached graph should have been loaded, not exported again")
+
+    monkeypatch.setattr(onnx_encoder, "export_onnx", no_export)
+    monkeypatch.setattr(onnx_encoder, "quantize_int8", no_export)
+    for backend in ("onnx", "onnx_int8"):
+        again = SentenceTransformerEmbedder(backend=backend, adapter=tuned_adapter(), cache_dir=cache, query_cache_size=0)
+        assert np.array_equal(again.encode(FACTS), enc[backend].encode(FACTS))
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (Path(cache) / "onnx").iterdir()) == files

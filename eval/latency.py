@@ -2,6 +2,7 @@
 
     python eval/latency.py                                   # CPU, MiniLM, exact FAISS
     python eval/latency.py store.faiss_device=cuda encoder.device=cuda   # GPU machine (faiss-gpu)
+    python eval/latency.py encoder.backend=onnx_int8                     # the encoder on ONNX Runtime, int8
 """
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def _device(cfg: DictConfig) -> tuple[str, callable]:
     import torch
 
     sync = (lambda: None)
-    desc = f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads)"
+    backend = cfg.encoder.get("backend", "torch")
+    threads = f"{torch.get_num_threads()} torch threads" if backend == "torch" else f"encoder on onnxruntime ({backend})"
+    desc = f"CPU ({platform.processor() or platform.machine()}, {threads})"
     if torch.cuda.is_available() and (str(cfg.encoder.get("device", "")) in ("auto", "cuda") or cfg.store.faiss_device != "cpu"):
         desc = f"{torch.cuda.get_device_name(0)}; encoder on {cfg.encoder.get('device')}, faiss on {cfg.store.faiss_device}"
         sync = torch.cuda.synchronize

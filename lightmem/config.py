@@ -183,6 +183,23 @@ class LatencyBenchConfig(PipelineConfig):
 
 
 @dataclass
+class EncoderSpeedConfig:
+    """eval/encoder_speed.py: query and ingest speed of the encoder's backends, measured interleaved."""
+
+    encoder: Any = None
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    backends: list[str] = field(default_factory=lambda: ["torch", "onnx", "onnx_int8"])
+    corpus: str = "${paths.data}/locomo/locomo_dev.json.gz"
+    n_queries: int = 200
+    n_texts: int | None = None  # None: every turn of the corpus
+    rounds: int = 2
+    chunk: int = 256
+    seed: int = 0
+    out_dir: str = "outputs/encoder_speed"
+
+
+@dataclass
 class RolesBenchConfig(PipelineConfig):
     data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
     conversation: Any = 0
@@ -270,6 +287,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="schema_locomo", node=LocomoEvalConfig)
     cs.store(name="schema_latency", node=LatencyBenchConfig)
+    cs.store(name="schema_encoder_speed", node=EncoderSpeedConfig)
     cs.store(name="schema_longmemeval", node=LongMemEvalConfig)
     cs.store(name="schema_growth", node=GrowthConfig)
     cs.store(name="schema_roles", node=RolesBenchConfig)

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from lightmem.datasets.catalog import Catalog, DataFile, content_sha256, data_dir, sha256_file
 from lightmem.datasets.fetch import DataUnavailableError, fetch, status
 
-ENTRY_CONFIGS = ["locomo", "longmemeval", "growth", "latency", "roles", "distill", "sensory_bench", "ltm_bench", "suite",
+ENTRY_CONFIGS = ["locomo", "longmemeval", "growth", "latency", "encoder_speed", "roles", "distill", "sensory_bench", "ltm_bench", "suite",
                  "suite_demo"]
 
 

@@ -288,12 +288,14 @@ def test_a_real_uvicorn_serves_requests(tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
             time.sleep(0.2)
         secret_text = "my locker code is 918273"
-        r = httpx.post(f"{base}/v1/memories", headers=auth(ALICE),
+        slow = 60  # a loaded CI machine: the first write may take seconds, not a failure of the server
+        r = httpx.post(f"{base}/v1/memories", headers=auth(ALICE), timeout=slow,
                        json={"user_id": "alice", "messages": [{"speaker": "Alice", "text": secret_text}]})
         assert r.status_code == 201
-        hits = httpx.post(f"{base}/v1/search", headers=auth(ALICE), json={"user_id": "alice", "query": "locker code"}).json()["hits"]
+        hits = httpx.post(f"{base}/v1/search", headers=auth(ALICE), timeout=slow,
+                          json={"user_id": "alice", "query": "locker code"}).json()["hits"]
         assert hits[0]["text"] == f"Alice: {secret_text}"
-        assert httpx.post(f"{base}/v1/search", headers=auth("wrong-key-000000000000"), json={}).status_code == 401
+        assert httpx.post(f"{base}/v1/search", headers=auth("wrong-key-000000000000"), json={}, timeout=slow).status_code == 401
     finally:
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)

@@ -50,6 +50,7 @@ class RetrievalConfig:
     candidate_factor: int = 3
     recency_half_life_days: float = 30.0
     fill_budget: bool = True  # with a token budget, Stage 2 fills it from all candidates, not only its best K
+    whole_share: float = 0.75  # share of a token budget filled with whole memories; the rest with excerpts
 
 
 @dataclass

@@ -6,6 +6,7 @@ truncates to 2K. Stage 2 hands the candidates to the Selector, which keeps ≤ K
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import numpy as np
 from lightmem.models.embedder import Embedder
 from lightmem.retrieval import scoring
 from lightmem.retrieval.composer import pack_by_budget
+from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
 from lightmem.retrieval.scoring import Fusion
 from lightmem.roles.selector import Selector
 from lightmem.stores.mtm import MTMStore
@@ -56,6 +58,9 @@ class TwoStageRetriever:
         ltm_hops: Edge hops of LTM expansion.
         fill_budget: With a token budget, Stage 2 fills it from its ranking of all 3K candidates
             (a budget-aware set); False keeps its best K and packs those (the former behaviour).
+        whole_share: With a token budget, the share of it filled with whole memories in rank
+            order; the rest is filled with the best-matching sentence of each later memory
+            (``retrieval/excerpts.py``). 1.0: whole memories only.
     """
 
     def __init__(
@@ -77,9 +82,12 @@ class TwoStageRetriever:
         cross_share: float = 0.5,
         ltm_hops: int = 1,
         fill_budget: bool = True,
+        whole_share: float = 0.75,
     ) -> None:
         if routing not in ROUTINGS:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
+        if isinstance(whole_share, bool) or not 0.0 <= float(whole_share) <= 1.0:
+            raise ValueError(f"whole_share must be a share of the budget in [0, 1], got {whole_share!r}")
         self.store, self.embedder, self.selector = store, embedder, selector
         self.fusion = Fusion(fusion)
         self.w_dense, self.w_lexical, self.w_meta, self.w_recency = w_dense, w_lexical, w_meta, w_recency
@@ -89,6 +97,8 @@ class TwoStageRetriever:
         self.half_life = recency_half_life_days
         self.ltm, self.routing, self.cross_share, self.ltm_hops = ltm, routing, cross_share, ltm_hops
         self.fill_budget = fill_budget
+        self.whole_share = float(whole_share)
+        self._counter = None  # the embedder's token counter, made on the first excerpt
 
     def retrieve(self, plan: RetrievalPlan, user_id: str, now: float, budget: int | None = None) -> RetrievalResult:
         """Stage 1, then Stage 2: the best ``plan.k`` hits, or with ``budget`` the set Stage 2 packs
@@ -104,11 +114,41 @@ class TwoStageRetriever:
         fill = budget is not None and self.fill_budget
         hits = self.selector.select(plan, candidates, len(candidates) if fill else plan.k)[: None if fill else plan.k]
         if budget is not None:
-            hits = [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], budget)]
+            hits = self.pack(plan, hits, budget)
         t3 = time.perf_counter()
         self.store.touch(user_id, [h.row for h in hits if h.row is not None], now)
         ms = lambda a, b: (b - a) * 1000.0  # noqa: E731
         return RetrievalResult(hits, candidates, {"embed": ms(t0, t1), "stage1": ms(t1, t2), "stage2": ms(t2, t3)}, plan)
+
+    def pack(self, plan: RetrievalPlan, hits: list[Hit], budget: int) -> list[Hit]:
+        """The ranked ``hits`` packed within ``budget`` tokens: whole memories in the first
+        ``whole_share`` of it, then excerpts (an excerpt hit's item is a copy whose text is one
+        sentence of the memory, with ``metadata["excerpt"]`` set; its id and provenance are
+        the memory's)."""
+        whole = [h.item.n_tokens for h in hits]
+        whole_budget = int(round(self.whole_share * budget))
+        if whole_budget >= budget:
+            return [hits[i] for i in pack_by_budget(whole, budget)]
+        head, used = 0, 0
+        while head < len(hits) and used + whole[head] <= whole_budget:
+            used += whole[head]
+            head += 1
+        terms = query_terms([plan.query, *(hq.text for hq in plan.hqs)])
+        texts = [best_excerpt(h.item.text, terms) if i >= head else None for i, h in enumerate(hits)]
+        cut = [i for i, t in enumerate(texts) if t is not None]
+        if cut and self._counter is None:
+            self._counter = self.embedder.token_counter()
+        excerpt: list[int | None] = [None] * len(hits)
+        for i, n in zip(cut, self._counter.count([texts[i] for i in cut]) if cut else []):
+            excerpt[i] = n
+        out = []
+        for i, is_excerpt in pack_whole_then_excerpts(whole, excerpt, budget, whole_budget):
+            h = hits[i]
+            if is_excerpt:
+                item = dataclasses.replace(h.item, text=texts[i], n_tokens=excerpt[i], metadata={**h.item.metadata, "excerpt": True})
+                h = dataclasses.replace(h, item=item)
+            out.append(h)
+        return out
 
     def stage1(self, plan: RetrievalPlan, user_id: str, qvecs: np.ndarray, now: float) -> list[tuple[Any, Hit]]:
         """Per-HQ hybrid retrieval with quota ⌈2K/n⌉, union keeping the best score, top 2K.

@@ -1,0 +1,104 @@
+"""Whole memories then excerpts within a token budget (retrieval/excerpts.py and the engine's pack)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from lightmem.retrieval.composer import pack_by_budget
+from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
+
+
+def test_the_excerpt_is_the_sentence_sharing_most_query_words_under_the_speaker():
+    text = "Melanie: I went camping with the kids last week. We also painted a sunset together. It was lovely out there."
+    terms = query_terms(["What did Melanie paint?"])
+    assert best_excerpt(text, terms) == "Melanie: We also painted a sunset together."
+
+
+def test_a_single_sentence_memory_has_no_excerpt():
+    assert best_excerpt("Caroline: I joined a support group.", query_terms(["support group"])) is None
+    # chit-chat does not count as a sentence to cut away
+    assert best_excerpt("Caroline: Thanks! I joined a support group.", query_terms(["group"])) is None
+
+
+def test_on_a_tie_or_no_overlap_the_first_sentence_is_kept():
+    text = "Jon: The studio opened in May. Dancers came from three towns."
+    assert best_excerpt(text, query_terms(["unrelated question"])) == "Jon: The studio opened in May."
+    assert best_excerpt("No speaker here at all. Second sentence follows.", frozenset()) == "No speaker here at all."
+
+
+def test_whole_budget_at_or_above_the_budget_is_plain_greedy_packing():
+    rng = random.Random(0)
+    for _ in range(200):
+        whole = [rng.randint(0, 40) for _ in range(rng.randint(0, 30))]
+        excerpt = [rng.choice([None, rng.randint(0, 10)]) for _ in whole]
+        budget = rng.randint(0, 200)
+        got = pack_whole_then_excerpts(whole, excerpt, budget, budget + rng.randint(0, 50))
+        assert got == [(i, False) for i in pack_by_budget(whole, budget)]
+
+
+def test_head_is_whole_in_rank_order_and_the_tail_is_excerpts_within_the_budget():
+    whole = [30, 30, 30, 30, 30, 30]
+    excerpt = [10, 10, None, 10, 10, 10]
+    got = pack_whole_then_excerpts(whole, excerpt, budget=120, whole_budget=70)
+    # two whole (60 of 70), then excerpts; the memory without one goes whole: 60 + 30 + 3 × 10 = 120
+    assert got == [(0, False), (1, False), (2, False), (3, True), (4, True), (5, True)]
+    # an excerpt that does not fit is skipped and a later, shorter one may still go in
+    got = pack_whole_then_excerpts([30, 30, 30, 30], [None, 25, 5, None], budget=40, whole_budget=35)
+    assert got == [(0, False), (2, True)]
+
+
+def test_packing_never_exceeds_the_budget_and_only_cuts_after_the_head():
+    rng = random.Random(1)
+    for _ in range(300):
+        n = rng.randint(0, 25)
+        whole = [rng.randint(1, 60) for _ in range(n)]
+        excerpt = [rng.choice([None, rng.randint(1, 20)]) for _ in range(n)]
+        budget = rng.randint(1, 400)
+        whole_budget = rng.randint(0, budget)
+        got = pack_whole_then_excerpts(whole, excerpt, budget, whole_budget)
+        assert sum(excerpt[i] if cut else whole[i] for i, cut in got) <= budget
+        head = [i for i, cut in got if not cut and excerpt[i] is not None]
+        cuts = [i for i, cut in got if cut]
+        assert all(excerpt[i] is not None for i in cuts)
+        if whole_budget < budget:  # then every memory with an excerpt past the head is cut
+            assert not cuts or not head or max(head) < min(cuts)
+            assert sum(whole[i] for i in head) <= whole_budget
+        assert [i for i, _ in got] == sorted({i for i, _ in got})
+
+
+@pytest.mark.parametrize("whole,excerpt", [([1, -1], [None, None]), ([1, 2], [None, -3]), ([1], [None, None])])
+def test_bad_costs_are_refused(whole, excerpt):
+    with pytest.raises(ValueError):
+        pack_whole_then_excerpts(whole, excerpt, 10, 5)
+
+
+def test_the_engine_fills_the_budget_tail_with_excerpts_that_keep_id_and_provenance(memory):
+    long_turns = [
+        f"I trained for the marathon in week {i}. The weather in town {i} was cold and wet. "
+        f"My coach {i} changed the plan again." for i in range(12)
+    ]
+    memory.add([{"speaker": "Ann", "text": t} for t in long_turns], user_id="u", timestamp=1_600_000_000)
+    memory.retriever.whole_share = 1.0
+    whole = memory.retrieve("marathon training", "u", k=4, budget=150).hits
+    memory.retriever.whole_share = 0.5
+    mixed = memory.retrieve("marathon training", "u", k=4, budget=150).hits
+    assert sum(h.item.n_tokens for h in mixed) <= 150
+    cut = [h for h in mixed if h.item.metadata.get("excerpt")]
+    assert cut and len(mixed) > len(whole)
+    stored = {it.id: it for it in memory.store.list("u")}
+    for h in cut:
+        assert h.item.id in stored and h.item.provenance == stored[h.item.id].provenance
+        assert h.item.text.startswith("Ann: ") and "marathon" in h.item.text
+        assert len(h.item.text) < len(stored[h.item.id].text)
+        assert "excerpt" not in stored[h.item.id].metadata  # the stored memory is untouched
+    first = [h for h in mixed if not h.item.metadata.get("excerpt")]
+    assert first and sum(h.item.n_tokens for h in first) <= 75
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, True])
+def test_a_whole_share_outside_0_1_is_refused(memory, bad):
+    from lightmem.retrieval.engine import TwoStageRetriever
+
+    with pytest.raises(ValueError, match="whole_share"):
+        TwoStageRetriever(memory.store, memory.embedder, memory.retriever.selector, whole_share=bad)

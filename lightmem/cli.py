@@ -138,7 +138,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     memory = _open(args.store, must_exist=True)
     with memory:
         counts = memory.stats()
-        meta = {k: memory.store.sql.get_meta(k) for k in ("embedder", "dim", "schema_version")}
+        meta = memory.store.info()
     if args.json:
         print(json.dumps({"store": str(args.store), **meta, "users": counts}, indent=2))
         return 0
@@ -154,9 +154,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_consolidate(args: argparse.Namespace) -> int:
     memory = _open(args.store, must_exist=True, ltm=_ltm_options(args.no_nlp))
     with memory:
-        if args.user is not None and args.user not in memory.store.sql.users():
+        if args.user is not None and args.user not in memory.store.users():
             raise LightMemError(f"user {args.user!r} has nothing in {args.store}")
-        users = [args.user] if args.user else memory.store.sql.users()
+        users = [args.user] if args.user else memory.store.users()
         reports = []
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, disable=args.quiet) as progress:
@@ -187,7 +187,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
     memory = _open(args.store, must_exist=True)
     with memory:
-        graph = KnowledgeGraph(memory.store.sql, memory.embedder.encode, memory.embedder.dim)
+        graph = KnowledgeGraph(memory.store.graph, memory.embedder.encode, memory.embedder.dim)
         stats = graph.stats()
         if args.export:
             console.print(f"wrote {export_graph(graph, args.export, args.include_dropped)}")
@@ -202,7 +202,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def cmd_delete_user(args: argparse.Namespace) -> int:
     memory = _open(args.store, must_exist=True)
     with memory:
-        if args.user not in memory.store.sql.users():
+        if args.user not in memory.store.users():
             raise LightMemError(f"user {args.user!r} has nothing in {args.store}")
         if not args.yes and sys.stdin.isatty():
             if input(f"Erase all turns, items and history of {args.user!r}? [y/N] ").strip().lower() != "y":

@@ -21,6 +21,7 @@ from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector, default_selector
 from lightmem.roles.writer import DraftItem, TurnWriter, Writer, write_segments
 from lightmem.sensory.pipeline import WritePath
+from lightmem.stores.base import MemoryStore
 from lightmem.stores.mtm import MTMStore
 from lightmem.timeutil import now as wall_clock
 from lightmem.timeutil import parse_timestamp
@@ -40,7 +41,7 @@ class Memory:
 
     def __init__(
         self,
-        store: MTMStore,
+        store: MemoryStore,
         embedder: Embedder,
         retriever: TwoStageRetriever,
         composer: ContextComposer,
@@ -156,13 +157,13 @@ class Memory:
 
     def pending(self, user_id: str) -> list[Turn]:
         """Turns stored but not yet written into items (the write path's buffers), oldest first."""
-        return self.store.sql.pending_turns(check_user_id(user_id))
+        return self.store.pending_turns(check_user_id(user_id))
 
     def _through_write_path(self, user_id: str, turns: Sequence[Turn], context: Sequence[str], drain: bool) -> list[MemoryItem]:
         wp = self.write_path
         assert wp is not None
         # After a restart, the buffers start from the turns the store marks pending.
-        restored = [] if wp.has_state(user_id) else self.store.sql.pending_turns(user_id)
+        restored = [] if wp.has_state(user_id) else self.store.pending_turns(user_id)
         if not turns and not restored and not (drain and wp.pending(user_id)):
             return []
         snap = wp.snapshot(user_id)
@@ -214,7 +215,7 @@ class Memory:
         """
         if self.ltm is None:
             raise InvalidInputError("this Memory has no LTM; open it with ltm=LTMOptions()")
-        users = [check_user_id(user_id)] if user_id is not None else self.store.sql.users()
+        users = [check_user_id(user_id)] if user_id is not None else self.store.users()
         reports = []
         for uid in users:
             for _ in range(max_cycles):
@@ -335,7 +336,7 @@ class Memory:
         return self.store.delete_user(user_id)
 
     def history(self, item_id: str, user_id: str) -> list[HistoryEvent]:
-        return self.store.sql.history(check_user_id(user_id), item_id)
+        return self.store.history(check_user_id(user_id), item_id)
 
     def usage(self) -> dict[str, dict[str, float]]:
         """LLM calls, tokens, latency and failures per role, from every role that uses an LLM."""
@@ -347,7 +348,7 @@ class Memory:
         return out
 
     def stats(self) -> dict[str, dict[str, int]]:
-        return self.store.sql.counts()
+        return self.store.counts()
 
     def ltm_stats(self) -> dict[str, int]:
         """Nodes, edges (active and dropped) and cycles of the LTM graph; empty without LTM."""

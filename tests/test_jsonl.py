@@ -143,4 +143,4 @@ def test_two_jsonl_files_for_one_user_both_land(tmp_path):
     from lightmem.roles.selector import Stage1Selector
 
     with Memory.open(store, embedder=HashingEmbedder(256), selector=Stage1Selector()) as m:
-        assert sorted(t.text for t in m.store.sql.turns("me")) == ["I adopted a cat", "I moved to Lisbon"]
+        assert sorted(t.text for t in m.store.turns("me")) == ["I adopted a cat", "I moved to Lisbon"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 from fakes import ScriptedLLM
 
 from lightmem.ltm import ConsolidationSpec, GraphSpec, LTMOptions
@@ -147,6 +149,25 @@ def test_ltm_holds_no_user_id_name_or_identifier(tmp_path):
     cols = {r[1] for tbl in ("ltm_nodes", "ltm_edges", "ltm_cycles")
             for r in m.store.sql.query(f"PRAGMA table_info({tbl})")}
     assert "user_id" not in cols
+    m.close()
+
+
+def test_a_store_written_before_the_graph_was_versioned_opens_with_its_graph(tmp_path):
+    """tests/fixtures/store_schema2.sqlite: written by lightmem's schema-2 code (LTM tables made by the
+    graph itself, unversioned): 3 turns of u consolidated into 4 nodes and 3 edges, 1 turn of ava."""
+    db = tmp_path / "old.sqlite"
+    shutil.copy(FIXTURES / "store_schema2.sqlite", db)
+    m = _memory(db, ConsolidationSpec(sleep_update=False, recursive=False))
+    assert m.store.info()["schema_version"] == "3"
+    assert m.stats() == {"ava": {"turns": 1, "items": 1, "archived": 0, "pending": 0},
+                         "u": {"turns": 3, "items": 3, "archived": 0, "pending": 0}}
+    assert m.ltm_stats() == {"nodes": 4, "nodes_dropped": 0, "edges": 3, "edges_dropped": 0, "cycles": 1}
+    assert any("photography club" in t.lower() for t in m.ltm.graph.texts())
+    kinds = {h.item.kind for h in m.search("Biscuit the dog", "u", k=4) if "Biscuit" in h.item.text}
+    assert kinds == {ItemKind.EPISODIC, ItemKind.KNOWLEDGE}  # the old turn and the old graph's node
+    assert m.store.consolidation_state("u") == {"consolidated": 3, "unconsolidated": 0}
+    _say(m, "u", ["The Photography Club moved to Tuesday evenings."], prefix="N")
+    assert [r.cycle for r in m.consolidate("u")] == [2]
     m.close()
 
 

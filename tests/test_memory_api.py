@@ -9,7 +9,7 @@ from lightmem.models.embedder import HashingEmbedder
 
 
 def _count(m: Memory, user: str = "u") -> tuple[int, int]:
-    return len(m.store.sql.turns(user)), len(m.get_all(user, include_archived=True))
+    return len(m.store.turns(user)), len(m.get_all(user, include_archived=True))
 
 
 def test_add_writes_one_item_per_turn_with_provenance_and_caption(memory):
@@ -64,7 +64,7 @@ def test_blank_user_id_is_refused_with_what_to_do(memory, user_id):
                  lambda: memory.get_all(user_id), lambda: memory.delete_user(user_id)):
         with pytest.raises(InvalidInputError, match=r"user_id is empty or only whitespace.*user_id='alice'"):
             call()
-    assert memory.store.sql.users() == ["u"] and _count(memory) == (1, 1)
+    assert memory.store.users() == ["u"] and _count(memory) == (1, 1)
 
 
 @pytest.mark.parametrize("k", [0, -1, 2.5, True, "3"])

@@ -105,7 +105,7 @@ def test_two_processes_writing_at_once_lose_no_turn(tmp_path):
         out, err = p.communicate()
         assert p.returncode == 0, err
         assert "database is locked" not in err and out.strip() == "done"
-    turns = {t.turn_id for user in ("u", "p", "q") for t in reader.store.sql.turns(user)}
+    turns = {t.turn_id for user in ("u", "p", "q") for t in reader.store.turns(user)}
     assert turns == {f"{tag}-{i}" for tag in ("p", "q") for i in range(120)}
     assert len(_texts(reader, "message about gardens", k=400)) == 120  # user u: the odd turns of both writers
     assert len(reader.get_all("p")) == len(reader.get_all("q")) == 60
@@ -159,7 +159,7 @@ def test_a_schema_1_store_is_upgraded_and_its_changes_are_logged(tmp_path):
                       "DROP TRIGGER items_changes_update; UPDATE meta SET value = '1' WHERE key = 'schema_version';")
     con.close()
     a = _open(tmp_path)
-    assert a.store.sql.get_meta("schema_version") == "2"
+    assert a.store.info()["schema_version"] == "3"
     a.add("a note about owls", user_id="u", timestamp=T0)
     _run(tmp_path, 'm.add("owls hunt at night", user_id="u", timestamp=1_600_000_100); m.close()')
     assert set(_texts(a, "owls")) == {"a note about owls", "owls hunt at night"}

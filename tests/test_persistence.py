@@ -77,7 +77,7 @@ def test_sigkill_mid_ingest_loses_no_acknowledged_turn(tmp_path):
     proc.wait()
     assert len(acked) >= 60, "writer did not start"
     m = Memory.open(store, embedder=HashingEmbedder(64))
-    stored_turns = {t.turn_id for t in m.store.sql.turns("u")}
+    stored_turns = {t.turn_id for t in m.store.turns("u")}
     stored_prov = {p for it in m.get_all("u") for p in it.provenance}
     assert set(acked) <= stored_turns and set(acked) <= stored_prov
     assert len(stored_prov) == len(stored_turns)  # no turn without its item, no half batch

@@ -216,7 +216,7 @@ def test_fuzz_malformed_outputs_lose_no_turn_and_raise_nothing(memory):
         memory.add(batch, user_id="u", timestamp=1_600_000_000 + i)
         hits = memory.search(f"what about {rng.choice(['tea', 'cats'])}?", "u", k=3)
         assert len(hits) <= 6
-    stored = {t.turn_id for t in memory.store.sql.turns("u")}
+    stored = {t.turn_id for t in memory.store.turns("u")}
     assert stored == set(ids)
     usage = script.meter.summary()
     assert usage["writer"]["failures"] > 0 and usage["controller"]["failures"] > 0

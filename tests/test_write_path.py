@@ -150,7 +150,7 @@ def test_gated_turns_stay_archived_raw(tmp_path, embedder):
     m = open_memory(tmp_path / "s", embedder, wp)
     m.add_turns("u", turns(6))
     assert m.flush("u") == [] and m.get_all("u") == []
-    assert len(m.store.sql.turns("u")) == 6 and m.pending("u") == []
+    assert len(m.store.turns("u")) == 6 and m.pending("u") == []
     assert wp.stats["dropped"] == 6
     m.close()
 

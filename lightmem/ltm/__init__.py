@@ -11,6 +11,7 @@ from typing import Any
 from lightmem.ltm.consolidation import ConsolidationSpec, Consolidator, CycleReport
 from lightmem.ltm.graph import GraphSpec, KnowledgeGraph
 from lightmem.ltm.scheduler import ConsolidationScheduler
+from lightmem.stores.base import MemoryStore
 
 __all__ = ["LTMOptions", "LTMRuntime", "build_ltm", "ConsolidationSpec", "Consolidator", "CycleReport", "GraphSpec",
            "KnowledgeGraph", "ConsolidationScheduler"]
@@ -56,7 +57,7 @@ class LTMRuntime:
     scheduler: ConsolidationScheduler | None
 
 
-def build_ltm(store: Any, embedder: Any, options: LTMOptions, clock: Any = None) -> LTMRuntime:
+def build_ltm(store: MemoryStore, embedder: Any, options: LTMOptions, clock: Any = None) -> LTMRuntime:
     """The graph over ``store``'s database, its consolidator and (when ``background``) its scheduler."""
     from lightmem.ltm.abstraction import ExtractiveAbstractor, GenerativeAbstractor
     from lightmem.ltm.deidentify import Deidentifier
@@ -65,7 +66,7 @@ def build_ltm(store: Any, embedder: Any, options: LTMOptions, clock: Any = None)
         raise ValueError(f"abstractor must be 'extractive' or 'generative', got {options.abstractor!r}")
     if options.abstractor == "generative" and options.llm is None:
         raise ValueError("the generative abstractor needs an LLM runtime (LTMOptions.llm)")
-    graph = KnowledgeGraph(store.sql, embedder.encode, embedder.dim, options.graph)
+    graph = KnowledgeGraph(store.graph, embedder.encode, embedder.dim, options.graph)
     deid = Deidentifier(options.nlp)
     extractive = ExtractiveAbstractor(options.nlp)
     abstractor = GenerativeAbstractor(options.llm, extractive, deid) if options.abstractor == "generative" else extractive

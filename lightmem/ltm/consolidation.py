@@ -6,8 +6,8 @@ One cycle for one user, over an incremental batch of MTM items:
 2. abstract the de-identified episodes into knowledge units (LLM or extractive);
 3. sleep-time update: update queues over MTM, merge / update / ignore decisions;
 4. recursive consolidation: dense clusters → abstract entries, members archived;
-5. one transaction: graph insert / link / merge, decay and drop, MTM changes, and the
-   marks of what was consolidated. A crash anywhere leaves the last committed state, and
+5. one transaction (``MemoryStore.commit_offline``): graph insert / link / merge, decay and
+   drop, MTM changes, and the marks of what was consolidated. A crash anywhere leaves the last committed state, and
    the next cycle selects the same unmarked items again.
 
 The heavy work (2-4) runs without any lock; only step 5 holds the store's lock, briefly.
@@ -26,11 +26,11 @@ from lightmem.llm.base import LLM
 from lightmem.ltm import recursive, sleep
 from lightmem.ltm.abstraction import Abstractor, ExtractiveAbstractor
 from lightmem.ltm.deidentify import Deidentifier, strip_speaker
-from lightmem.ltm.graph import GraphDelta, KnowledgeGraph
+from lightmem.ltm.graph import CycleUpdate, KnowledgeGraph
 from lightmem.ltm.recursive import ClusterSpec
 from lightmem.ltm.sleep import QueueSpec
 from lightmem.models.embedder import Embedder
-from lightmem.stores.mtm import MTMStore, OfflineChanges
+from lightmem.stores.base import MemoryStore, OfflineChanges
 from lightmem.timeutil import now as wall_clock
 from lightmem.types import Filters, ItemKind, MemoryItem
 
@@ -96,7 +96,7 @@ class Consolidator:
         crash_hook: Called between the computation and the commit (tests use it to kill a cycle).
     """
 
-    def __init__(self, store: MTMStore, embedder: Embedder, graph: KnowledgeGraph, abstractor: Abstractor | None = None,
+    def __init__(self, store: MemoryStore, embedder: Embedder, graph: KnowledgeGraph, abstractor: Abstractor | None = None,
                  deidentifier: Deidentifier | None = None, llm: LLM | None = None, spec: ConsolidationSpec | None = None,
                  clock: Callable[[], float] = wall_clock, crash_hook: Callable[[str], None] | None = None) -> None:
         self.store, self.embedder, self.graph = store, embedder, graph
@@ -127,29 +127,26 @@ class Consolidator:
         t4 = time.perf_counter()
         if self.crash_hook is not None:
             self.crash_hook("before_commit")
-        now = self.clock()
-        with self.store.sql.lock:  # the commit and the index refresh are one step for readers
-            with self.store.sql.transaction() as c:
-                cycle = KnowledgeGraph.new_cycle(c, now)
-                delta = self.graph.integrate(c, plan, now, cycle) if plan is not None else GraphDelta()
-                if sp.ltm:
-                    self.graph.decay(c, cycle, delta)
-                mtm = self.store.apply_offline(c, user_id, changes, cycle, now)
-                if self.crash_hook is not None:
-                    self.crash_hook("in_transaction")
-                rep.cycle, rep.graph, rep.mtm = cycle, dict(delta.counts), dict(mtm.counts)
-                KnowledgeGraph.finish_cycle(c, cycle, {"units": rep.units, **rep.graph, **{f"mtm_{k}": v for k, v in rep.mtm.items()}})
-            self.store.refresh_offline(user_id, mtm)
-        self.graph.refresh(delta)  # its own lock: MTM searches need not wait for it
+        # One store call commits the graph and MTM changes together and refreshes the MTM
+        # indexes before readers get the store's lock back.
+        update = CycleUpdate(self.graph, plan, decay=sp.ltm)
+        done = self.store.commit_offline(user_id, changes, self.clock(), update, {"units": rep.units},
+                                         before_commit=self._in_transaction)
+        rep.cycle, rep.graph, rep.mtm = done.cycle, done.graph, done.mtm
+        self.graph.refresh(update.delta)  # its own lock: MTM searches need not wait for it
         t5 = time.perf_counter()
         rep.seconds = {"select": t1 - t0, "abstract": t2 - t1, "sleep_update": t3 - t2, "recursive": t4 - t3,
                        "commit": t5 - t4, "total": t5 - t0}
         return rep
 
+    def _in_transaction(self) -> None:
+        if self.crash_hook is not None:
+            self.crash_hook("in_transaction")
+
     # -- steps -----------------------------------------------------------------------------------
     def _abstract(self, user_id: str, items: list[MemoryItem]) -> list:
         """Episodes → de-identified knowledge units (the user's speakers are names to scrub)."""
-        speakers = set(self.store.sql.speakers(user_id))
+        speakers = set(self.store.speakers(user_id))
         deid = self.deid.with_context(names=[s for s in speakers if s.lower() not in ("user", "assistant", "system")],
                                       user_ids=[user_id])
         episodes = deid.scrub_many([strip_speaker(it.text) for it in items])

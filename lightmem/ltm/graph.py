@@ -1,18 +1,17 @@
-"""The LTM knowledge graph: SQLite (truth, same database as MTM) + FAISS / BM25 views.
+"""The LTM knowledge graph: the store's graph tables (truth) + FAISS / BM25 views.
 
 Nodes (Entity, Concept) and typed edges (IsA, HasProperty, RelatedTo, Implies) carry a
 confidence and an evidence count accumulated across consolidation cycles (Algorithm 3,
 steps 4-9). The tables hold no user id and no link back to MTM: what a user's episodes
 taught is kept only as de-identified statements and counts.
 
-Writes happen inside the consolidator's transaction (``integrate``, ``decay``) and return
-a ``GraphDelta``; ``refresh(delta)`` updates the in-memory indexes after the commit, so a
-rolled-back cycle leaves both the tables and the indexes as they were.
+Writes happen inside the store's offline commit (``CycleUpdate`` runs ``integrate`` and
+``decay`` there) and return a ``GraphDelta``; ``refresh(delta)`` updates the in-memory
+indexes after the commit, so a rolled-back cycle leaves both the tables and the indexes as
+they were.
 """
 from __future__ import annotations
 
-import json
-import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,28 +21,10 @@ import numpy as np
 
 from lightmem.ltm.abstraction import KnowledgeUnit
 from lightmem.retrieval import scoring
+from lightmem.stores.base import GraphStore, GraphTransaction
 from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.sqlite import SQLiteStore
 from lightmem.stores.vector_index import VectorIndex
-from lightmem.types import Edge, EdgeType, KnowledgeNode, NodeKind
-
-LTM_SCHEMA = """
-CREATE TABLE IF NOT EXISTS ltm_nodes (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, text TEXT NOT NULL,
-  facts TEXT NOT NULL DEFAULT '[]', confidence REAL NOT NULL, evidence INTEGER NOT NULL,
-  first_seen REAL NOT NULL, last_seen REAL NOT NULL, last_cycle INTEGER NOT NULL, active INTEGER NOT NULL DEFAULT 1,
-  embedding BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS ltm_edges (
-  src INTEGER NOT NULL, dst INTEGER NOT NULL, type TEXT NOT NULL, label TEXT NOT NULL DEFAULT '',
-  confidence REAL NOT NULL, evidence INTEGER NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
-  last_cycle INTEGER NOT NULL, active INTEGER NOT NULL DEFAULT 1,
-  PRIMARY KEY (src, dst, type)
-);
-CREATE INDEX IF NOT EXISTS ltm_edges_dst ON ltm_edges (dst);
-CREATE TABLE IF NOT EXISTS ltm_cycles (cycle INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, stats TEXT NOT NULL);
-"""
-_NODE_COLS = "id, key, kind, text, facts, confidence, evidence, first_seen, last_seen, last_cycle, active"
+from lightmem.types import Edge, EdgeType, KnowledgeNode
 
 
 @dataclass(frozen=True)
@@ -99,60 +80,46 @@ class GraphDelta:
                                                             "edges_reinforced": 0, "nodes_dropped": 0, "edges_dropped": 0})
 
 
-def _row_to_node(r: Sequence[Any]) -> KnowledgeNode:
-    return KnowledgeNode(id=int(r[0]), key=r[1], kind=NodeKind(r[2]), text=r[3], facts=json.loads(r[4]), confidence=r[5],
-                         evidence=r[6], first_seen=r[7], last_seen=r[8], last_cycle=r[9], active=bool(r[10]))
-
-
 def node_document(name: str, facts: Sequence[str]) -> str:
     """What a node's embedding and BM25 entry are computed from."""
     return name + (": " + " | ".join(facts) if facts else "")
 
 
 class KnowledgeGraph:
-    """The LTM graph over the store's SQLite database.
+    """The LTM graph over the store's graph tables.
 
     Args:
-        sql: The store's database (LTM tables are created in it).
+        tables: The store's graph tables (``MemoryStore.graph``).
         encode: Embeds texts (the Memory's embedder); vectors are L2-normalised.
         dim: Embedding dimension.
         spec: Merge, link and decay rules.
     """
 
-    def __init__(self, sql: SQLiteStore, encode: Callable[[list[str]], np.ndarray], dim: int,
+    def __init__(self, tables: GraphStore, encode: Callable[[list[str]], np.ndarray], dim: int,
                  spec: GraphSpec | None = None) -> None:
-        self.sql, self.encode, self.dim, self.spec = sql, encode, dim, spec or GraphSpec()
-        with sql.lock:
-            sql.connection.executescript(LTM_SCHEMA)
+        self.tables, self.encode, self.dim, self.spec = tables, encode, dim, spec or GraphSpec()
         self._lock = threading.RLock()
-        self._seen_version = sql.data_version()
+        self._seen_version = tables.data_version()
         self._load()
 
     # -- in-memory views -----------------------------------------------------------------------
-    def _last_cycle(self) -> int:
-        (cycle,), = self.sql.query("SELECT COALESCE(MAX(cycle), 0) FROM ltm_cycles")
-        return int(cycle)
-
     def _sync(self) -> None:
         """Reload the views when another process committed a consolidation cycle (a PRAGMA otherwise)."""
-        version = self.sql.data_version()
+        version = self.tables.data_version()
         if version == self._seen_version:
             return
         self._seen_version = version
-        if self._last_cycle() != self._loaded_cycle:
+        if self.tables.last_cycle() != self._loaded_cycle:
             self._load()
 
     def _load(self) -> None:
-        cycle = self._last_cycle()
-        rows = self.sql.query(f"SELECT {_NODE_COLS}, embedding FROM ltm_nodes WHERE active = 1 ORDER BY id")
+        cycle = self.tables.last_cycle()
+        active, vecs = self.tables.active_nodes()
         vectors, lexical = VectorIndex(self.dim), LexicalIndex()
         nodes: dict[int, KnowledgeNode] = {}
-        if rows:
-            ids = np.asarray([r[0] for r in rows], dtype=np.int64)
-            vecs = np.frombuffer(b"".join(r[11] for r in rows), dtype=np.float32).reshape(len(rows), self.dim)
-            vectors.add(ids, vecs)
-            for r in rows:
-                node = _row_to_node(r)
+        if active:
+            vectors.add(np.asarray([n.id for n in active], dtype=np.int64), vecs)
+            for node in active:
                 nodes[node.id] = node
                 lexical.add(node.id, node_document(node.text, node.facts))
         with self._lock:
@@ -162,12 +129,9 @@ class KnowledgeGraph:
 
     def _load_edges(self) -> dict[int, list[Edge]]:
         adj: dict[int, list[Edge]] = {}
-        for src, dst, et, label, conf, ev in self.sql.query(
-            "SELECT src, dst, type, label, confidence, evidence FROM ltm_edges WHERE active = 1"
-        ):
-            e = Edge(src, dst, EdgeType(et), conf, ev, label)
-            adj.setdefault(src, []).append(e)
-            adj.setdefault(dst, []).append(e)
+        for e in self.tables.active_edges():
+            adj.setdefault(e.src, []).append(e)
+            adj.setdefault(e.dst, []).append(e)
         return adj
 
     def refresh(self, delta: GraphDelta) -> None:
@@ -193,7 +157,7 @@ class KnowledgeGraph:
     def __len__(self) -> int:
         return len(self._nodes)
 
-    # -- consolidation writes (inside the caller's transaction) ----------------------------------
+    # -- consolidation writes (inside the store's offline commit) ----------------------------------
     def prepare(self, units: Sequence[KnowledgeUnit]) -> "GraphPlan":
         """The expensive half of ``integrate``, run without any lock: group the batch by node
         key (one piece of evidence per unit), embed, find anchors, decide merge or insert."""
@@ -214,8 +178,7 @@ class KnowledgeGraph:
         docs = [node_document(drafts[k]["text"], drafts[k]["facts"][-1:]) for k in keys]
         enc = np.asarray(self.encode(docs + [drafts[k]["text"] for k in keys]), dtype=np.float32)
         vecs, name_vec = enc[: len(keys)], dict(zip(keys, enc[len(keys):]))
-        existing = {r[1]: _row_to_node(r) for k in keys for r in
-                    self.sql.query(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE key = ?", (k,))}
+        existing = {k: n for k in keys if (n := self.tables.node_by_key(k)) is not None}
         # Neighbourhoods come from the documents; identity (merge) from the names alone:
         # two nodes of one statement share a document but not a name.
         neighbours = [self._anchors(v, keys[:i], list(vecs[:i])) for i, v in enumerate(vecs)]
@@ -238,8 +201,7 @@ class KnowledgeGraph:
                 if into in plan.merge:  # that one merged into an existing node: so does this one
                     same = [(plan.merge[into], same[0][1])]
             if target is None and same and isinstance(same[0][0], int):
-                rows = self.sql.query(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE id = ?", (same[0][0],))
-                target = _row_to_node(rows[0]) if rows else None
+                target = self.tables.node(same[0][0])
             if target is not None:
                 plan.merge[key] = target.id
                 plan.merged_facts.setdefault(target.id, list(target.facts))
@@ -254,8 +216,8 @@ class KnowledgeGraph:
             plan.merged_vecs = dict(zip(ids, np.asarray(self.encode(docs), dtype=np.float32)))
         return plan
 
-    def integrate(self, c: sqlite3.Connection, plan: "GraphPlan", now: float, cycle: int) -> GraphDelta:
-        """Write a prepared batch inside the caller's transaction (Algorithm 3, steps 4-7).
+    def integrate(self, tx: GraphTransaction, plan: "GraphPlan", now: float, cycle: int) -> GraphDelta:
+        """Write a prepared batch inside the store's offline commit (Algorithm 3, steps 4-7).
 
         A node whose key exists, or whose document is at least ``merge_threshold`` similar
         to an existing node's, merges into it (evidence + n, confidence reinforced, the
@@ -269,35 +231,28 @@ class KnowledgeGraph:
                 continue
             nid = plan.merge.get(key)
             if nid is None:  # inserted by a concurrent cycle since prepare(): merge into it
-                row = c.execute("SELECT id FROM ltm_nodes WHERE key = ?", (key,)).fetchone()
-                if row is not None:
-                    nid = int(row[0])
+                found = tx.node_by_key(key)
+                if found is not None:
+                    nid = found.id
                     plan.merged_vecs.setdefault(nid, plan.insert[key])
                     plan.merged_facts.setdefault(nid, d["facts"][-sp.max_facts:])
             if nid is not None:
-                row = c.execute(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE id = ?", (nid,)).fetchone()
-                if row is None:
+                node = tx.node(nid)
+                if node is None:
                     continue
-                node = _row_to_node(row)
                 node.confidence = _reinforce(node.confidence if node.active else sp.initial_confidence, sp.reinforce, d["evidence"])
                 node.evidence += d["evidence"]
                 node.facts = plan.merged_facts.get(nid, node.facts)
                 node.last_seen, node.last_cycle, node.active = now, cycle, True
                 vec = plan.merged_vecs[nid]
-                c.execute("UPDATE ltm_nodes SET facts = ?, confidence = ?, evidence = ?, last_seen = ?, last_cycle = ?, "
-                          "active = 1, embedding = ? WHERE id = ?",
-                          (json.dumps(node.facts), node.confidence, node.evidence, now, cycle, vec.tobytes(), nid))
+                tx.save_node(node, vec)
                 delta.counts["nodes_merged"] += 1
             else:
                 vec = plan.insert[key]
                 conf = _reinforce(sp.initial_confidence, sp.reinforce, d["evidence"] - 1)
                 facts = d["facts"][-sp.max_facts:]
-                cur = c.execute(
-                    "INSERT INTO ltm_nodes (key, kind, text, facts, confidence, evidence, first_seen, last_seen, last_cycle, "
-                    "active, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
-                    (key, d["kind"].value, d["text"], json.dumps(facts), conf, d["evidence"], now, now, cycle, vec.tobytes()),
-                )
-                node = KnowledgeNode(int(cur.lastrowid), key, d["kind"], d["text"], facts, conf, d["evidence"], now, now, cycle)
+                nid = tx.insert_node(key, d["kind"], d["text"], facts, conf, d["evidence"], now, cycle, vec)
+                node = KnowledgeNode(nid, key, d["kind"], d["text"], facts, conf, d["evidence"], now, now, cycle)
                 delta.counts["nodes_added"] += 1
             id_of[key] = node.id
             delta.upserted[node.id] = (node, vec)
@@ -305,29 +260,25 @@ class KnowledgeGraph:
             if into in id_of:
                 id_of[key] = id_of[into]
         # Edges: one piece of evidence per unit, plus the anchor links of new nodes.
-        edge_ev: dict[tuple[int, int, str], tuple[int, str]] = {}
+        edge_ev: dict[tuple[int, int, EdgeType], tuple[int, str]] = {}
         for (a, b, et), (n, label) in plan.edges.items():
             if a in id_of and b in id_of and id_of[a] != id_of[b]:
-                k = (id_of[a], id_of[b], et.value)
+                k = (id_of[a], id_of[b], EdgeType(et))
                 m, lab = edge_ev.get(k, (0, label))
                 edge_ev[k] = (m + n, lab or label)
         for key, anchors in plan.links.items():
             for a in anchors:
                 target = id_of.get(plan.alias.get(a, a)) if isinstance(a, str) else a
                 if key in id_of and target is not None and target != id_of[key]:
-                    edge_ev.setdefault((id_of[key], target, EdgeType.RELATED_TO.value), (1, "anchor"))
+                    edge_ev.setdefault((id_of[key], target, EdgeType.RELATED_TO), (1, "anchor"))
         for (a, b, et), (n, label) in edge_ev.items():
-            row = c.execute("SELECT confidence, evidence, active FROM ltm_edges WHERE src = ? AND dst = ? AND type = ?",
-                            (a, b, et)).fetchone()
-            if row:
-                conf = _reinforce(row[0] if row[2] else sp.initial_confidence, sp.reinforce, n)
-                c.execute("UPDATE ltm_edges SET confidence = ?, evidence = evidence + ?, last_seen = ?, last_cycle = ?, "
-                          "active = 1 WHERE src = ? AND dst = ? AND type = ?", (conf, n, now, cycle, a, b, et))
+            state = tx.edge_state(a, b, et)
+            if state:
+                conf = _reinforce(state[0] if state[2] else sp.initial_confidence, sp.reinforce, n)
+                tx.reinforce_edge(a, b, et, conf, n, now, cycle)
                 delta.counts["edges_reinforced"] += 1
-            elif c.execute("SELECT COUNT(*) FROM ltm_nodes WHERE id IN (?, ?) AND active = 1", (a, b)).fetchone()[0] == 2:
-                c.execute("INSERT INTO ltm_edges (src, dst, type, label, confidence, evidence, first_seen, last_seen, "
-                          "last_cycle, active) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
-                          (a, b, et, label, _reinforce(sp.initial_confidence, sp.reinforce, n - 1), n, now, now, cycle))
+            elif tx.both_active(a, b):
+                tx.insert_edge(a, b, et, label, _reinforce(sp.initial_confidence, sp.reinforce, n - 1), n, now, cycle)
                 delta.counts["edges_added"] += 1
         delta.edges_changed = bool(edge_ev)
         return delta
@@ -342,37 +293,20 @@ class KnowledgeGraph:
             out += [(new_ids[j], float(sims[j])) for j in np.argsort(-sims)[: self.spec.anchors]]
         return sorted(out, key=lambda t: -t[1])[: self.spec.anchors]
 
-    def decay(self, c: sqlite3.Connection, cycle: int, delta: GraphDelta) -> None:
+    def decay(self, tx: GraphTransaction, cycle: int, delta: GraphDelta) -> None:
         """Algorithm 3, steps 8-9: weakly supported units not seen this cycle lose confidence;
         those below ``drop_below`` become inactive (kept on disk, out of the index)."""
         sp = self.spec
-        c.execute("UPDATE ltm_nodes SET confidence = confidence * ? WHERE active = 1 AND last_cycle < ? AND evidence < ?",
-                  (sp.decay, cycle, sp.strong_evidence))
-        c.execute("UPDATE ltm_edges SET confidence = confidence * ? WHERE active = 1 AND last_cycle < ? AND evidence < ?",
-                  (sp.decay, cycle, sp.strong_evidence))
-        dropped = [r[0] for r in c.execute("SELECT id FROM ltm_nodes WHERE active = 1 AND confidence < ?", (sp.drop_below,))]
-        c.execute("UPDATE ltm_nodes SET active = 0 WHERE active = 1 AND confidence < ?", (sp.drop_below,))
-        n_edges = c.execute(
-            "UPDATE ltm_edges SET active = 0 WHERE active = 1 AND (confidence < ? OR src IN (SELECT id FROM ltm_nodes "
-            "WHERE active = 0) OR dst IN (SELECT id FROM ltm_nodes WHERE active = 0))", (sp.drop_below,)
-        ).rowcount
+        dropped, n_edges = tx.decay(sp.decay, cycle, sp.strong_evidence, sp.drop_below)
         delta.dropped.update(int(i) for i in dropped)
         delta.counts["nodes_dropped"] += len(dropped)
         delta.counts["edges_dropped"] += n_edges
         delta.edges_changed = delta.edges_changed or n_edges > 0
-        # Decayed confidences are read from SQLite by the next refresh of these nodes; the
+        # Decayed confidences are read from the tables by the next refresh of these nodes; the
         # index only needs to forget the dropped ones.
         for nid, (node, _) in delta.upserted.items():
             if nid in delta.dropped:
                 node.active = False
-
-    @staticmethod
-    def new_cycle(c: sqlite3.Connection, now: float) -> int:
-        return int(c.execute("INSERT INTO ltm_cycles (at, stats) VALUES (?, '{}')", (now,)).lastrowid)
-
-    @staticmethod
-    def finish_cycle(c: sqlite3.Connection, cycle: int, stats: dict[str, Any]) -> None:
-        c.execute("UPDATE ltm_cycles SET stats = ? WHERE cycle = ?", (json.dumps(stats), cycle))
 
     # -- reads -----------------------------------------------------------------------------------
     def search(self, qvec: np.ndarray, query: str, quota: int, hops: int = 1, w_lexical: float = 0.5,
@@ -425,33 +359,43 @@ class KnowledgeGraph:
         return node.render(links)
 
     def node(self, nid: int) -> KnowledgeNode:
-        rows = self.sql.query(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE id = ?", (nid,))
-        if not rows:
+        node = self.tables.node(nid)
+        if node is None:
             raise KeyError(f"no LTM node {nid}")
-        return _row_to_node(rows[0])
+        return node
 
     def nodes(self, include_dropped: bool = False) -> list[KnowledgeNode]:
-        where = "" if include_dropped else " WHERE active = 1"
-        return [_row_to_node(r) for r in self.sql.query(f"SELECT {_NODE_COLS} FROM ltm_nodes{where} ORDER BY id")]
+        return self.tables.nodes(include_dropped)
 
     def edges(self, include_dropped: bool = False) -> list[Edge]:
-        where = "" if include_dropped else " WHERE active = 1"
-        return [Edge(s, d, EdgeType(t), cf, ev, lb) for s, d, t, lb, cf, ev in
-                self.sql.query(f"SELECT src, dst, type, label, confidence, evidence FROM ltm_edges{where} ORDER BY src, dst")]
+        return self.tables.edges(include_dropped)
 
     def stats(self) -> dict[str, int]:
-        (n_act, n_all), = self.sql.query("SELECT COALESCE(SUM(active), 0), COUNT(*) FROM ltm_nodes")
-        (e_act, e_all), = self.sql.query("SELECT COALESCE(SUM(active), 0), COUNT(*) FROM ltm_edges")
-        (cycles,), = self.sql.query("SELECT COUNT(*) FROM ltm_cycles")
-        return {"nodes": int(n_act), "nodes_dropped": int(n_all - n_act), "edges": int(e_act),
-                "edges_dropped": int(e_all - e_act), "cycles": int(cycles)}
+        return self.tables.stats()
 
     def texts(self) -> list[str]:
         """Every text LTM stores (node names, facts, edge labels): what a privacy audit scans."""
-        out = [t for row in self.sql.query("SELECT key, text, facts FROM ltm_nodes") for t in (row[0], row[1], row[2])]
-        out += [r[0] for r in self.sql.query("SELECT label FROM ltm_edges")]
-        out += [r[0] for r in self.sql.query("SELECT stats FROM ltm_cycles")]
-        return out
+        return self.tables.texts()
+
+
+@dataclass
+class CycleUpdate:
+    """A cycle's graph half (``GraphUpdate``): integrate the prepared batch, then decay.
+
+    ``MemoryStore.commit_offline`` runs it inside the cycle's transaction; ``delta`` is what
+    ``KnowledgeGraph.refresh`` applies once the cycle committed.
+    """
+
+    graph: KnowledgeGraph
+    plan: GraphPlan | None
+    decay: bool = True
+    delta: GraphDelta = field(default_factory=GraphDelta)
+
+    def apply(self, tx: GraphTransaction, cycle: int, now: float) -> dict[str, int]:
+        self.delta = self.graph.integrate(tx, self.plan, now, cycle) if self.plan is not None else GraphDelta()
+        if self.decay:
+            self.graph.decay(tx, cycle, self.delta)
+        return dict(self.delta.counts)
 
 
 def _reinforce(conf: float, rate: float, times: int) -> float:

@@ -15,7 +15,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,10 +25,12 @@ import numpy as np
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.retrieval.scoring import retention_score
+from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit
+from lightmem.stores.graph_tables import SQLiteGraph, SQLiteGraphTransaction
 from lightmem.stores.lexical_index import LexicalIndex
 from lightmem.stores.sqlite import _ITEM_COLS, SQLiteStore, row_to_item
 from lightmem.stores.vector_index import VectorIndex
-from lightmem.types import Filters, ItemKind, MemoryItem, Turn
+from lightmem.types import Filters, HistoryEvent, ItemKind, MemoryItem, Turn
 
 log = logging.getLogger(__name__)
 DB_NAME = "lightmem.sqlite"
@@ -112,24 +114,6 @@ class _Partition:
 
 
 @dataclass
-class OfflineChanges:
-    """What one consolidation cycle does to a user's MTM, applied in its transaction.
-
-    Attributes:
-        supersede: (target id, newer id, "merge" | "update"): the target stops being current
-            (sleep-time update).
-        provenance: Item id → turn ids to add (a merged target's provenance moves to the newer entry).
-        abstracts: (abstract item, its vector, member ids): inserted; members archived.
-        marks: (item id, access count) of the items this cycle consolidated.
-    """
-
-    supersede: list[tuple[str, str, str]] = field(default_factory=list)
-    provenance: dict[str, list[str]] = field(default_factory=dict)
-    abstracts: list[tuple[MemoryItem, np.ndarray, list[str]]] = field(default_factory=list)
-    marks: list[tuple[str, int]] = field(default_factory=list)
-
-
-@dataclass
 class _OfflineDelta:
     superseded: list[int] = field(default_factory=list)
     archived: list[int] = field(default_factory=list)
@@ -178,7 +162,7 @@ class _SyncingLock:
 
 
 class MTMStore:
-    """The embedded MTM store.
+    """The embedded store (``MemoryStore``): SQLite, with FAISS and BM25 mirrors of each user's items.
 
     Args:
         path: A folder (the database is ``<folder>/lightmem.sqlite``) or a ``.sqlite`` file.
@@ -221,6 +205,7 @@ class MTMStore:
         # Partitions load lazily from the tables, so the change log starts from now.
         self._seen_version, self._seen_change = self.sql.data_version(), self.sql.last_change()
         self._lock = _SyncingLock(self.sql.lock, self.refresh)
+        self._graph = SQLiteGraph(self.sql, dim)
         self._check_identity()
 
     def _check_identity(self) -> None:
@@ -238,6 +223,22 @@ class MTMStore:
     def lock(self) -> _SyncingLock:
         """The store's re-entrant lock: hold it for several index reads that must agree."""
         return self._lock
+
+    @property
+    def graph(self) -> SQLiteGraph:
+        """The LTM graph's tables (same database: a cycle commits graph and MTM together)."""
+        return self._graph
+
+    def info(self) -> dict[str, str | None]:
+        """``embedder``, ``dim`` and ``schema_version`` as recorded in the database."""
+        return {k: self.sql.get_meta(k) for k in ("embedder", "dim", "schema_version")}
+
+    def users(self) -> list[str]:
+        return self.sql.users()
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per user: turns, active items, archived items, turns pending in the write path's buffers."""
+        return self.sql.counts()
 
     # -- other processes' commits -------------------------------------------------------------
     def refresh(self) -> None:
@@ -349,6 +350,18 @@ class MTMStore:
         with self.sql.lock:
             return self.sql.existing_turn_ids(self.sql.connection, user_id, list(turn_ids))
 
+    def turns(self, user_id: str) -> list[Turn]:
+        """The user's stored turns, oldest first."""
+        return self.sql.turns(user_id)
+
+    def pending_turns(self, user_id: str) -> list[Turn]:
+        """Turns stored but still in the write path's buffers (no items yet), oldest first."""
+        return self.sql.pending_turns(user_id)
+
+    def speakers(self, user_id: str) -> list[str]:
+        """The distinct speakers of a user's turns (names the consolidator must scrub)."""
+        return self.sql.speakers(user_id)
+
     def _evict(self, c, user_id: str, n_active: int, now: float) -> list[int]:
         excess = n_active - self.capacity
         if excess <= 0:
@@ -436,6 +449,9 @@ class MTMStore:
             return counts
 
     # -- reads -----------------------------------------------------------------------------
+    def history(self, user_id: str, item_id: str) -> list[HistoryEvent]:
+        return self.sql.history(user_id, item_id)
+
     def get(self, user_id: str, item_id: str, include_archived: bool = False) -> MemoryItem:
         rows = self.sql.item_rows(user_id, "id = ?" + ("" if include_archived else " AND archived = 0"), [item_id])
         if not rows:
@@ -525,8 +541,26 @@ class MTMStore:
             out += [(int(r[0]), row_to_item(r), "reactivated") for r in rows]
         return out
 
-    def apply_offline(self, c: Any, user_id: str, changes: OfflineChanges, cycle: int, now: float) -> _OfflineDelta:
-        """Write a cycle's MTM changes inside the caller's transaction (hold ``sql.lock``).
+    def commit_offline(self, user_id: str, changes: OfflineChanges, now: float, graph: GraphUpdate | None = None,
+                       stats: Mapping[str, Any] | None = None,
+                       before_commit: Callable[[], None] | None = None) -> OfflineCommit:
+        """Commit one consolidation cycle in one transaction: a new cycle row, ``graph``'s update,
+        the MTM ``changes``, ``before_commit`` (raise there to roll everything back) and the
+        cycle's stats; then bring the user's indexes in line, before readers get the lock back."""
+        with self.sql.lock:
+            with self.sql.transaction() as c:
+                cycle = SQLiteGraph.new_cycle(c, now)
+                graph_counts = dict(graph.apply(SQLiteGraphTransaction(c), cycle, now)) if graph is not None else {}
+                delta = self._apply_offline(c, user_id, changes, cycle, now)
+                if before_commit is not None:
+                    before_commit()
+                SQLiteGraph.finish_cycle(c, cycle, {**(stats or {}), **graph_counts,
+                                                    **{f"mtm_{k}": v for k, v in delta.counts.items()}})
+            self._refresh_offline(user_id, delta)
+        return OfflineCommit(cycle, graph_counts, dict(delta.counts))
+
+    def _apply_offline(self, c: Any, user_id: str, changes: OfflineChanges, cycle: int, now: float) -> _OfflineDelta:
+        """Write a cycle's MTM changes inside ``commit_offline``'s transaction.
 
         Items deleted or archived since the cycle read them are skipped, and so is a cluster
         with such a member: the cycle never resurrects what the user removed.
@@ -579,7 +613,7 @@ class MTMStore:
                 d.counts["marked"] += 1
         return d
 
-    def refresh_offline(self, user_id: str, d: _OfflineDelta) -> None:
+    def _refresh_offline(self, user_id: str, d: _OfflineDelta) -> None:
         """Bring the user's indexes in line with a committed cycle (call under ``sql.lock``)."""
         part = self._parts.get(user_id)
         if part is None:

@@ -25,8 +25,8 @@ import numpy as np
 from lightmem.errors import StoreError
 from lightmem.types import HistoryEvent, ItemKind, MemoryItem, Turn
 
-SCHEMA_VERSION = "2"
-_MIGRATABLE = {"1"}  # older versions this code upgrades in place (every change is additive)
+SCHEMA_VERSION = "3"
+_MIGRATABLE = {"1", "2"}  # older versions this code upgrades in place (every change is additive)
 _BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
@@ -74,6 +74,22 @@ BEGIN INSERT INTO item_changes (user_id, rid) VALUES (OLD.user_id, OLD.rid); END
 CREATE TRIGGER IF NOT EXISTS items_changes_update
 AFTER UPDATE OF text, embedding, archived, superseded_by, valid_to, event_time, kind, topic, entities ON items
 BEGIN INSERT INTO item_changes (user_id, rid) VALUES (NEW.user_id, NEW.rid); END;
+-- schema 3: the LTM graph (schema-2 stores made these tables on first LTM use, unversioned;
+-- IF NOT EXISTS keeps theirs). No user id and no link back to MTM: de-identified knowledge only.
+CREATE TABLE IF NOT EXISTS ltm_nodes (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, text TEXT NOT NULL,
+  facts TEXT NOT NULL DEFAULT '[]', confidence REAL NOT NULL, evidence INTEGER NOT NULL,
+  first_seen REAL NOT NULL, last_seen REAL NOT NULL, last_cycle INTEGER NOT NULL, active INTEGER NOT NULL DEFAULT 1,
+  embedding BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ltm_edges (
+  src INTEGER NOT NULL, dst INTEGER NOT NULL, type TEXT NOT NULL, label TEXT NOT NULL DEFAULT '',
+  confidence REAL NOT NULL, evidence INTEGER NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
+  last_cycle INTEGER NOT NULL, active INTEGER NOT NULL DEFAULT 1,
+  PRIMARY KEY (src, dst, type)
+);
+CREATE INDEX IF NOT EXISTS ltm_edges_dst ON ltm_edges (dst);
+CREATE TABLE IF NOT EXISTS ltm_cycles (cycle INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, stats TEXT NOT NULL);
 """
 
 _ITEM_COLS = (

@@ -1,0 +1,292 @@
+"""The store interface: what the facade, the retrieval engine, the CLI, the server and the LTM
+may ask of a memory store, and nothing more.
+
+``MTMStore`` (SQLite + FAISS + BM25) is the embedded backend. A second backend (a server
+database such as PostgreSQL with pgvector) is added by implementing ``MemoryStore`` and
+``GraphStore`` and passing ``tests/test_store_contract.py``; no other layer changes.
+
+Every method that reads or changes items takes the ``user_id`` it acts for: no call can
+reach another user's rows. Row ids (``rid``) are the store's integer keys of items; they are
+never reused, so a stale id can never point at someone else's newer item.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from lightmem.types import Edge, EdgeType, Filters, HistoryEvent, KnowledgeNode, MemoryItem, NodeKind, Turn
+
+
+@dataclass
+class OfflineChanges:
+    """What one consolidation cycle does to a user's MTM, applied in the cycle's transaction.
+
+    Attributes:
+        supersede: (target id, newer id, "merge" | "update"): the target stops being current
+            (sleep-time update).
+        provenance: Item id → turn ids to add (a merged target's provenance moves to the newer entry).
+        abstracts: (abstract item, its vector, member ids): inserted; members archived.
+        marks: (item id, access count) of the items this cycle consolidated.
+    """
+
+    supersede: list[tuple[str, str, str]] = field(default_factory=list)
+    provenance: dict[str, list[str]] = field(default_factory=dict)
+    abstracts: list[tuple[MemoryItem, np.ndarray, list[str]]] = field(default_factory=list)
+    marks: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass
+class OfflineCommit:
+    """What a committed consolidation cycle did.
+
+    Attributes:
+        cycle: The cycle's number (increasing across the store, every user).
+        graph: Counts the graph update returned.
+        mtm: Counts of the MTM changes: superseded, merged, abstracts, archived, marked, skipped
+            (changes dropped because an item was deleted or archived since the cycle read it).
+    """
+
+    cycle: int
+    graph: dict[str, int] = field(default_factory=dict)
+    mtm: dict[str, int] = field(default_factory=dict)
+
+
+class GraphTransaction(Protocol):
+    """The LTM graph's writes, valid only inside ``MemoryStore.commit_offline``."""
+
+    def node(self, nid: int) -> KnowledgeNode | None: ...
+
+    def node_by_key(self, key: str) -> KnowledgeNode | None: ...
+
+    def insert_node(self, key: str, kind: NodeKind, text: str, facts: list[str], confidence: float, evidence: int,
+                    now: float, cycle: int, vector: np.ndarray) -> int:
+        """Insert an active node; returns its id."""
+        ...
+
+    def save_node(self, node: KnowledgeNode, vector: np.ndarray) -> None:
+        """Write a node's facts, confidence, evidence, last seen and cycle, and vector; it becomes active."""
+        ...
+
+    def edge_state(self, src: int, dst: int, type: EdgeType) -> tuple[float, int, bool] | None:
+        """(confidence, evidence, active) of the edge, or None when there is none."""
+        ...
+
+    def reinforce_edge(self, src: int, dst: int, type: EdgeType, confidence: float, evidence: int, now: float,
+                       cycle: int) -> None:
+        """Set the edge's confidence, add ``evidence``, mark it seen now and active."""
+        ...
+
+    def insert_edge(self, src: int, dst: int, type: EdgeType, label: str, confidence: float, evidence: int, now: float,
+                    cycle: int) -> None: ...
+
+    def both_active(self, a: int, b: int) -> bool:
+        """Whether two distinct nodes exist and are active."""
+        ...
+
+    def decay(self, factor: float, cycle: int, strong_evidence: int, drop_below: float) -> tuple[list[int], int]:
+        """Scale the confidence of active units last seen before ``cycle`` with less than
+        ``strong_evidence``; deactivate nodes below ``drop_below`` and edges below it or touching
+        an inactive node. Returns (ids of the nodes dropped, number of edges dropped)."""
+        ...
+
+
+class GraphUpdate(Protocol):
+    """The LTM half of a consolidation cycle, run by ``commit_offline`` inside its transaction."""
+
+    def apply(self, tx: GraphTransaction, cycle: int, now: float) -> Mapping[str, int]:
+        """Write the graph changes; returns their counts (recorded with the cycle)."""
+        ...
+
+
+class GraphStore(Protocol):
+    """Reads of the LTM graph's tables (no user id: the graph holds de-identified knowledge only)."""
+
+    def data_version(self) -> int:
+        """A number that changes when another process commits (cheap: polled before each search)."""
+        ...
+
+    def last_cycle(self) -> int:
+        """The newest committed cycle (0 before the first)."""
+        ...
+
+    def active_nodes(self) -> tuple[list[KnowledgeNode], np.ndarray]:
+        """Active nodes by id and their vectors (one row each, float32)."""
+        ...
+
+    def active_edges(self) -> list[Edge]: ...
+
+    def node(self, nid: int) -> KnowledgeNode | None: ...
+
+    def node_by_key(self, key: str) -> KnowledgeNode | None: ...
+
+    def nodes(self, include_dropped: bool = False) -> list[KnowledgeNode]:
+        """Nodes by id."""
+        ...
+
+    def edges(self, include_dropped: bool = False) -> list[Edge]:
+        """Edges by (src, dst)."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """nodes, nodes_dropped, edges, edges_dropped, cycles."""
+        ...
+
+    def texts(self) -> list[str]:
+        """Every text the graph stores (keys, names, facts, labels, cycle stats): what a privacy audit scans."""
+        ...
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """A per-user memory store: turns, items with vectors, history, search indexes and the LTM graph.
+
+    Attributes:
+        dim: Embedding dimension of the stored vectors.
+        embedder: Name of the embedder that made them.
+        capacity: Bound on active items per user; the least retained are archived beyond it.
+    """
+
+    dim: int
+    embedder: str
+    capacity: int
+
+    @property
+    def lock(self) -> AbstractContextManager[Any]:
+        """Re-entrant; hold it for several reads that must see one state of the store."""
+        ...
+
+    @property
+    def graph(self) -> GraphStore:
+        """The LTM graph's tables."""
+        ...
+
+    # -- store --------------------------------------------------------------------------------
+    def info(self) -> dict[str, str | None]:
+        """``embedder``, ``dim`` and ``schema_version`` as recorded in the store."""
+        ...
+
+    def users(self) -> list[str]:
+        """Every user with turns or items, sorted."""
+        ...
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per user: turns, items (active), archived, pending."""
+        ...
+
+    def refresh(self) -> None:
+        """Catch up with other processes' commits (every call does it; call it only to measure it)."""
+        ...
+
+    def flush(self) -> None:
+        """Write buffered access statistics."""
+        ...
+
+    def close(self) -> None: ...
+
+    @staticmethod
+    def new_id() -> str:
+        """A fresh item id."""
+        ...
+
+    # -- turns and the write path -----------------------------------------------------------------
+    def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray, now: float,
+              pending: Sequence[str] | None = None) -> list[MemoryItem]:
+        """Persist turns and their items atomically; skip turns the user has (and their items);
+        replace the user's pending turn ids when ``pending`` is given. Returns the items written."""
+        ...
+
+    def known_turns(self, user_id: str, turn_ids: Sequence[str]) -> set[str]: ...
+
+    def turns(self, user_id: str) -> list[Turn]:
+        """The user's stored turns, oldest first."""
+        ...
+
+    def pending_turns(self, user_id: str) -> list[Turn]:
+        """Turns stored but still buffered by the write path (no items yet), oldest first."""
+        ...
+
+    def speakers(self, user_id: str) -> list[str]: ...
+
+    # -- items ----------------------------------------------------------------------------------
+    def get(self, user_id: str, item_id: str, include_archived: bool = False) -> MemoryItem:
+        """Raises ``ItemNotFoundError`` when the user has no such item."""
+        ...
+
+    def list(self, user_id: str, include_archived: bool = False, limit: int | None = None,
+             offset: int = 0) -> list[MemoryItem]:
+        """The user's items, oldest first."""
+        ...
+
+    def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None,
+               **fields: Any) -> MemoryItem:
+        """Change an item's fields (a new text needs ``vector``); the old text goes to history."""
+        ...
+
+    def set_archived(self, user_id: str, item_id: str, archived: bool, now: float) -> MemoryItem: ...
+
+    def delete(self, user_id: str, item_id: str, now: float) -> None: ...
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """Erase the user's items, turns, history, pending marks and consolidation marks; returns counts."""
+        ...
+
+    def history(self, user_id: str, item_id: str) -> list[HistoryEvent]: ...
+
+    # -- read path --------------------------------------------------------------------------------
+    def search_dense(self, user_id: str, qvec: np.ndarray, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids, cosines) of the top ``k`` active items passing ``filters``, best first."""
+        ...
+
+    def search_lexical(self, user_id: str, query: str, k: int,
+                       filters: Filters) -> tuple[np.ndarray, np.ndarray, Callable[[Sequence[int]], np.ndarray]]:
+        """(row ids, BM25 scores) of the top ``k``, and this query's BM25 of any row ids."""
+        ...
+
+    def cosine(self, user_id: str, qvec: np.ndarray, rids: Sequence[int]) -> np.ndarray: ...
+
+    def signals(self, user_id: str, rids: Sequence[int]) -> tuple[np.ndarray, list[frozenset[str]]]:
+        """Event times and tags (topic, entities; lower case) of active items."""
+        ...
+
+    def fetch(self, user_id: str, rids: Sequence[int]) -> dict[int, MemoryItem]:
+        """Items of this user by row id; others' rows are never returned."""
+        ...
+
+    def size(self, user_id: str) -> int:
+        """Active items of the user."""
+        ...
+
+    def touch(self, user_id: str, rids: Sequence[int], at: float) -> None:
+        """Count a retrieval of these items (may be buffered until ``flush``)."""
+        ...
+
+    # -- offline consolidation ----------------------------------------------------------------------
+    def indexed(self, user_id: str, rids: Sequence[int]) -> set[int]:
+        """Which of these row ids are active items of the user."""
+        ...
+
+    def vectors(self, user_id: str, rids: Sequence[int]) -> np.ndarray:
+        """Stored vectors of active items, in the order given."""
+        ...
+
+    def consolidation_candidates(self, user_id: str, limit: int, reactivation: int = 2,
+                                 pressure: float = 0.9) -> list[tuple[int, MemoryItem, str]]:
+        """(rid, item, reason) of at most ``limit`` active items to consolidate: ``new``,
+        ``pressure`` (new, least retained first, under capacity pressure) or ``reactivated``."""
+        ...
+
+    def consolidation_state(self, user_id: str) -> dict[str, int]:
+        """``consolidated`` and ``unconsolidated`` active items of the user."""
+        ...
+
+    def commit_offline(self, user_id: str, changes: OfflineChanges, now: float, graph: GraphUpdate | None = None,
+                       stats: Mapping[str, Any] | None = None,
+                       before_commit: Callable[[], None] | None = None) -> OfflineCommit:
+        """Commit one consolidation cycle in one transaction: a new cycle, the graph update,
+        the MTM changes, ``before_commit`` (raise there to roll everything back) and the cycle's
+        stats. Changes to items deleted or archived since the cycle read them are skipped."""
+        ...

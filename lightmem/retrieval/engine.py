@@ -20,7 +20,7 @@ from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
 from lightmem.retrieval.scoring import Fusion
 from lightmem.roles.selector import Selector
-from lightmem.stores.mtm import MTMStore
+from lightmem.stores.base import MemoryStore
 from lightmem.types import Hit, ItemKind, MemoryItem, RetrievalPlan, Route
 
 ROUTINGS = ("concurrent", "controller", "mtm_only", "ltm_only")
@@ -65,7 +65,7 @@ class TwoStageRetriever:
 
     def __init__(
         self,
-        store: MTMStore,
+        store: MemoryStore,
         embedder: Embedder,
         selector: Selector,
         fusion: str | Fusion = Fusion.WEIGHTED,

@@ -92,6 +92,10 @@ def _snapshot(store: MemoryStore, user: str) -> dict:
 
 
 # -- write / get / list / update / delete ---------------------------------------------------------------
+def test_the_backend_implements_the_protocol(store):
+    assert isinstance(store, MemoryStore)
+
+
 def test_write_then_read_back(store):
     w = _write(store, "u", ["alpha beta", "gamma delta", "epsilon"], topic="greek", entities=["Ava"])
     assert [it.text for it in w.items] == ["alpha beta", "gamma delta", "epsilon"]

@@ -1,4 +1,4 @@
-"""MTM: per-user episodic memory over SQLite (truth) + FAISS + BM25 (rebuildable views).
+"""The embedded store: per-user memory over SQLite (truth) + FAISS + BM25 (rebuildable views).
 
 Isolation is structural: every user has a separate partition (its own vector and lexical
 index, loaded lazily from SQLite rows of that user only), and every SQL statement is
@@ -8,157 +8,39 @@ scoped by ``user_id``. No filter can name a user; the partition is chosen by the
 Freshness across processes: whoever takes the store's lock first (``MTMStore.lock``) first
 replays the commits other processes made since its last call (``refresh``), so a search
 never misses another process's turns and never returns an item it deleted.
+
+The jobs around it live beside it: ``partition`` (the index mirror), ``eviction`` (capacity),
+``offline`` (consolidation candidates and the cycle's MTM changes), ``access`` (buffered access
+counts), ``sqlite`` (tables and schema), ``graph_tables`` (the LTM graph's tables).
 """
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
-from lightmem.retrieval.scoring import retention_score
+from lightmem.stores import offline
+from lightmem.stores.access import AccessBuffer
 from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit
+from lightmem.stores.eviction import evict
 from lightmem.stores.graph_tables import SQLiteGraph, SQLiteGraphTransaction
 from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.sqlite import _ITEM_COLS, SQLiteStore, row_to_item
+from lightmem.stores.partition import Partition, SyncingLock, fill
+from lightmem.stores.sqlite import DB_NAME, SQLiteStore, database_path, row_to_item, stored_embedder
 from lightmem.stores.vector_index import VectorIndex
-from lightmem.types import Filters, HistoryEvent, ItemKind, MemoryItem, Turn
+from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
+
+__all__ = ["DB_NAME", "MTMStore", "OfflineChanges", "database_path", "stored_embedder"]
 
 log = logging.getLogger(__name__)
-DB_NAME = "lightmem.sqlite"
-_ITEM_COLS_LIST = _ITEM_COLS.split(",")
-
-
-def database_path(path: str | Path) -> Path:
-    """The SQLite file of a store given as a folder or as a ``.sqlite`` / ``.db`` file."""
-    p = Path(path)
-    return p if p.suffix in {".sqlite", ".db"} else p / DB_NAME
-
-
-def stored_embedder(path: str | Path) -> str | None:
-    """The name of the embedder that wrote the store at ``path`` (read-only), or None when there is no store."""
-    import sqlite3
-
-    db = database_path(path)
-    if not db.is_file():
-        return None
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        row = con.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
-    except sqlite3.DatabaseError:
-        return None
-    finally:
-        con.close()
-    return row[0] if row else None
-
-
-@dataclass
-class _Meta:
-    event_time: float
-    kind: ItemKind
-    current: bool
-    tags: frozenset[str]
-
-
-@dataclass
-class _Partition:
-    vectors: VectorIndex
-    lexical: LexicalIndex
-    meta: dict[int, _Meta] = field(default_factory=dict)
-    n_not_current: int = 0  # superseded items; while 0 the default filter keeps everything
-
-    def add(self, rid: int, item: MemoryItem, vec: np.ndarray) -> None:
-        self.vectors.add(np.asarray([rid]), vec[None, :])
-        self.lexical.add(rid, item.text)
-        self._set_meta(rid, _Meta(item.event_time, item.kind, item.is_current, _tags(item.topic, item.entities)))
-
-    def _set_meta(self, rid: int, meta: _Meta) -> None:
-        self.meta[rid] = meta
-        self.n_not_current += not meta.current
-
-    def remove(self, rids: Sequence[int]) -> None:
-        self.vectors.remove(rids)
-        self.lexical.remove(rids)
-        for r in rids:
-            gone = self.meta.pop(int(r), None)
-            if gone is not None:
-                self.n_not_current -= not gone.current
-
-    def allowed(self, ids: np.ndarray, f: Filters) -> np.ndarray | None:
-        """Boolean mask over ``ids`` for the filter, or None when it keeps everything."""
-        if f.is_trivial and self.n_not_current == 0:
-            return None
-        kinds = set(f.kinds) if f.kinds else None
-        tags = {t.lower() for t in f.tags} if f.tags else None
-        lo = -np.inf if f.time_from is None else f.time_from
-        hi = np.inf if f.time_to is None else f.time_to
-
-        def keep(rid: int) -> bool:
-            m = self.meta[rid]
-            return (
-                (f.include_superseded or m.current)
-                and lo <= m.event_time <= hi
-                and (kinds is None or m.kind in kinds)
-                and (tags is None or not tags.isdisjoint(m.tags))
-            )
-
-        return np.fromiter((keep(int(r)) for r in ids), dtype=bool, count=len(ids))
-
-
-@dataclass
-class _OfflineDelta:
-    superseded: list[int] = field(default_factory=list)
-    archived: list[int] = field(default_factory=list)
-    added: list[tuple[int, MemoryItem, np.ndarray]] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=lambda: {"superseded": 0, "merged": 0, "abstracts": 0, "archived": 0,
-                                                            "marked": 0, "skipped": 0})
-
-
-def _tags(topic: str | None, entities: Sequence[str]) -> frozenset[str]:
-    return frozenset([t.lower() for t in entities] + ([topic.lower()] if topic else []))
-
-
-def _fill(part: _Partition, rows: Sequence[tuple], dim: int) -> None:
-    """Add ``SQLiteStore.active_vectors`` rows to a partition (one FAISS call for all)."""
-    rids = np.asarray([r[0] for r in rows], dtype=np.int64)
-    part.vectors.add(rids, np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), dim))
-    for rid, text, _, event_time, kind, topic, ents, current in rows:
-        part.lexical.add(int(rid), text)
-        part._set_meta(int(rid), _Meta(event_time, ItemKind(kind), bool(current), _tags(topic, json.loads(ents))))
-
-
-class _SyncingLock:
-    """The store's re-entrant lock; its outermost acquisition first applies other processes' commits.
-
-    Syncing only at the outermost level keeps one operation's several index reads on one view.
-    """
-
-    def __init__(self, lock: threading.RLock, refresh: Callable[[], None]) -> None:
-        self._lock, self._refresh, self._depth = lock, refresh, 0
-
-    def __enter__(self) -> "_SyncingLock":
-        self._lock.acquire()
-        self._depth += 1  # only the owning thread touches it
-        if self._depth == 1:
-            try:
-                self._refresh()
-            except BaseException:
-                self._depth -= 1
-                self._lock.release()
-                raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._depth -= 1
-        self._lock.release()
 
 
 class MTMStore:
@@ -200,11 +82,11 @@ class MTMStore:
         self.index_kind, self.faiss_device = index, faiss_device
         self.half_life_days = retention_half_life_days
         self._bm25_params = (bm25_k1, bm25_b)
-        self._parts: dict[str, _Partition] = {}
-        self._touched: dict[str, dict[int, tuple[int, float]]] = {}
+        self._parts: dict[str, Partition] = {}
+        self._access = AccessBuffer()
         # Partitions load lazily from the tables, so the change log starts from now.
         self._seen_version, self._seen_change = self.sql.data_version(), self.sql.last_change()
-        self._lock = _SyncingLock(self.sql.lock, self.refresh)
+        self._lock = SyncingLock(self.sql.lock, self.refresh)
         self._graph = SQLiteGraph(self.sql, dim)
         self._check_identity()
 
@@ -220,7 +102,7 @@ class MTMStore:
             )
 
     @property
-    def lock(self) -> _SyncingLock:
+    def lock(self) -> SyncingLock:
         """The store's re-entrant lock: hold it for several index reads that must agree."""
         return self._lock
 
@@ -269,7 +151,7 @@ class MTMStore:
         part.remove([r for r in rids if r in part.vectors])
         rows = self.sql.active_vectors(user_id, rids)
         if rows:
-            _fill(part, rows, self.dim)
+            fill(part, rows, self.dim)
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
@@ -283,7 +165,7 @@ class MTMStore:
                 self._seen_change = self.sql.last_change(c)
 
     # -- partitions ------------------------------------------------------------------------
-    def _part(self, user_id: str) -> _Partition:
+    def _part(self, user_id: str) -> Partition:
         with self._lock:
             part = self._parts.get(user_id)
             if part is None:
@@ -291,11 +173,11 @@ class MTMStore:
                 self._parts[user_id] = part
             return part
 
-    def _load(self, user_id: str) -> _Partition:
+    def _load(self, user_id: str) -> Partition:
         rows = self.sql.active_vectors(user_id)
-        part = _Partition(VectorIndex(self.dim, self.index_kind, self.faiss_device), LexicalIndex(*self._bm25_params))
+        part = Partition(VectorIndex(self.dim, self.index_kind, self.faiss_device), LexicalIndex(*self._bm25_params))
         if rows:
-            _fill(part, rows, self.dim)
+            fill(part, rows, self.dim)
         return part
 
     # -- writes ----------------------------------------------------------------------------
@@ -316,7 +198,7 @@ class MTMStore:
         with self._lock:
             part = self._part(user_id)
             with self._transaction() as c:
-                self._flush_touches(c)
+                self._access.write(c)
                 seen = self.sql.existing_turn_ids(c, user_id, [t.turn_id for t in turns])
                 for t in turns:
                     if t.turn_id not in seen:
@@ -332,7 +214,7 @@ class MTMStore:
                     written.append((rid, item, vec))
                 if pending is not None:
                     self.sql.set_pending(c, user_id, pending)
-                evicted = self._evict(c, user_id, len(part.vectors) + len(written), now)
+                evicted = evict(c, user_id, len(part.vectors) + len(written), self.capacity, now, self.half_life_days)
             try:
                 for rid, item, vec in written:
                     part.add(rid, item, vec)
@@ -361,24 +243,6 @@ class MTMStore:
     def speakers(self, user_id: str) -> list[str]:
         """The distinct speakers of a user's turns (names the consolidator must scrub)."""
         return self.sql.speakers(user_id)
-
-    def _evict(self, c, user_id: str, n_active: int, now: float) -> list[int]:
-        excess = n_active - self.capacity
-        if excess <= 0:
-            return []
-        rows = c.execute(
-            "SELECT rid, id, last_access, access_count, utility, text FROM items WHERE user_id = ? AND archived = 0",
-            (user_id,),
-        ).fetchall()
-        scores = retention_score(
-            np.asarray([r[2] for r in rows]), np.asarray([r[3] for r in rows]), np.asarray([r[4] for r in rows]),
-            now=now, half_life_days=self.half_life_days,
-        )
-        victims = [rows[i] for i in np.argsort(scores, kind="stable")[:excess]]
-        for rid, iid, *_ , text in victims:
-            c.execute("UPDATE items SET archived = 1 WHERE rid = ?", (rid,))
-            self.sql.log(c, user_id, iid, "ARCHIVE", text, text, now)
-        return [int(v[0]) for v in victims]
 
     def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None, **fields) -> MemoryItem:
         """Change an item's fields (text needs ``vector``); the old text goes to history."""
@@ -432,7 +296,7 @@ class MTMStore:
             with self._transaction() as c:
                 c.execute("DELETE FROM items WHERE user_id = ? AND rid = ?", (user_id, rid))
                 self.sql.log(c, user_id, item_id, "DELETE", None, None, now)
-            self._touched.get(user_id, {}).pop(rid, None)
+            self._access.forget(user_id, rid)
             if user_id in self._parts:
                 self._parts[user_id].remove([rid])
 
@@ -445,7 +309,7 @@ class MTMStore:
                     for table in ("items", "turns", "history", "pending", "consolidated")
                 }
             self._parts.pop(user_id, None)
-            self._touched.pop(user_id, None)
+            self._access.forget(user_id)
             return counts
 
     # -- reads -----------------------------------------------------------------------------
@@ -523,23 +387,8 @@ class MTMStore:
         least retained unconsolidated items come first: they are next to be archived).
         """
         self.flush()  # access counts must include the buffered ones
-        cols = ", ".join(f"i.{c.strip()}" for c in _ITEM_COLS_LIST)
-        base = (f"SELECT {cols} FROM items i LEFT JOIN consolidated c ON c.user_id = i.user_id AND c.item_id = i.id "
-                "WHERE i.user_id = ? AND i.archived = 0")
-        rows = self.sql.query(base + " AND c.item_id IS NULL ORDER BY i.rid", (user_id,))
-        new = [(int(r[0]), row_to_item(r)) for r in rows]
         under_pressure = self.size(user_id) >= pressure * self.capacity
-        if under_pressure and new:
-            scores = retention_score(np.asarray([it.last_access for _, it in new]), np.asarray([it.access_count for _, it in new]),
-                                     np.asarray([it.utility for _, it in new]), now=max(it.last_access for _, it in new),
-                                     half_life_days=self.half_life_days)
-            new = [new[i] for i in np.argsort(scores, kind="stable")]
-        out = [(rid, it, "pressure" if under_pressure else "new") for rid, it in new[:limit]]
-        if len(out) < limit:
-            rows = self.sql.query(base + " AND i.access_count - c.access_seen >= ? ORDER BY i.rid LIMIT ?",
-                                  (user_id, reactivation, limit - len(out)))
-            out += [(int(r[0]), row_to_item(r), "reactivated") for r in rows]
-        return out
+        return offline.candidates(self.sql, user_id, limit, reactivation, under_pressure, self.half_life_days)
 
     def commit_offline(self, user_id: str, changes: OfflineChanges, now: float, graph: GraphUpdate | None = None,
                        stats: Mapping[str, Any] | None = None,
@@ -551,115 +400,32 @@ class MTMStore:
             with self.sql.transaction() as c:
                 cycle = SQLiteGraph.new_cycle(c, now)
                 graph_counts = dict(graph.apply(SQLiteGraphTransaction(c), cycle, now)) if graph is not None else {}
-                delta = self._apply_offline(c, user_id, changes, cycle, now)
+                delta = offline.apply(self.sql, c, user_id, changes, cycle, now)
                 if before_commit is not None:
                     before_commit()
                 SQLiteGraph.finish_cycle(c, cycle, {**(stats or {}), **graph_counts,
                                                     **{f"mtm_{k}": v for k, v in delta.counts.items()}})
-            self._refresh_offline(user_id, delta)
+            part = self._parts.get(user_id)
+            if part is not None:  # else it loads lazily from the tables, which have the cycle
+                offline.refresh(part, delta)
         return OfflineCommit(cycle, graph_counts, dict(delta.counts))
-
-    def _apply_offline(self, c: Any, user_id: str, changes: OfflineChanges, cycle: int, now: float) -> _OfflineDelta:
-        """Write a cycle's MTM changes inside ``commit_offline``'s transaction.
-
-        Items deleted or archived since the cycle read them are skipped, and so is a cluster
-        with such a member: the cycle never resurrects what the user removed.
-        """
-        d = _OfflineDelta()
-
-        def live(item_id: str) -> tuple[int, str, str] | None:
-            return c.execute("SELECT rid, text, provenance FROM items WHERE user_id = ? AND id = ? AND archived = 0",
-                             (user_id, item_id)).fetchone()
-
-        for item_id, turns in changes.provenance.items():
-            row = live(item_id)
-            if row is None:
-                continue
-            prov = list(dict.fromkeys([*json.loads(row[2]), *turns]))
-            c.execute("UPDATE items SET provenance = ? WHERE rid = ?", (json.dumps(prov), row[0]))
-        for target, by, decision in changes.supersede:
-            row, newer = live(target), live(by)
-            if row is None or newer is None:
-                d.counts["skipped"] += 1
-                continue
-            if decision == "update":  # the newer entry ends the older fact's validity
-                (t_by,), = c.execute("SELECT event_time FROM items WHERE rid = ?", (newer[0],)).fetchall()
-                c.execute("UPDATE items SET superseded_by = ?, valid_to = COALESCE(valid_to, ?) WHERE rid = ?", (by, t_by, row[0]))
-            else:  # merge: still true, now represented (with its provenance) by the newer entry
-                c.execute("UPDATE items SET superseded_by = ? WHERE rid = ?", (by, row[0]))
-            self.sql.log(c, user_id, target, decision.upper(), row[1], f"superseded by {by}", now)
-            d.superseded.append(int(row[0]))
-            d.counts["merged" if decision == "merge" else "superseded"] += 1
-        for item, vec, members in changes.abstracts:
-            rows = [live(m) for m in members]
-            if any(r is None for r in rows):
-                d.counts["skipped"] += 1
-                continue
-            rid = self.sql.insert_item(c, item, vec)
-            self.sql.log(c, user_id, item.id, "ADD", None, item.text, now)
-            for m, r in zip(members, rows):
-                c.execute("UPDATE items SET archived = 1 WHERE rid = ?", (r[0],))
-                self.sql.log(c, user_id, m, "CONSOLIDATE", r[1], f"abstracted into {item.id}", now)
-                d.archived.append(int(r[0]))
-            c.execute("INSERT OR REPLACE INTO consolidated (user_id, item_id, cycle, access_seen, at) VALUES (?, ?, ?, 0, ?)",
-                      (user_id, item.id, cycle, now))
-            d.added.append((rid, item, np.asarray(vec, dtype=np.float32)))
-            d.counts["abstracts"] += 1
-            d.counts["archived"] += len(members)
-        for item_id, access in changes.marks:
-            if c.execute("SELECT 1 FROM items WHERE user_id = ? AND id = ?", (user_id, item_id)).fetchone():
-                c.execute("INSERT OR REPLACE INTO consolidated (user_id, item_id, cycle, access_seen, at) VALUES (?, ?, ?, ?, ?)",
-                          (user_id, item_id, cycle, access, now))
-                d.counts["marked"] += 1
-        return d
-
-    def _refresh_offline(self, user_id: str, d: _OfflineDelta) -> None:
-        """Bring the user's indexes in line with a committed cycle (call under ``sql.lock``)."""
-        part = self._parts.get(user_id)
-        if part is None:
-            return  # loaded lazily from SQLite, which has the cycle
-        for rid in d.superseded:
-            m = part.meta.get(rid)
-            if m is not None and m.current:
-                part.meta[rid] = replace(m, current=False)
-                part.n_not_current += 1
-        part.remove(d.archived)
-        for rid, item, vec in d.added:
-            part.add(rid, item, vec)
 
     def consolidation_state(self, user_id: str) -> dict[str, int]:
         """Consolidated and not-yet-consolidated active items of a user."""
-        (done,), = self.sql.query(
-            "SELECT COUNT(*) FROM consolidated c JOIN items i ON i.user_id = c.user_id AND i.id = c.item_id "
-            "WHERE c.user_id = ? AND i.archived = 0", (user_id,))
-        (active,), = self.sql.query("SELECT COUNT(*) FROM items WHERE user_id = ? AND archived = 0", (user_id,))
-        return {"consolidated": int(done), "unconsolidated": int(active - done)}
+        return offline.state(self.sql, user_id)
 
     # -- access statistics (buffered: the read path must not wait on fsync) -------------------
     def touch(self, user_id: str, rids: Sequence[int], at: float) -> None:
         with self._lock:
-            buf = self._touched.setdefault(user_id, {})
-            for r in rids:
-                n, _ = buf.get(int(r), (0, at))
-                buf[int(r)] = (n + 1, at)
-            if sum(len(b) for b in self._touched.values()) >= 1024:
+            if self._access.touch(user_id, rids, at):
                 self.flush()
-
-    def _flush_touches(self, c) -> None:
-        for uid, buf in self._touched.items():
-            c.executemany(
-                "UPDATE items SET access_count = access_count + ?, last_access = MAX(last_access, ?) "
-                "WHERE user_id = ? AND rid = ?",
-                [(n, at, uid, rid) for rid, (n, at) in buf.items()],
-            )
-        self._touched = {}
 
     def flush(self) -> None:
         """Write buffered access statistics."""
         with self._lock:
-            if self._touched:
+            if self._access:
                 with self.sql.transaction() as c:
-                    self._flush_touches(c)
+                    self._access.write(c)
 
     def close(self) -> None:
         self.flush()

@@ -335,6 +335,30 @@ class SQLiteStore:
         return out
 
 
+DB_NAME = "lightmem.sqlite"
+
+
+def database_path(path: str | Path) -> Path:
+    """The SQLite file of a store given as a folder or as a ``.sqlite`` / ``.db`` file."""
+    p = Path(path)
+    return p if p.suffix in {".sqlite", ".db"} else p / DB_NAME
+
+
+def stored_embedder(path: str | Path) -> str | None:
+    """The name of the embedder that wrote the store at ``path`` (read-only), or None when there is no store."""
+    db = database_path(path)
+    if not db.is_file():
+        return None
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        con.close()
+    return row[0] if row else None
+
+
 def _retry_busy(fn, attempts: int = 5):
     """Run ``fn``, retrying while another process holds the database longer than the busy timeout."""
     for i in range(attempts):

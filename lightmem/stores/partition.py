@@ -1,0 +1,118 @@
+"""The in-memory mirror of one user's active items: FAISS vectors, BM25 terms and filter metadata.
+
+A partition is a rebuildable view of SQLite rows of one user only; the store keeps one per
+user it has served and drops it whenever it cannot be sure it matches the tables.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from lightmem.stores.lexical_index import LexicalIndex
+from lightmem.stores.vector_index import VectorIndex
+from lightmem.types import Filters, ItemKind, MemoryItem
+
+
+@dataclass
+class IndexMeta:
+    """What the filters need of an indexed item, kept in memory: no SQL on the read path."""
+
+    event_time: float
+    kind: ItemKind
+    current: bool
+    tags: frozenset[str]
+
+
+@dataclass
+class Partition:
+    vectors: VectorIndex
+    lexical: LexicalIndex
+    meta: dict[int, IndexMeta] = field(default_factory=dict)
+    n_not_current: int = 0  # superseded items; while 0 the default filter keeps everything
+
+    def add(self, rid: int, item: MemoryItem, vec: np.ndarray) -> None:
+        self.vectors.add(np.asarray([rid]), vec[None, :])
+        self.lexical.add(rid, item.text)
+        self.set_meta(rid, IndexMeta(item.event_time, item.kind, item.is_current, tags_of(item.topic, item.entities)))
+
+    def set_meta(self, rid: int, meta: IndexMeta) -> None:
+        self.meta[rid] = meta
+        self.n_not_current += not meta.current
+
+    def mark_not_current(self, rid: int) -> None:
+        """The item was superseded (it stays indexed for ``include_superseded``)."""
+        m = self.meta.get(rid)
+        if m is not None and m.current:
+            self.meta[rid] = replace(m, current=False)
+            self.n_not_current += 1
+
+    def remove(self, rids: Sequence[int]) -> None:
+        self.vectors.remove(rids)
+        self.lexical.remove(rids)
+        for r in rids:
+            gone = self.meta.pop(int(r), None)
+            if gone is not None:
+                self.n_not_current -= not gone.current
+
+    def allowed(self, ids: np.ndarray, f: Filters) -> np.ndarray | None:
+        """Boolean mask over ``ids`` for the filter, or None when it keeps everything."""
+        if f.is_trivial and self.n_not_current == 0:
+            return None
+        kinds = set(f.kinds) if f.kinds else None
+        tags = {t.lower() for t in f.tags} if f.tags else None
+        lo = -np.inf if f.time_from is None else f.time_from
+        hi = np.inf if f.time_to is None else f.time_to
+
+        def keep(rid: int) -> bool:
+            m = self.meta[rid]
+            return (
+                (f.include_superseded or m.current)
+                and lo <= m.event_time <= hi
+                and (kinds is None or m.kind in kinds)
+                and (tags is None or not tags.isdisjoint(m.tags))
+            )
+
+        return np.fromiter((keep(int(r)) for r in ids), dtype=bool, count=len(ids))
+
+
+def tags_of(topic: str | None, entities: Sequence[str]) -> frozenset[str]:
+    return frozenset([t.lower() for t in entities] + ([topic.lower()] if topic else []))
+
+
+def fill(part: Partition, rows: Sequence[tuple], dim: int) -> None:
+    """Add ``SQLiteStore.active_vectors`` rows to a partition (one FAISS call for all)."""
+    rids = np.asarray([r[0] for r in rows], dtype=np.int64)
+    part.vectors.add(rids, np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), dim))
+    for rid, text, _, event_time, kind, topic, ents, current in rows:
+        part.lexical.add(int(rid), text)
+        part.set_meta(int(rid), IndexMeta(event_time, ItemKind(kind), bool(current), tags_of(topic, json.loads(ents))))
+
+
+class SyncingLock:
+    """The store's re-entrant lock; its outermost acquisition first applies other processes' commits.
+
+    Syncing only at the outermost level keeps one operation's several index reads on one view.
+    """
+
+    def __init__(self, lock: threading.RLock, refresh: Callable[[], None]) -> None:
+        self._lock, self._refresh, self._depth = lock, refresh, 0
+
+    def __enter__(self) -> "SyncingLock":
+        self._lock.acquire()
+        self._depth += 1  # only the owning thread touches it
+        if self._depth == 1:
+            try:
+                self._refresh()
+            except BaseException:
+                self._depth -= 1
+                self._lock.release()
+                raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        self._lock.release()

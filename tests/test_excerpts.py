@@ -33,18 +33,18 @@ def test_whole_budget_at_or_above_the_budget_is_plain_greedy_packing():
         whole = [rng.randint(0, 40) for _ in range(rng.randint(0, 30))]
         excerpt = [rng.choice([None, rng.randint(0, 10)]) for _ in whole]
         budget = rng.randint(0, 200)
-        got = pack_whole_then_excerpts(whole, excerpt, budget, budget + rng.randint(0, 50))
+        got = pack_whole_then_excerpts(whole, excerpt.__getitem__, budget, budget + rng.randint(0, 50))
         assert got == [(i, False) for i in pack_by_budget(whole, budget)]
 
 
 def test_head_is_whole_in_rank_order_and_the_tail_is_excerpts_within_the_budget():
     whole = [30, 30, 30, 30, 30, 30]
     excerpt = [10, 10, None, 10, 10, 10]
-    got = pack_whole_then_excerpts(whole, excerpt, budget=120, whole_budget=70)
+    got = pack_whole_then_excerpts(whole, excerpt.__getitem__, budget=120, whole_budget=70)
     # two whole (60 of 70), then excerpts; the memory without one goes whole: 60 + 30 + 3 × 10 = 120
     assert got == [(0, False), (1, False), (2, False), (3, True), (4, True), (5, True)]
     # an excerpt that does not fit is skipped and a later, shorter one may still go in
-    got = pack_whole_then_excerpts([30, 30, 30, 30], [None, 25, 5, None], budget=40, whole_budget=35)
+    got = pack_whole_then_excerpts([30, 30, 30, 30], [None, 25, 5, None].__getitem__, budget=40, whole_budget=35)
     assert got == [(0, False), (2, True)]
 
 
@@ -56,7 +56,7 @@ def test_packing_never_exceeds_the_budget_and_only_cuts_after_the_head():
         excerpt = [rng.choice([None, rng.randint(1, 20)]) for _ in range(n)]
         budget = rng.randint(1, 400)
         whole_budget = rng.randint(0, budget)
-        got = pack_whole_then_excerpts(whole, excerpt, budget, whole_budget)
+        got = pack_whole_then_excerpts(whole, excerpt.__getitem__, budget, whole_budget)
         assert sum(excerpt[i] if cut else whole[i] for i, cut in got) <= budget
         head = [i for i, cut in got if not cut and excerpt[i] is not None]
         cuts = [i for i, cut in got if cut]
@@ -67,10 +67,22 @@ def test_packing_never_exceeds_the_budget_and_only_cuts_after_the_head():
         assert [i for i, _ in got] == sorted({i for i, _ in got})
 
 
-@pytest.mark.parametrize("whole,excerpt", [([1, -1], [None, None]), ([1, 2], [None, -3]), ([1], [None, None])])
+@pytest.mark.parametrize("whole,excerpt", [([1, -1], [None, None]), ([1, 2], [None, -3])])
 def test_bad_costs_are_refused(whole, excerpt):
-    with pytest.raises(ValueError):
-        pack_whole_then_excerpts(whole, excerpt, 10, 5)
+    with pytest.raises(ValueError, match="non-negative"):
+        pack_whole_then_excerpts(whole, excerpt.__getitem__, 10, 0)
+
+
+def test_excerpts_are_made_only_past_the_head_and_until_the_budget_is_full():
+    asked: list[int] = []
+
+    def cost(i: int) -> int:
+        asked.append(i)
+        return 10
+
+    got = pack_whole_then_excerpts([30] * 10, cost, budget=80, whole_budget=60)
+    assert got == [(0, False), (1, False), (2, True), (3, True)]
+    assert asked == [2, 3]
 
 
 def test_the_engine_fills_the_budget_tail_with_excerpts_that_keep_id_and_provenance(memory):

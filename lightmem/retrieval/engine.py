@@ -99,6 +99,7 @@ class TwoStageRetriever:
         self.fill_budget = fill_budget
         self.whole_share = float(whole_share)
         self._counter = None  # the embedder's token counter, made on the first excerpt
+        self._excerpt_tokens: dict[str, int] = {}  # token count per excerpt text (bounded)
 
     def retrieve(self, plan: RetrievalPlan, user_id: str, now: float, budget: int | None = None) -> RetrievalResult:
         """Stage 1, then Stage 2: the best ``plan.k`` hits, or with ``budget`` the set Stage 2 packs
@@ -129,23 +130,29 @@ class TwoStageRetriever:
         whole_budget = int(round(self.whole_share * budget))
         if whole_budget >= budget:
             return [hits[i] for i in pack_by_budget(whole, budget)]
-        head, used = 0, 0
-        while head < len(hits) and used + whole[head] <= whole_budget:
-            used += whole[head]
-            head += 1
         terms = query_terms([plan.query, *(hq.text for hq in plan.hqs)])
-        texts = [best_excerpt(h.item.text, terms) if i >= head else None for i, h in enumerate(hits)]
-        cut = [i for i, t in enumerate(texts) if t is not None]
-        if cut and self._counter is None:
-            self._counter = self.embedder.token_counter()
-        excerpt: list[int | None] = [None] * len(hits)
-        for i, n in zip(cut, self._counter.count([texts[i] for i in cut]) if cut else []):
-            excerpt[i] = n
+        texts: dict[int, tuple[str, int]] = {}  # memory index -> (excerpt, its tokens)
+
+        def excerpt_tokens(i: int) -> int | None:
+            text = best_excerpt(hits[i].item.text, terms)
+            if text is None:
+                return None
+            n = self._excerpt_tokens.get(text)
+            if n is None:
+                if self._counter is None:
+                    self._counter = self.embedder.token_counter()
+                n = self._excerpt_tokens[text] = self._counter.count([text])[0]
+                if len(self._excerpt_tokens) > 32_768:  # bounded: the oldest goes
+                    self._excerpt_tokens.pop(next(iter(self._excerpt_tokens)))
+            texts[i] = (text, n)
+            return n
+
         out = []
-        for i, is_excerpt in pack_whole_then_excerpts(whole, excerpt, budget, whole_budget):
+        for i, is_excerpt in pack_whole_then_excerpts(whole, excerpt_tokens, budget, whole_budget):
             h = hits[i]
             if is_excerpt:
-                item = dataclasses.replace(h.item, text=texts[i], n_tokens=excerpt[i], metadata={**h.item.metadata, "excerpt": True})
+                text, n = texts[i]
+                item = dataclasses.replace(h.item, text=text, n_tokens=n, metadata={**h.item.metadata, "excerpt": True})
                 h = dataclasses.replace(h, item=item)
             out.append(h)
         return out

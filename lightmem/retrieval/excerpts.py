@@ -12,7 +12,8 @@ Everything here is pure: texts and integer token costs in, choices out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 
 from lightmem.sensory.phatic import sentence_units
 from lightmem.text import analyze
@@ -32,29 +33,37 @@ def best_excerpt(text: str, terms: frozenset[str], min_words: int = 1) -> str | 
 
     Units are ``sentence_units(min_words)``: chit-chat out, short sentences joined to the next.
     """
-    m = _SPEAKER.match(text)
-    prefix, body = (m.group(0), text[m.end():]) if m else ("", text)
-    units = sentence_units(body, min_words)
+    prefix, units, unit_terms = _units(text, min_words)
     if len(units) <= 1:
         return None
-    best = max(units, key=lambda u: len(terms.intersection(analyze(u))))  # max keeps the first of equals
-    return prefix + best
+    best = max(range(len(units)), key=lambda i: len(terms & unit_terms[i]))  # max keeps the first of equals
+    return prefix + units[best]
+
+
+@lru_cache(maxsize=32_768)
+def _units(text: str, min_words: int) -> tuple[str, tuple[str, ...], tuple[frozenset[str], ...]]:
+    """(speaker prefix, sentence units, their content words) of a memory text: what depends on the
+    text alone is computed once (long LongMemEval turns have dozens of sentences)."""
+    m = _SPEAKER.match(text)
+    prefix, body = (m.group(0), text[m.end():]) if m else ("", text)
+    units = tuple(sentence_units(body, min_words))
+    return prefix, units, tuple(frozenset(analyze(u)) for u in units)
 
 
 def pack_whole_then_excerpts(
-    whole: Sequence[int], excerpt: Sequence[int | None], budget: int, whole_budget: int
+    whole: Sequence[int], excerpt: Callable[[int], int | None], budget: int, whole_budget: int
 ) -> list[tuple[int, bool]]:
     """Which memories go into ``budget`` tokens, and which of them as an excerpt.
 
-    ``whole[i]`` is the cost of memory ``i`` (rank order), ``excerpt[i]`` the cost of its excerpt
-    (None: it has none). Whole memories are packed in rank order while they fit in
-    ``whole_budget``; from the first that does not, every later memory is packed as its excerpt
-    (whole if it has none) wherever that fits in what is left of ``budget``. Returns
-    ``(index, is_excerpt)`` in rank order. ``whole_budget >= budget`` is plain greedy packing.
+    ``whole[i]`` is the cost of memory ``i`` (rank order), ``excerpt(i)`` the cost of its excerpt
+    (None: it has none); it is asked only for memories past the head, and no more once the
+    budget is full, so excerpts are made only where they can be packed. Whole memories are
+    packed in rank order while they fit in ``whole_budget``; from the first that does not, every
+    later memory is packed as its excerpt (whole if it has none) wherever that fits in what is
+    left of ``budget``. Returns ``(index, is_excerpt)`` in rank order. ``whole_budget >= budget``
+    is plain greedy packing (``composer.pack_by_budget``).
     """
-    if len(whole) != len(excerpt):
-        raise ValueError("whole and excerpt costs must have the same length")
-    if any(c < 0 for c in whole) or any(c is not None and c < 0 for c in excerpt):
+    if any(c < 0 for c in whole):
         raise ValueError("token costs must be non-negative")
     head = min(whole_budget, budget)
     out: list[tuple[int, bool]] = []
@@ -63,9 +72,15 @@ def pack_whole_then_excerpts(
         out.append((i, False))
         used += whole[i]
         i += 1
+    cutting = whole_budget < budget
     for j in range(i, len(whole)):
-        cut = excerpt[j] is not None and (whole_budget < budget)
-        cost = excerpt[j] if cut else whole[j]
+        if cutting and used >= budget:
+            break  # full: nothing of positive cost fits, no excerpt is needed
+        cost = excerpt(j) if cutting else None
+        if cost is not None and cost < 0:
+            raise ValueError("token costs must be non-negative")
+        cut = cost is not None
+        cost = cost if cut else whole[j]
         if used + cost <= budget:
             out.append((j, cut))
             used += cost

@@ -23,11 +23,10 @@ from lightmem.metric_logger import make_logger, quiet_third_party_logs
 from lightmem.roles.selector import Stage1Selector
 
 
-def _device(cfg: DictConfig) -> tuple[str, callable]:
+def _device(cfg: DictConfig, backend: str) -> tuple[str, callable]:
     import torch
 
     sync = (lambda: None)
-    backend = cfg.encoder.get("backend", "torch")
     threads = f"{torch.get_num_threads()} torch threads" if backend == "torch" else f"encoder on onnxruntime ({backend})"
     desc = f"CPU ({platform.processor() or platform.machine()}, {threads})"
     if torch.cuda.is_available() and (str(cfg.encoder.get("device", "")) in ("auto", "cuda") or cfg.store.faiss_device != "cpu"):
@@ -45,7 +44,7 @@ def run(cfg: DictConfig) -> dict:
     store = out / "store"
     shutil.rmtree(store, ignore_errors=True)
     memory = build_memory(cfg, store)
-    device, sync = _device(cfg)
+    device, sync = _device(cfg, getattr(memory.embedder, "backend", "torch"))
     try:
         rows = measure_growth(memory, turns, queries, list(cfg.sizes), int(cfg.k), sync=sync, show_progress=sys.stderr.isatty(),
                               other=lambda: Memory.open(store, embedder=memory.embedder, selector=Stage1Selector()))

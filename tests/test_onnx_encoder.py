@@ -83,6 +83,17 @@ def test_int8_names_refuse_the_float_backends_and_back(tmp_path):
         SentenceTransformerEmbedder(backend="onnx", device="cuda", cache_dir=str(tmp_path))
 
 
+def test_auto_backend_is_onnx_on_the_cpu_and_torch_on_a_gpu(monkeypatch):
+    import lightmem.models.embedder as E
+
+    assert E.resolve_backend("auto", "cpu") == "onnx"
+    assert E.resolve_backend("torch", "cpu") == "torch" and E.resolve_backend("onnx_int8", "auto") == "onnx_int8"
+    monkeypatch.setattr(E, "pick_device", lambda device: "cuda:0")
+    assert E.resolve_backend("auto", "auto") == "torch"
+    with pytest.raises(ValueError, match="auto, torch"):
+        E.resolve_backend("tensorrt", "cpu")
+
+
 def test_missing_onnxruntime_names_the_package(tmp_path, monkeypatch):
     from lightmem.models.embedder import SentenceTransformerEmbedder
 

@@ -301,8 +301,8 @@ def test_embedder_adapter_trains_and_loads_as_the_store_encodes(tmp_path):
     model.eval()
     with torch.no_grad():
         trained = encode(model, tok, ["Ava: I live in Porto now"], 128)[0].numpy()
-    tuned = SentenceTransformerEmbedder(adapter=str(tmp_path), device="cpu", query_cache_size=0)
-    base = SentenceTransformerEmbedder(device="cpu", query_cache_size=0)
+    tuned = SentenceTransformerEmbedder(adapter=str(tmp_path), device="cpu", query_cache_size=0, backend="torch")
+    base = SentenceTransformerEmbedder(device="cpu", query_cache_size=0, backend="torch")
     assert tuned.name.startswith(base.name + "+lora-") and tuned.dim == base.dim
     got = tuned.encode(["Ava: I live in Porto now"])[0]
     assert np.allclose(got, trained, atol=1e-5) and not np.allclose(got, base.encode(["Ava: I live in Porto now"])[0], atol=1e-3)

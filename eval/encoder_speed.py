@@ -2,6 +2,7 @@
 
     python eval/encoder_speed.py                                   # torch, onnx, onnx_int8 on LoCoMo dev turns
     python eval/encoder_speed.py backends=[onnx,onnx_int8] n_texts=1000 rounds=3
+    python eval/encoder_speed.py busy_processes=1                  # while another process keeps one core busy
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from omegaconf import DictConfig
 
 from lightmem.config import make_run_logger, to_container
 from lightmem.datasets import load_conversations
-from lightmem.evaluation.encoder_speed import compare_backends, speed_table
+from lightmem.evaluation.encoder_speed import busy_processes, compare_backends, speed_table
 from lightmem.metric_logger import quiet_third_party_logs
 
 
@@ -32,14 +33,16 @@ def run(cfg: DictConfig) -> dict:
     rng.shuffle(texts)
     rng.shuffle(queries)
     texts, queries = texts[: cfg.n_texts or len(texts)], queries[: cfg.n_queries]
-    rows = compare_backends(lambda b: instantiate(cfg.encoder, backend=b), list(cfg.backends), queries, texts,
-                            rounds=int(cfg.rounds), chunk=int(cfg.chunk))
+    busy = int(cfg.busy_processes)
+    with busy_processes(busy):
+        rows = compare_backends(lambda b: instantiate(cfg.encoder, backend=b), list(cfg.backends), queries, texts,
+                                rounds=int(cfg.rounds), chunk=int(cfg.chunk))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     device = f"CPU ({platform.processor() or platform.machine()}, {cores} cores)"
-    results = {"encoder_speed": rows, "device": device, "n_queries": len(queries), "n_texts": len(texts),
+    results = {"encoder_speed": rows, "device": device, "busy_processes": busy, "n_queries": len(queries), "n_texts": len(texts),
                "config": to_container(cfg)}
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    table = speed_table(rows, device, len(queries), len(texts), int(cfg.rounds))
+    table = speed_table(rows, device, len(queries), len(texts), int(cfg.rounds), busy)
     (out / "results.md").write_text(table + "\n")
     print(table)
     print(f"\nwrote {out}/results.json, results.md")

@@ -196,6 +196,7 @@ class EncoderSpeedConfig:
     n_texts: int | None = None  # None: every turn of the corpus
     rounds: int = 2
     chunk: int = 256
+    busy_processes: int = 0  # other processes keeping a core busy during the measurement (a loaded machine)
     seed: int = 0
     out_dir: str = "outputs/encoder_speed"
 

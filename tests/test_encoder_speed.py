@@ -38,3 +38,17 @@ def test_encoder_speed_runs_the_three_minilm_backends(tmp_path):
     assert set(rows) == {"torch", "onnx", "onnx_int8"} and rows["onnx_int8"]["name"] == rows["torch"]["name"] + "+int8"
     assert rows["onnx"]["cosine_to_ref_min"] > 0.9999 and rows["onnx_int8"]["cosine_to_ref_mean"] > 0.98
     assert json.loads((tmp_path / "results.json").read_text())["n_texts"] == 8 and (tmp_path / "results.md").exists()
+
+
+def test_busy_processes_run_during_the_block_and_are_gone_after():
+    import psutil
+
+    from lightmem.evaluation.encoder_speed import busy_processes
+
+    me = psutil.Process()
+    with busy_processes(2):
+        kids = me.children()
+        assert len(kids) == 2 and all(k.is_running() and k.status() != psutil.STATUS_ZOMBIE for k in kids)
+    assert not me.children()
+    with pytest.raises(ValueError, match=">= 0"), busy_processes(-1):
+        pass

@@ -5,14 +5,32 @@ shared machine shifts all of them alike and the ratios stay comparable.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from lightmem.evaluation.metrics import percentile
 from lightmem.models.embedder import Embedder
+
+
+@contextmanager
+def busy_processes(n: int) -> Iterator[None]:
+    """``n`` processes that each keep one core busy while the block runs (another job on the
+    machine): latencies that hold up alone can collapse when threads wait on a descheduled peer."""
+    if n < 0:
+        raise ValueError("busy_processes must be >= 0")
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def time_queries(embedder: Embedder, queries: Sequence[str], warmup: int = 5) -> list[float]:
@@ -79,10 +97,11 @@ def compare_backends(
     return rows
 
 
-def speed_table(rows: Sequence[dict[str, Any]], device: str, n_queries: int, n_texts: int, rounds: int) -> str:
+def speed_table(rows: Sequence[dict[str, Any]], device: str, n_queries: int, n_texts: int, rounds: int, busy: int = 0) -> str:
+    load = f"; {busy} other busy process(es) running" if busy else "; nothing else running"
     lines = [
         f"Encoder speed on {device}: {n_queries} queries one at a time, {n_texts} turns in chunks; {rounds} round(s), "
-        "backends interleaved",
+        f"backends interleaved{load}",
         "",
         "| backend | name | query P50 ms | query P95 ms | ingest turns/s | cosine to first (mean / min) | load s |",
         "|---|---|---|---|---|---|---|",

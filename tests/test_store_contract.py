@@ -1,7 +1,8 @@
 """The store contract: what every ``MemoryStore`` backend must do, checked through its public methods only.
 
 A new backend is one entry in ``BACKENDS`` plus a branch of ``_open`` that opens it (fresh per test,
-the same one again on reopen).
+the same one again on reopen). The PostgreSQL backend runs on a server the tests start themselves
+(``pg_server`` in conftest.py), a fresh database per test.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.stores.base import GraphTransaction, MemoryStore, OfflineChanges
 from lightmem.types import EdgeType, Filters, ItemKind, MemoryItem, NodeKind, Turn
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
 DIM = 16
 T0 = 1_700_000_000.0
 DAY = 86_400.0
@@ -26,6 +27,10 @@ def _open(backend: str, where, dim: int = DIM, capacity: int = 10_000) -> Memory
         from lightmem.stores.mtm import MTMStore
 
         return MTMStore(where, dim=dim, embedder="contract-test", capacity=capacity, synchronous="NORMAL")
+    if backend == "postgres":
+        from lightmem.stores.postgres import PostgresStore
+
+        return PostgresStore(where, dim=dim, embedder="contract-test", capacity=capacity)
     raise ValueError(f"no such backend {backend!r}")
 
 
@@ -33,9 +38,10 @@ def _open(backend: str, where, dim: int = DIM, capacity: int = 10_000) -> Memory
 def open_store(request, tmp_path) -> Iterator[Callable[..., MemoryStore]]:
     """Opens the test's store (again after a close: same location); closes what is left open."""
     opened: list[MemoryStore] = []
+    where = request.getfixturevalue("pg_uri") if request.param == "postgres" else tmp_path / "store"
 
     def make(**kw) -> MemoryStore:
-        store = _open(request.param, tmp_path / "store", **kw)
+        store = _open(request.param, where, **kw)
         opened.append(store)
         return store
 

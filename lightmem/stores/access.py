@@ -31,13 +31,17 @@ class AccessBuffer:
         else:
             self._touched.get(user_id, {}).pop(rid, None)
 
-    def write(self, c: sqlite3.Connection) -> None:
-        """Add the counts to the items inside the caller's transaction and empty the buffer.
-        A row id of another user matches nothing (every update is scoped by user)."""
-        for uid, buf in self._touched.items():
-            c.executemany(
-                "UPDATE items SET access_count = access_count + ?, last_access = MAX(last_access, ?) "
-                "WHERE user_id = ? AND rid = ?",
-                [(n, at, uid, rid) for rid, (n, at) in buf.items()],
-            )
+    def drain(self) -> list[tuple[int, float, str, int]]:
+        """(count, latest time, user id, row id) of every buffered item; empties the buffer."""
+        rows = [(n, at, uid, rid) for uid, buf in self._touched.items() for rid, (n, at) in buf.items()]
         self._touched = {}
+        return rows
+
+    def write(self, c: sqlite3.Connection) -> None:
+        """Add the counts to the items inside the caller's (SQLite) transaction and empty the buffer.
+        A row id of another user matches nothing (every update is scoped by user)."""
+        c.executemany(
+            "UPDATE items SET access_count = access_count + ?, last_access = MAX(last_access, ?) "
+            "WHERE user_id = ? AND rid = ?",
+            self.drain(),
+        )

@@ -31,10 +31,11 @@ from lightmem.stores import offline
 from lightmem.stores.access import AccessBuffer
 from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit
 from lightmem.stores.eviction import evict
+from lightmem.stores.factory import stored_embedder
 from lightmem.stores.graph_tables import SQLiteGraph, SQLiteGraphTransaction
 from lightmem.stores.lexical_index import LexicalIndex
 from lightmem.stores.partition import Partition, SyncingLock, fill
-from lightmem.stores.sqlite import DB_NAME, SQLiteStore, database_path, row_to_item, stored_embedder
+from lightmem.stores.sqlite import DB_NAME, SQLiteStore, database_path, row_to_item
 from lightmem.stores.vector_index import VectorIndex
 from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
 

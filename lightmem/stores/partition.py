@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -60,23 +60,28 @@ class Partition:
 
     def allowed(self, ids: np.ndarray, f: Filters) -> np.ndarray | None:
         """Boolean mask over ``ids`` for the filter, or None when it keeps everything."""
-        if f.is_trivial and self.n_not_current == 0:
-            return None
-        kinds = set(f.kinds) if f.kinds else None
-        tags = {t.lower() for t in f.tags} if f.tags else None
-        lo = -np.inf if f.time_from is None else f.time_from
-        hi = np.inf if f.time_to is None else f.time_to
+        return filter_mask(self.meta, ids, f, all_current=self.n_not_current == 0)
 
-        def keep(rid: int) -> bool:
-            m = self.meta[rid]
-            return (
-                (f.include_superseded or m.current)
-                and lo <= m.event_time <= hi
-                and (kinds is None or m.kind in kinds)
-                and (tags is None or not tags.isdisjoint(m.tags))
-            )
 
-        return np.fromiter((keep(int(r)) for r in ids), dtype=bool, count=len(ids))
+def filter_mask(meta: Mapping[int, IndexMeta], ids: np.ndarray, f: Filters, all_current: bool) -> np.ndarray | None:
+    """Boolean mask over ``ids`` (keys of ``meta``) for the filter, or None when it keeps everything."""
+    if f.is_trivial and all_current:
+        return None
+    kinds = set(f.kinds) if f.kinds else None
+    tags = {t.lower() for t in f.tags} if f.tags else None
+    lo = -np.inf if f.time_from is None else f.time_from
+    hi = np.inf if f.time_to is None else f.time_to
+
+    def keep(rid: int) -> bool:
+        m = meta[rid]
+        return (
+            (f.include_superseded or m.current)
+            and lo <= m.event_time <= hi
+            and (kinds is None or m.kind in kinds)
+            and (tags is None or not tags.isdisjoint(m.tags))
+        )
+
+    return np.fromiter((keep(int(r)) for r in ids), dtype=bool, count=len(ids))
 
 
 def tags_of(topic: str | None, entities: Sequence[str]) -> frozenset[str]:

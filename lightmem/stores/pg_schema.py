@@ -1,0 +1,195 @@
+"""PostgreSQL as the source of truth: connection, schema (versioned), and the store's identity.
+
+The tables mirror the SQLite store's (``sqlite.py``), with pgvector ``vector(dim)`` columns and an
+HNSW index (cosine) on the items' embeddings. Item changes are logged per user by a trigger
+(``item_changes``) under a per-user version (``item_versions``): a user's versions are handed out
+under that row's lock, so they commit in order and a reader that saw version v misses nothing by
+reading the changes after v. The in-process BM25 view (``pg_lexical``) stays fresh that way.
+
+Needs PostgreSQL >= 14 and pgvector >= 0.5 (HNSW); with >= 0.8 dense search scans the index iteratively, so a
+per-user filter never leaves a search short of its ``k``.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from lightmem.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+URI_SCHEMES = ("postgresql://", "postgres://")
+_SCHEMA_LOCK = 0x6C6D0001  # advisory lock: one process creates or upgrades the schema, others wait
+CYCLE_LOCK = 0x6C6D0002  # advisory lock: consolidation cycles commit one at a time, in cycle order
+USER_LOCK_CLASS = 0x6C6D  # advisory lock (class, hash of user id): one writer per user at a time
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS turns (
+  pk BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  user_id TEXT NOT NULL, turn_id TEXT NOT NULL, session_id TEXT, speaker TEXT NOT NULL,
+  text TEXT NOT NULL, caption TEXT, timestamp DOUBLE PRECISION NOT NULL, metadata TEXT NOT NULL,
+  created_at DOUBLE PRECISION NOT NULL,
+  UNIQUE (user_id, turn_id)
+);
+CREATE TABLE IF NOT EXISTS items (
+  rid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  user_id TEXT NOT NULL, text TEXT NOT NULL, provenance TEXT NOT NULL,
+  created_at DOUBLE PRECISION NOT NULL, event_time DOUBLE PRECISION NOT NULL, last_access DOUBLE PRECISION NOT NULL,
+  access_count INTEGER NOT NULL DEFAULT 0, utility DOUBLE PRECISION NOT NULL DEFAULT 1.0,
+  topic TEXT, entities TEXT NOT NULL DEFAULT '[]', tags TEXT[] NOT NULL DEFAULT '{}',
+  kind TEXT NOT NULL DEFAULT 'episodic',
+  valid_from DOUBLE PRECISION, valid_to DOUBLE PRECISION, superseded_by TEXT,
+  archived BOOLEAN NOT NULL DEFAULT FALSE, n_tokens INTEGER NOT NULL DEFAULT 0,
+  metadata TEXT NOT NULL DEFAULT '{}', embedding vector({dim}) NOT NULL
+);
+CREATE INDEX IF NOT EXISTS items_by_user ON items (user_id, archived, rid);
+CREATE INDEX IF NOT EXISTS items_embedding_hnsw ON items USING hnsw (embedding vector_cosine_ops);
+CREATE TABLE IF NOT EXISTS history (
+  pk BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  item_id TEXT NOT NULL, user_id TEXT NOT NULL, event TEXT NOT NULL,
+  old_text TEXT, new_text TEXT, at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX IF NOT EXISTS history_by_item ON history (user_id, item_id);
+CREATE TABLE IF NOT EXISTS pending (user_id TEXT NOT NULL, turn_id TEXT NOT NULL, PRIMARY KEY (user_id, turn_id));
+CREATE TABLE IF NOT EXISTS consolidated (
+  user_id TEXT NOT NULL, item_id TEXT NOT NULL, cycle INTEGER NOT NULL, access_seen INTEGER NOT NULL,
+  at DOUBLE PRECISION NOT NULL, PRIMARY KEY (user_id, item_id)
+);
+CREATE TABLE IF NOT EXISTS item_versions (
+  user_id TEXT PRIMARY KEY, version BIGINT NOT NULL, pruned_through BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS item_changes (user_id TEXT NOT NULL, version BIGINT NOT NULL, rid BIGINT NOT NULL);
+CREATE INDEX IF NOT EXISTS item_changes_by_user ON item_changes (user_id, version);
+CREATE OR REPLACE FUNCTION lightmem_item_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE uid TEXT; r BIGINT; v BIGINT;
+BEGIN
+  IF TG_OP = 'DELETE' THEN uid := OLD.user_id; r := OLD.rid; ELSE uid := NEW.user_id; r := NEW.rid; END IF;
+  INSERT INTO item_versions AS iv (user_id, version) VALUES (uid, 1)
+    ON CONFLICT (user_id) DO UPDATE SET version = iv.version + 1 RETURNING iv.version INTO v;
+  INSERT INTO item_changes (user_id, version, rid) VALUES (uid, v, r);
+  RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER items_changed
+AFTER INSERT OR DELETE OR UPDATE OF text, embedding, archived, superseded_by, valid_to, event_time, kind, topic, entities
+ON items FOR EACH ROW EXECUTE FUNCTION lightmem_item_changed();
+CREATE TABLE IF NOT EXISTS ltm_nodes (
+  id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, text TEXT NOT NULL,
+  facts TEXT NOT NULL DEFAULT '[]', confidence DOUBLE PRECISION NOT NULL, evidence INTEGER NOT NULL,
+  first_seen DOUBLE PRECISION NOT NULL, last_seen DOUBLE PRECISION NOT NULL, last_cycle INTEGER NOT NULL,
+  active BOOLEAN NOT NULL DEFAULT TRUE, embedding vector({dim}) NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ltm_edges (
+  src BIGINT NOT NULL, dst BIGINT NOT NULL, type TEXT NOT NULL, label TEXT NOT NULL DEFAULT '',
+  confidence DOUBLE PRECISION NOT NULL, evidence INTEGER NOT NULL, first_seen DOUBLE PRECISION NOT NULL,
+  last_seen DOUBLE PRECISION NOT NULL, last_cycle INTEGER NOT NULL, active BOOLEAN NOT NULL DEFAULT TRUE,
+  PRIMARY KEY (src, dst, type)
+);
+CREATE INDEX IF NOT EXISTS ltm_edges_dst ON ltm_edges (dst);
+CREATE TABLE IF NOT EXISTS ltm_cycles (cycle INTEGER PRIMARY KEY, at DOUBLE PRECISION NOT NULL, stats TEXT NOT NULL);
+"""
+
+
+def is_uri(location: object) -> bool:
+    """Whether a store location names a PostgreSQL database (``postgresql://...``)."""
+    return isinstance(location, str) and location.startswith(URI_SCHEMES)
+
+
+def redact(uri: str) -> str:
+    """The URI without its password, for messages and logs."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", uri)
+
+
+def _psycopg() -> Any:
+    try:
+        import pgvector.psycopg  # noqa: F401
+        import psycopg
+    except ImportError as exc:
+        raise StoreError("a postgresql:// store needs psycopg and pgvector: pip install 'lightmem-slm[postgres]'") from exc
+    return psycopg
+
+
+def connect(uri: str) -> Any:
+    """An autocommit connection (writes open their own transactions) with pgvector's types registered.
+
+    Raises:
+        StoreError: the server cannot be reached, or pgvector is missing and cannot be created.
+    """
+    psycopg = _psycopg()
+    from pgvector.psycopg import register_vector
+
+    try:
+        conn = psycopg.connect(uri, autocommit=True, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot connect to {redact(uri)}: {exc}".strip()) from exc
+    try:
+        if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        register_vector(conn)
+    except psycopg.Error as exc:
+        conn.close()
+        raise StoreError(f"{redact(uri)} has no pgvector extension and this role cannot create it ({exc}); "
+                         "have an administrator run `CREATE EXTENSION vector;` in that database".strip()) from exc
+    return conn
+
+
+def pgvector_version(conn: Any) -> tuple[int, ...]:
+    (v,), = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchall()
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+def ensure_schema(conn: Any, uri: str, dim: int, embedder: str) -> None:
+    """Create or check the tables; record (or check) the store's dimension and embedder.
+
+    Raises:
+        StoreError: a newer schema, or vectors of another dimension / embedder.
+    """
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        version = 0
+        if conn.execute("SELECT to_regclass('schema_version')").fetchone()[0] is not None:
+            (version,), = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchall()
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{redact(uri)} has lightmem schema version {version}; this lightmem reads "
+                                 f"{SCHEMA_VERSION}: upgrade lightmem")
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            _check_identity(uri, meta, dim, embedder)
+        if version < SCHEMA_VERSION:  # migrations from older versions go here, in order
+            conn.execute(_TABLES.replace("{dim}", str(int(dim))))
+        conn.execute("INSERT INTO schema_version (version) VALUES (%s) ON CONFLICT DO NOTHING", (SCHEMA_VERSION,))
+        conn.execute("INSERT INTO meta (key, value) VALUES ('dim', %s), ('embedder', %s) ON CONFLICT DO NOTHING",
+                     (str(dim), embedder))
+
+
+def _check_identity(uri: str, meta: dict[str, str], dim: int, embedder: str) -> None:
+    stored_dim, stored = meta.get("dim"), meta.get("embedder")
+    if stored_dim is None:
+        return
+    if int(stored_dim) != dim or (stored != embedder and "unknown" not in (stored, embedder)):
+        raise StoreError(
+            f"{redact(uri)} was built with embedder {stored!r} (dim {stored_dim}); this Memory uses {embedder!r} "
+            f"(dim {dim}). Open it with the same encoder, or use another database."
+        )
+
+
+def stored_embedder(uri: str) -> str | None:
+    """The embedder that wrote the store in this database, or None when it holds no store yet.
+
+    Raises:
+        StoreError: the server cannot be reached.
+    """
+    psycopg = _psycopg()
+    try:
+        with psycopg.connect(uri, autocommit=True, connect_timeout=10) as conn:
+            if conn.execute("SELECT to_regclass('meta')").fetchone()[0] is None:
+                return None
+            row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot read the store at {redact(uri)}: {exc}".strip()) from exc
+    return row[0] if row else None

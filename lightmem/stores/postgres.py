@@ -1,0 +1,488 @@
+"""The server store: per-user memory in PostgreSQL + pgvector, shared by processes and hosts.
+
+Truth and search both live in the database: dense search is a pgvector query (HNSW, cosine) and
+every other read is SQL, so each call sees every process's commits. Lexical search is the
+embedded store's BM25, kept fresh from the database per user (``pg_lexical``), so both backends
+score and fuse alike.
+
+Isolation: every statement on user data is scoped by ``user_id = %s`` with the caller's id, and
+row ids are never reused. Transactions: each write is one transaction (a failure rolls it all
+back); writes to one user are serialized by an advisory lock, consolidation cycles by another.
+``lock`` gives several reads one snapshot (a read-only REPEATABLE READ transaction), as the
+embedded store's lock gives one view of its indexes.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
+from lightmem.stores import pg_offline, pg_schema
+from lightmem.stores.access import AccessBuffer
+from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit
+from lightmem.stores.partition import filter_mask, tags_of
+from lightmem.stores.pg_graph import PostgresGraph, PostgresGraphTransaction, as_array
+from lightmem.stores.pg_lexical import LexicalView, sync
+from lightmem.stores.pg_offline import ITEM_COLS
+from lightmem.stores.sqlite import row_to_item
+from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
+
+log = logging.getLogger(__name__)
+_UPDATABLE = {"text", "n_tokens", "utility", "topic", "entities", "valid_from", "valid_to", "superseded_by", "metadata",
+              "event_time", "provenance"}
+_KEEP_CHANGES = 10_000
+_EXACT = "(embedding <=> %(q)s) + 0"  # "+ 0" hides the distance from the HNSW index: an exact scan
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE  # per user: older change-log rows are pruned on close (readers behind them reload)
+
+
+def _tags(item: MemoryItem) -> list[str]:
+    return sorted(tags_of(item.topic, item.entities))
+
+
+def _row_to_turn(r: Sequence[Any]) -> Turn:
+    return Turn(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]))
+
+
+class SnapshotLock:
+    """The store's re-entrant lock. Its outermost holder reads one snapshot of the database
+    (a read-only REPEATABLE READ transaction), so several reads agree; writes inside it are refused."""
+
+    def __init__(self, store: "PostgresStore") -> None:
+        self._store = store
+        self._depth = 0
+        self._began = False
+
+    @property
+    def active(self) -> bool:
+        """Whether a read snapshot is open (writes must wait until it closes)."""
+        return self._began
+
+    def __enter__(self) -> "SnapshotLock":
+        s = self._store
+        s._mutex.acquire()
+        # Inside one of the store's own write transactions (a graph update reading) the reads
+        # already share that transaction: no snapshot of its own.
+        if self._depth == 0 and s._conn.info.transaction_status == _IDLE:
+            try:
+                s._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            except BaseException:
+                s._mutex.release()
+                raise
+            self._began = True
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        s = self._store
+        self._depth -= 1
+        try:
+            if self._depth == 0 and self._began:
+                self._began = False
+                s._conn.execute("ROLLBACK")  # read only: nothing to commit
+        finally:
+            s._mutex.release()
+
+
+class PostgresStore:
+    """The server store (``MemoryStore``): PostgreSQL rows with pgvector embeddings.
+
+    Args:
+        uri: ``postgresql://user:password@host:port/database`` (libpq options such as
+            ``?options=-csearch_path%3Dlightmem`` pick a schema). pgvector must be installed
+            (``CREATE EXTENSION vector``; done here when the role may).
+        dim: Embedding dimension; must match the store's when it already exists.
+        embedder: Name of the embedder that made the vectors; checked on open.
+        capacity: Bound B on active items per user; the least retained are archived beyond it.
+        index: ``hnsw`` (approximate, pgvector's HNSW index) or ``flat`` (exact scan of the user's rows).
+        ef_search: HNSW search breadth (``hnsw.ef_search``).
+        retention_half_life_days: Recency half-life used when choosing what to archive.
+        bm25_k1: BM25 k1.
+        bm25_b: BM25 b.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        dim: int,
+        embedder: str = "unknown",
+        capacity: int = 10_000,
+        index: str = "hnsw",
+        ef_search: int = 100,
+        retention_half_life_days: float = 30.0,
+        bm25_k1: float = 1.5,
+        bm25_b: float = 0.75,
+    ) -> None:
+        if capacity <= 0:
+            raise ValueError("capacity must be positive")
+        if index not in ("hnsw", "flat"):
+            raise ValueError(f"index must be hnsw or flat, got {index!r}")
+        self.uri, self.location = uri, pg_schema.redact(uri)
+        self.dim, self.embedder, self.capacity = dim, embedder, capacity
+        self.index_kind = index
+        self.half_life_days = retention_half_life_days
+        self._bm25 = (bm25_k1, bm25_b)
+        self._mutex = threading.RLock()
+        self._conn = pg_schema.connect(uri)
+        try:
+            pg_schema.ensure_schema(self._conn, uri, dim, embedder)
+            self._conn.execute(f"SET hnsw.ef_search = {int(ef_search)}")
+            if pg_schema.pgvector_version(self._conn) >= (0, 8):
+                # Keep scanning the index until the user's filtered rows fill k (pgvector >= 0.8).
+                self._conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        except BaseException:
+            self._conn.close()
+            raise
+        self._lock = SnapshotLock(self)
+        self._views: dict[str, LexicalView] = {}
+        self._access = AccessBuffer()
+        self._graph = PostgresGraph(self._conn, self._mutex, dim)
+
+    @property
+    def lock(self) -> SnapshotLock:
+        return self._lock
+
+    @property
+    def graph(self) -> PostgresGraph:
+        """The LTM graph's tables (same database: a cycle commits graph and MTM together)."""
+        return self._graph
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[tuple]:
+        with self._mutex:
+            return self._conn.execute(sql, params).fetchall()
+
+    @contextmanager
+    def _transaction(self, user_id: str | None = None) -> Iterator[Any]:
+        """One atomic write (holding the user's write lock when ``user_id`` is given)."""
+        with self._mutex:
+            if self._lock.active:
+                raise StoreError("a store write inside `with store.lock:` (a read snapshot); write outside it")
+            with self._conn.transaction(), self._conn.cursor() as cur:
+                if user_id is not None:
+                    cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (pg_schema.USER_LOCK_CLASS, user_id))
+                yield cur
+
+    def info(self) -> dict[str, str | None]:
+        meta = dict(self._query("SELECT key, value FROM meta"))
+        (version,), = self._query("SELECT MAX(version) FROM schema_version")
+        return {"embedder": meta.get("embedder"), "dim": meta.get("dim"), "schema_version": str(version)}
+
+    def users(self) -> list[str]:
+        return [r[0] for r in self._query("SELECT user_id FROM turns UNION SELECT user_id FROM items ORDER BY 1")]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+
+        def row(uid: str) -> dict[str, int]:
+            return out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0, "pending": 0})
+
+        for uid, n in self._query("SELECT user_id, COUNT(*) FROM turns GROUP BY user_id"):
+            row(uid)["turns"] = int(n)
+        for uid, arch, n in self._query("SELECT user_id, archived, COUNT(*) FROM items GROUP BY user_id, archived"):
+            row(uid)["archived" if arch else "items"] = int(n)
+        for uid, n in self._query("SELECT user_id, COUNT(*) FROM pending GROUP BY user_id"):
+            row(uid)["pending"] = int(n)
+        return dict(sorted(out.items()))
+
+    def refresh(self) -> None:
+        """Bring the BM25 views of the users served so far up to date (reads need no refresh)."""
+        with self._mutex:
+            for uid in list(self._views):
+                self._view(uid)
+
+    def _view(self, user_id: str) -> LexicalView:
+        with self._mutex:
+            view = sync(self._conn, user_id, self._views.get(user_id), *self._bm25)
+            self._views[user_id] = view
+            return view
+
+    # -- writes --------------------------------------------------------------------------------
+    def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray, now: float,
+              pending: Sequence[str] | None = None) -> list[MemoryItem]:
+        """Persist turns and their items in one transaction (see ``MemoryStore.write``)."""
+        if len(items) != len(vectors):
+            raise InvalidInputError("items and vectors differ in length")
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if len(items) and vectors.shape[1] != self.dim:
+            raise InvalidInputError(f"vectors have dim {vectors.shape[1]}, the store expects {self.dim}")
+        with self._transaction(user_id) as cur:
+            seen = {r[0] for r in cur.execute("SELECT turn_id FROM turns WHERE user_id = %s AND turn_id = ANY(%s)",
+                                              (user_id, [t.turn_id for t in turns])).fetchall()}
+            new_turns = [t for t in turns if t.turn_id not in seen]
+            if new_turns:
+                cur.executemany(
+                    "INSERT INTO turns (user_id, turn_id, session_id, speaker, text, caption, timestamp, metadata, created_at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    [(user_id, t.turn_id, t.session_id, t.speaker, t.text, t.caption, t.timestamp, json.dumps(t.metadata),
+                      now) for t in new_turns])
+            written: list[MemoryItem] = []
+            for item, vec in zip(items, vectors):
+                if item.user_id != user_id:
+                    raise InvalidInputError("an item's user_id differs from the partition it is written to")
+                if item.provenance and all(p in seen for p in item.provenance):
+                    continue  # already ingested
+                pg_offline.insert_item(cur, item, vec, _tags(item))
+                pg_offline.log(cur, user_id, item.id, "ADD", None, item.text, now)
+                written.append(item)
+            if pending is not None:
+                cur.execute("DELETE FROM pending WHERE user_id = %s", (user_id,))
+                cur.executemany("INSERT INTO pending (user_id, turn_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                                [(user_id, t) for t in dict.fromkeys(pending)])
+            evicted = pg_offline.evict(cur, user_id, self.capacity, now, self.half_life_days)
+        if evicted:
+            log.info("user %s over capacity %d: archived %d items", user_id, self.capacity, len(evicted))
+        return written
+
+    def known_turns(self, user_id: str, turn_ids: Sequence[str]) -> set[str]:
+        return {r[0] for r in self._query("SELECT turn_id FROM turns WHERE user_id = %s AND turn_id = ANY(%s)",
+                                          (user_id, list(turn_ids)))}
+
+    def turns(self, user_id: str) -> list[Turn]:
+        rows = self._query("SELECT turn_id, speaker, text, timestamp, session_id, caption, metadata FROM turns "
+                           "WHERE user_id = %s ORDER BY pk", (user_id,))
+        return [_row_to_turn(r) for r in rows]
+
+    def pending_turns(self, user_id: str) -> list[Turn]:
+        rows = self._query(
+            "SELECT t.turn_id, t.speaker, t.text, t.timestamp, t.session_id, t.caption, t.metadata FROM turns t "
+            "JOIN pending p ON p.user_id = t.user_id AND p.turn_id = t.turn_id WHERE t.user_id = %s ORDER BY t.pk",
+            (user_id,))
+        return [_row_to_turn(r) for r in rows]
+
+    def speakers(self, user_id: str) -> list[str]:
+        return [r[0] for r in self._query("SELECT DISTINCT speaker FROM turns WHERE user_id = %s ORDER BY 1", (user_id,))]
+
+    def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None, **fields) -> MemoryItem:
+        """Change an item's fields (text needs ``vector``); the old text goes to history."""
+        unknown = set(fields) - _UPDATABLE
+        if unknown:
+            raise InvalidInputError(f"cannot update fields {sorted(unknown)}; updatable: {sorted(_UPDATABLE)}")
+        if "text" in fields and vector is None:
+            raise InvalidInputError("a new text needs its new vector")
+        with self._transaction(user_id) as cur:
+            old = self._get(cur, user_id, item_id, include_archived=True)
+            new = replace(old, **fields)
+            sets: dict[str, Any] = dict(fields)
+            for k in ("entities", "metadata", "provenance"):
+                if k in sets:
+                    sets[k] = json.dumps(sets[k])
+            if "topic" in fields or "entities" in fields:
+                sets["tags"] = _tags(new)
+            if vector is not None:
+                sets["embedding"] = np.asarray(vector, dtype=np.float32)
+            cols = ", ".join(f"{k} = %s" for k in sets)
+            cur.execute(f"UPDATE items SET {cols} WHERE user_id = %s AND id = %s", [*sets.values(), user_id, item_id])
+            pg_offline.log(cur, user_id, item_id, "UPDATE", old.text, new.text, now)
+        return new
+
+    def set_archived(self, user_id: str, item_id: str, archived: bool, now: float) -> MemoryItem:
+        """Archive (hide from search, keep) or restore an item."""
+        with self._transaction(user_id) as cur:
+            item = self._get(cur, user_id, item_id, include_archived=True)
+            if item.archived == archived:
+                return item
+            cur.execute("UPDATE items SET archived = %s WHERE user_id = %s AND id = %s", (archived, user_id, item_id))
+            pg_offline.log(cur, user_id, item_id, "ARCHIVE" if archived else "RESTORE", item.text, item.text, now)
+        return replace(item, archived=archived)
+
+    def delete(self, user_id: str, item_id: str, now: float) -> None:
+        """Remove one item. History keeps only the event."""
+        with self._transaction(user_id) as cur:
+            row = cur.execute("DELETE FROM items WHERE user_id = %s AND id = %s RETURNING rid", (user_id, item_id)).fetchone()
+            if row is None:
+                raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
+            pg_offline.log(cur, user_id, item_id, "DELETE", None, None, now)
+        self._access.forget(user_id, int(row[0]))
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """Erase a user's turns, items, history, pending and consolidation marks, and its change log."""
+        with self._transaction(user_id) as cur:
+            counts = {table: cur.execute(f"DELETE FROM {table} WHERE user_id = %s", (user_id,)).rowcount
+                      for table in ("items", "turns", "history", "pending", "consolidated")}
+            cur.execute("DELETE FROM item_changes WHERE user_id = %s", (user_id,))
+            # Every process's BM25 view of the user is now behind the pruned log: each reloads (empty).
+            cur.execute("UPDATE item_versions SET version = version + 1, pruned_through = version + 1 WHERE user_id = %s",
+                        (user_id,))
+        with self._mutex:
+            self._views.pop(user_id, None)
+            self._access.forget(user_id)
+        return counts
+
+    # -- reads ---------------------------------------------------------------------------------
+    def history(self, user_id: str, item_id: str) -> list[HistoryEvent]:
+        rows = self._query("SELECT item_id, event, old_text, new_text, at FROM history WHERE user_id = %s AND item_id = %s "
+                           "ORDER BY pk", (user_id, item_id))
+        return [HistoryEvent(*r) for r in rows]
+
+    @staticmethod
+    def _get(cur: Any, user_id: str, item_id: str, include_archived: bool) -> MemoryItem:
+        where = "" if include_archived else " AND NOT archived"
+        row = cur.execute(f"SELECT {ITEM_COLS} FROM items WHERE user_id = %s AND id = %s{where}", (user_id, item_id)).fetchone()
+        if row is None:
+            raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
+        return row_to_item(row)
+
+    def get(self, user_id: str, item_id: str, include_archived: bool = False) -> MemoryItem:
+        with self._mutex:
+            return self._get(self._conn, user_id, item_id, include_archived)
+
+    def list(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0) -> list[MemoryItem]:
+        where = "" if include_archived else " AND NOT archived"
+        rows = self._query(f"SELECT {ITEM_COLS} FROM items WHERE user_id = %s{where} ORDER BY rid LIMIT %s OFFSET %s",
+                           (user_id, limit, offset))
+        return [row_to_item(r) for r in rows]
+
+    def fetch(self, user_id: str, rids: Sequence[int]) -> dict[int, MemoryItem]:
+        """Items of this user by row id; rows of anyone else are never returned."""
+        rows = self._query(f"SELECT {ITEM_COLS} FROM items WHERE user_id = %s AND rid = ANY(%s)",
+                           (user_id, [int(r) for r in rids]))
+        return {int(r[0]): row_to_item(r) for r in rows}
+
+    def search_dense(self, user_id: str, qvec: np.ndarray, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        where, params = _filter_sql(user_id, filters)
+        params = {**params, "q": np.asarray(qvec, dtype=np.float32).ravel(), "k": int(k)}
+        sql = f"SELECT rid, 1 - (embedding <=> %(q)s) FROM items WHERE {where} ORDER BY {{}} LIMIT %(k)s"
+        with self._mutex:
+            rows = self._conn.execute(sql.format("embedding <=> %(q)s" if self.index_kind == "hnsw" else _EXACT),
+                                      params).fetchall()
+            if len(rows) < k and self.index_kind == "hnsw":
+                # The index scan filters after it searched (pgvector < 0.8 stops at ef_search
+                # candidates): short of k, the user's own rows are scanned exactly.
+                rows = self._conn.execute(sql.format(_EXACT), params).fetchall()
+        rows.sort(key=lambda r: -r[1])  # an iterative index scan may return near-ties out of order
+        return (np.asarray([r[0] for r in rows], dtype=np.int64), np.asarray([r[1] for r in rows], dtype=np.float32))
+
+    def search_lexical(
+        self, user_id: str, query: str, k: int, filters: Filters
+    ) -> tuple[np.ndarray, np.ndarray, Callable[[Sequence[int]], np.ndarray]]:
+        """Top-``k`` BM25 ids and scores (the embedded store's BM25), and this query's BM25 of any ids."""
+        with self._mutex:
+            view = self._view(user_id)
+            hits = view.lexical.top(query, k, lambda ids: filter_mask(view.meta, ids, filters, view.n_not_current == 0))
+            lex = view.lexical
+            return hits.ids, hits.scores, lambda rids: lex.lookup(hits.row_scores, rids)
+
+    def cosine(self, user_id: str, qvec: np.ndarray, rids: Sequence[int]) -> np.ndarray:
+        """Cosine of the query to each row (0 for a row no longer active)."""
+        found = dict(self._query("SELECT rid, 1 - (embedding <=> %s) FROM items WHERE user_id = %s AND rid = ANY(%s) "
+                                 "AND NOT archived", (np.asarray(qvec, dtype=np.float32).ravel(), user_id,
+                                                      [int(r) for r in rids])))
+        return np.asarray([found.get(int(r), 0.0) for r in rids], dtype=np.float32)
+
+    def signals(self, user_id: str, rids: Sequence[int]) -> tuple[np.ndarray, list[frozenset[str]]]:
+        """Event times and tags of the rows (0 and none for a row no longer there)."""
+        found = {int(r): (t, frozenset(tags)) for r, t, tags in
+                 self._query("SELECT rid, event_time, tags FROM items WHERE user_id = %s AND rid = ANY(%s)",
+                             (user_id, [int(r) for r in rids]))}
+        got = [found.get(int(r), (0.0, frozenset())) for r in rids]
+        return np.asarray([g[0] for g in got], dtype=np.float64), [g[1] for g in got]
+
+    def size(self, user_id: str) -> int:
+        (n,), = self._query("SELECT COUNT(*) FROM items WHERE user_id = %s AND NOT archived", (user_id,))
+        return int(n)
+
+    # -- offline consolidation -------------------------------------------------------------------
+    def indexed(self, user_id: str, rids: Sequence[int]) -> set[int]:
+        return {int(r[0]) for r in self._query("SELECT rid FROM items WHERE user_id = %s AND rid = ANY(%s) AND NOT archived",
+                                               (user_id, [int(r) for r in rids]))}
+
+    def vectors(self, user_id: str, rids: Sequence[int]) -> np.ndarray:
+        found = dict(self._query("SELECT rid, embedding FROM items WHERE user_id = %s AND rid = ANY(%s) AND NOT archived",
+                                 (user_id, [int(r) for r in rids])))
+        missing = [int(r) for r in rids if int(r) not in found]
+        if missing:
+            raise ItemNotFoundError(f"user {user_id!r} has no active items with row ids {missing}")
+        if not rids:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([as_array(found[int(r)]) for r in rids])
+
+    def consolidation_candidates(self, user_id: str, limit: int, reactivation: int = 2,
+                                 pressure: float = 0.9) -> list[tuple[int, MemoryItem, str]]:
+        """Algorithm 3, step 1 (see ``MemoryStore.consolidation_candidates``)."""
+        self.flush()  # access counts must include the buffered ones
+        with self._mutex:
+            under_pressure = self.size(user_id) >= pressure * self.capacity
+            return pg_offline.candidates(self._conn, user_id, limit, reactivation, under_pressure, self.half_life_days)
+
+    def consolidation_state(self, user_id: str) -> dict[str, int]:
+        with self._mutex:
+            return pg_offline.state(self._conn, user_id)
+
+    def commit_offline(self, user_id: str, changes: OfflineChanges, now: float, graph: GraphUpdate | None = None,
+                       stats: Mapping[str, Any] | None = None,
+                       before_commit: Callable[[], None] | None = None) -> OfflineCommit:
+        """Commit one consolidation cycle in one transaction: a new cycle row, ``graph``'s update,
+        the MTM ``changes``, ``before_commit`` (raise there to roll everything back) and the stats."""
+        with self._transaction() as cur:
+            # Cycles commit one at a time (the graph is shared by every user), then the user's write lock.
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (pg_schema.CYCLE_LOCK,))
+            cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (pg_schema.USER_LOCK_CLASS, user_id))
+            cycle = PostgresGraph.new_cycle(cur, now)
+            graph_counts = dict(graph.apply(PostgresGraphTransaction(cur), cycle, now)) if graph is not None else {}
+            mtm = pg_offline.apply(cur, user_id, changes, cycle, now, _tags)
+            if before_commit is not None:
+                before_commit()
+            PostgresGraph.finish_cycle(cur, cycle, {**(stats or {}), **graph_counts, **{f"mtm_{k}": v for k, v in mtm.items()}})
+        return OfflineCommit(cycle, graph_counts, mtm)
+
+    # -- access statistics (buffered: the read path does not wait on a commit) -------------------
+    def touch(self, user_id: str, rids: Sequence[int], at: float) -> None:
+        with self._mutex:
+            if self._access.touch(user_id, rids, at) and not self._lock.active:
+                self.flush()
+
+    def flush(self) -> None:
+        """Write buffered access statistics (kept buffered while a read snapshot is open)."""
+        with self._mutex:
+            if not self._access or self._lock.active:
+                return
+            rows = self._access.drain()
+            with self._transaction() as cur:
+                cur.executemany("UPDATE items SET access_count = access_count + %s, last_access = GREATEST(last_access, %s) "
+                                "WHERE user_id = %s AND rid = %s", rows)
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._conn.closed:
+                return
+            self.flush()
+            with self._transaction() as cur:  # keep the change log short; readers behind it reload
+                cur.execute("UPDATE item_versions SET pruned_through = version - %s WHERE version - %s > pruned_through",
+                            (_KEEP_CHANGES, _KEEP_CHANGES))
+                cur.execute("DELETE FROM item_changes c USING item_versions v WHERE c.user_id = v.user_id "
+                            "AND c.version <= v.pruned_through")
+            self._conn.close()
+
+    @staticmethod
+    def new_id() -> str:
+        return uuid.uuid4().hex[:16]
+
+
+def _filter_sql(user_id: str, f: Filters) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause of a dense search: the user's active rows passing ``f``."""
+    where, params = ["user_id = %(user)s", "NOT archived"], {"user": user_id}
+    if not f.include_superseded:
+        where.append("superseded_by IS NULL AND valid_to IS NULL")
+    if f.time_from is not None:
+        where.append("event_time >= %(lo)s")
+        params["lo"] = f.time_from
+    if f.time_to is not None:
+        where.append("event_time <= %(hi)s")
+        params["hi"] = f.time_to
+    if f.kinds:
+        where.append("kind = ANY(%(kinds)s)")
+        params["kinds"] = [getattr(k, "value", k) for k in f.kinds]
+    if f.tags:
+        where.append("tags && %(tags)s::text[]")
+        params["tags"] = [t.lower() for t in f.tags]
+    return " AND ".join(where), params

@@ -18,6 +18,7 @@ console = Console(stderr=True)
 # --encoder of a new store: "tuned" (the default) is MiniLM with the trained memory adapter of
 # checkpoints/embedder; these two are rebuilt by their stored names.
 EMBEDDERS = {"minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
+STORE_HELP = "store folder (created if missing) or postgresql://user:password@host/db (pip install 'lightmem-slm[postgres]')"
 
 
 def _kind(name: str) -> str:
@@ -31,14 +32,14 @@ def _open(store: str, encoder: str | None = None, must_exist: bool = False, sele
     from lightmem.memory import Memory
     from lightmem.models.embedder import default_embedder, embedder_for, tuned_adapter
     from lightmem.roles.selector import Stage1Selector, default_selector
-    from lightmem.stores.mtm import stored_embedder
+    from lightmem.stores.factory import describe, stored_embedder
 
-    path = Path(store)
-    stored = stored_embedder(path)
+    stored = stored_embedder(store)
     if must_exist and stored is None:
-        raise LightMemError(f"no lightmem store at {path}; create one with `lightmem ingest FILE --store {path}`")
+        raise LightMemError(f"no lightmem store at {describe(store)}; create one with "
+                            f"`lightmem ingest FILE --store {describe(store)}`")
     if encoder and stored and _kind(stored) != encoder:
-        raise LightMemError(f"{path} was built with {stored}; drop --encoder or use a new --store")
+        raise LightMemError(f"{describe(store)} was built with {stored}; drop --encoder or use a new --store")
     if stored:
         embedder = embedder_for(stored)
     elif encoder == "tuned" and tuned_adapter() is None:
@@ -48,8 +49,15 @@ def _open(store: str, encoder: str | None = None, must_exist: bool = False, sele
         embedder = default_embedder()
     else:
         embedder = embedder_for(EMBEDDERS[encoder])
-    return Memory.open(path, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),
+    return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),
                        ltm=ltm)
+
+
+def _shown(store: str) -> str:
+    """The store's location as printed (a postgresql:// URI without its password)."""
+    from lightmem.stores.factory import describe
+
+    return describe(store)
 
 
 def _ltm_options(no_nlp: bool = False):
@@ -113,7 +121,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if skipped:
         _report_skipped(args.file, skipped)
     note = f"; {len(skipped)} bad line(s) skipped" if skipped else ""
-    console.print(escape(f"{total} turns read, {written} items written to {args.store} ({total - written} already stored){note}"))
+    console.print(escape(f"{total} turns read, {written} items written to {_shown(args.store)} ({total - written} already stored){note}"))
     return 0
 
 
@@ -140,9 +148,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         counts = memory.stats()
         meta = memory.store.info()
     if args.json:
-        print(json.dumps({"store": str(args.store), **meta, "users": counts}, indent=2))
+        print(json.dumps({"store": _shown(args.store), **meta, "users": counts}, indent=2))
         return 0
-    table = Table(title=f"{args.store} (embedder {meta['embedder']}, dim {meta['dim']})")
+    table = Table(title=f"{_shown(args.store)} (embedder {meta['embedder']}, dim {meta['dim']})")
     for col in ("user", "turns", "items", "archived"):
         table.add_column(col)
     for user, c in counts.items():
@@ -155,7 +163,7 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
     memory = _open(args.store, must_exist=True, ltm=_ltm_options(args.no_nlp))
     with memory:
         if args.user is not None and args.user not in memory.store.users():
-            raise LightMemError(f"user {args.user!r} has nothing in {args.store}")
+            raise LightMemError(f"user {args.user!r} has nothing in {_shown(args.store)}")
         users = [args.user] if args.user else memory.store.users()
         reports = []
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -168,7 +176,7 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"cycles": [r.to_dict() for r in reports], "ltm": stats}, indent=2))
         return 0
-    table = Table(title=f"consolidation of {args.store}")
+    table = Table(title=f"consolidation of {_shown(args.store)}")
     for col in ("user", "cycle", "items", "units", "+nodes", "merged", "+edges", "dropped", "abstracts", "superseded", "s"):
         table.add_column(col, no_wrap=True)
     for r in reports:
@@ -203,7 +211,7 @@ def cmd_delete_user(args: argparse.Namespace) -> int:
     memory = _open(args.store, must_exist=True)
     with memory:
         if args.user not in memory.store.users():
-            raise LightMemError(f"user {args.user!r} has nothing in {args.store}")
+            raise LightMemError(f"user {args.user!r} has nothing in {_shown(args.store)}")
         if not args.yes and sys.stdin.isatty():
             if input(f"Erase all turns, items and history of {args.user!r}? [y/N] ").strip().lower() != "y":
                 console.print("nothing deleted")
@@ -261,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("ingest", help="add a conversation file (LoCoMo, LongMemEval or JSONL) to a store")
     s.add_argument("file", help="LoCoMo .json, LongMemEval .json/.json.gz, or JSONL of {speaker, text, timestamp}")
-    s.add_argument("--store", required=True, help="store folder (created if missing)")
+    s.add_argument("--store", required=True, help=STORE_HELP)
     s.add_argument("--user", help="user id for every conversation (default: each conversation's own id)")
     s.add_argument("--format", default="auto", choices=["auto", "locomo", "longmemeval", "jsonl"])
     s.add_argument("--conversations", help="subset: indices ('0-4', '1,3') or ids ('conv-26')")
@@ -275,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("search", help="retrieve a user's memories for a query")
     s.add_argument("query")
     s.add_argument("--user", required=True)
-    s.add_argument("--store", required=True)
+    s.add_argument("--store", required=True, help=STORE_HELP)
     s.add_argument("-k", type=int, default=5, help="how many items (default 5)")
     s.add_argument("--budget", type=int, default=None,
                    help="tokens of memory text: return the best set that fits (Stage 2 fills it from 3K candidates) instead of K items")
@@ -285,12 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_search)
 
     s = sub.add_parser("stats", help="users, turns and items in a store")
-    s.add_argument("--store", required=True)
+    s.add_argument("--store", required=True, help=STORE_HELP)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_stats)
 
     s = sub.add_parser("consolidate", help="run offline consolidation now: MTM -> de-identified LTM graph")
-    s.add_argument("--store", required=True)
+    s.add_argument("--store", required=True, help=STORE_HELP)
     s.add_argument("--user", help="only this user (default: every user of the store)")
     s.add_argument("--no-nlp", action="store_true", help="rules only: no spaCy parser / NER (faster, coarser graph)")
     s.add_argument("--json", action="store_true", help="print each cycle's report as JSON")
@@ -298,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_consolidate)
 
     s = sub.add_parser("graph", help="inspect the LTM graph: export it (JSON or GraphML) and render a picture")
-    s.add_argument("--store", required=True)
+    s.add_argument("--store", required=True, help=STORE_HELP)
     s.add_argument("--export", help="FILE.json (node-link) or FILE.graphml; a picture FILE.png is drawn next to it")
     s.add_argument("--plot", help="picture file (default: next to --export)")
     s.add_argument("--max-nodes", type=int, default=60, help="nodes in the picture, best supported first (default 60)")
@@ -308,13 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("delete-user", help="erase a user's turns, items and history")
     s.add_argument("user")
-    s.add_argument("--store", required=True)
+    s.add_argument("--store", required=True, help=STORE_HELP)
     s.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     s.set_defaults(func=cmd_delete_user)
 
     s = sub.add_parser("serve", help="serve stores over HTTP to many agents (API keys scoped to users; OpenAPI at /docs)",
                        epilog='KEYS.json: {"<key>": ["alice", "bob"], "<admin key>": ["*"]}')
-    s.add_argument("--store", required=True, help="store folder (created if missing)")
+    s.add_argument("--store", required=True, help=STORE_HELP)
     s.add_argument("--keys", required=True, metavar="KEYS.json", help="JSON object: API key -> user ids it may act for ('*': all)")
     s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000)
@@ -325,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("mcp", help="serve one user's memory to an MCP client (stdio): add, search, list, delete, build context")
-    s.add_argument("--store", required=True, help="store folder (created if missing)")
+    s.add_argument("--store", required=True, help=STORE_HELP)
     s.add_argument("--user", required=True, help="the user every tool acts for")
     s.add_argument("--encoder", choices=["minilm", "hashing"], help="embedder of a new store (default: the trained one)")
     s.add_argument("--selector", choices=["trained", "none"], default="trained", help="Stage 2 (default: the learned ranker)")

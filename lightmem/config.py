@@ -29,6 +29,8 @@ class PathsConfig:
 
 @dataclass
 class StoreConfig:
+    # A postgresql:// URI (conf/store/postgres.yaml) replaces the runner's store folder; None: the folder.
+    uri: str | None = None
     capacity: int = 10_000
     index: str = "flat"
     faiss_device: str = "cpu"
@@ -458,11 +460,14 @@ def ltm_options(node: DictConfig | None, shared: SharedRuntime) -> Any:
 
 def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None,
                  shared: SharedRuntime | None = None) -> Memory:
-    """A Memory at ``path`` built from a PipelineConfig (pass ``embedder`` / ``shared`` to reuse them)."""
+    """A Memory at ``path`` built from a PipelineConfig (pass ``embedder`` / ``shared`` to reuse them);
+    at ``store.uri`` instead when the config names a PostgreSQL database."""
     shared = shared or SharedRuntime(cfg)
     embedder = embedder or build_embedder(cfg)
+    store = OmegaConf.to_container(cfg.store, resolve=True)
+    location = store.pop("uri", None) or path
     return Memory.open(
-        path,
+        location,
         embedder=embedder,
         selector=shared.selector(cfg.selector),
         controller=shared.role(cfg.controller),
@@ -473,7 +478,7 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
         retrieval=OmegaConf.to_container(cfg.retrieval, resolve=True),
         write_path=build_write_path(cfg.get("sensory"), embedder, shared),
         ltm=ltm_options(cfg.get("ltm"), shared),
-        **OmegaConf.to_container(cfg.store, resolve=True),
+        **store,
     )
 
 

@@ -22,7 +22,7 @@ from lightmem.roles.selector import Selector, default_selector
 from lightmem.roles.writer import DraftItem, TurnWriter, Writer, write_segments
 from lightmem.sensory.pipeline import WritePath
 from lightmem.stores.base import MemoryStore
-from lightmem.stores.mtm import MTMStore
+from lightmem.stores.factory import open_store
 from lightmem.timeutil import now as wall_clock
 from lightmem.timeutil import parse_timestamp
 from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem, Turn
@@ -83,10 +83,11 @@ class Memory:
         ltm: LTMOptions | None = None,
         **store_kwargs: Any,
     ) -> "Memory":
-        """Open (or create) a store folder; every part left out is the default CPU pipeline's.
+        """Open (or create) a store; every part left out is the default CPU pipeline's.
 
         Args:
-            path: Store folder (or ``.sqlite`` file); created when missing.
+            path: Store folder (or ``.sqlite`` file), created when missing; or a PostgreSQL
+                database, ``postgresql://user:password@host/db`` (needs the ``postgres`` extra).
             embedder: Defaults to the embedder that wrote the store; for a new store the packaged
                 all-MiniLM-L6-v2 with the trained memory adapter of checkpoints/embedder.
             selector: Stage-2 selector; defaults to the learned ranker of checkpoints/ranker
@@ -103,13 +104,14 @@ class Memory:
             ltm: Long-term memory: the de-identified knowledge graph, its offline consolidation
                 (in a background thread unless ``background=False``) and LTM routing of
                 search. None by default: MTM only.
-            **store_kwargs: Keyword arguments of ``MTMStore`` (index, synchronous...).
+            **store_kwargs: Keyword arguments of the store (``MTMStore``: index, synchronous...;
+                ``PostgresStore``: index, ef_search...).
         """
         if embedder is None:
             from lightmem.models.embedder import default_embedder
 
             embedder = default_embedder(path)
-        store = MTMStore(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
+        store = open_store(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
         routing = {} if ltm is None else {"routing": ltm.routing, "cross_share": ltm.cross_share, "ltm_hops": ltm.hops}
         retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **{**dict(retrieval or {}), **routing})
         counter = embedder.token_counter()

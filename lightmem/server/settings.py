@@ -5,7 +5,6 @@ import json
 import logging
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from lightmem.errors import LightMemError
 from lightmem.memory import Memory
@@ -22,7 +21,7 @@ class ServeSettings:
     """Options of ``lightmem serve``.
 
     Attributes:
-        store: Store folder (created when missing).
+        store: Store folder (created when missing) or ``postgresql://`` URI.
         keys: JSON file mapping each API key to the user ids it may act for (``"*"``: all).
         host: Interface to listen on.
         port: TCP port.
@@ -52,22 +51,23 @@ class ServeSettings:
         return cls(**json.loads(raw))
 
 
-def open_memory(store: str | Path, encoder: str | None = None, selector: str = "trained") -> Memory:
-    """Open a store for serving: an existing store with the embedder that wrote it, a new one with ``encoder``.
+def open_memory(store: str, encoder: str | None = None, selector: str = "trained") -> Memory:
+    """Open a store (a folder or a ``postgresql://`` URI) for serving: an existing store with the embedder that wrote it, a new one with ``encoder``.
 
     Raises:
         LightMemError: an unknown ``encoder`` or ``selector``.
     """
     from lightmem.models.embedder import embedder_for
     from lightmem.roles.selector import Stage1Selector, default_selector
-    from lightmem.stores.mtm import stored_embedder
+    from lightmem.stores.factory import describe, stored_embedder
 
     if encoder is not None and encoder not in ENCODERS:
         raise LightMemError(f"unknown encoder {encoder!r}; choose one of {sorted(ENCODERS)} or leave it out (the trained one)")
     if selector not in SELECTORS:
         raise LightMemError(f"unknown selector {selector!r}; choose one of {list(SELECTORS)}")
-    stored = stored_embedder(Path(store))
+    stored = stored_embedder(store)
     if stored and encoder and stored != ENCODERS[encoder]:
-        log.warning("%s already exists: it reopens with its own embedder %s, --encoder %s is ignored", store, stored, encoder)
+        log.warning("%s already exists: it reopens with its own embedder %s, --encoder %s is ignored", describe(store),
+                    stored, encoder)
     embedder = embedder_for(ENCODERS[encoder]) if encoder and not stored else None
     return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector())

@@ -33,9 +33,15 @@ def _open(path) -> Memory:
     return Memory.open(path, embedder=HashingEmbedder(64), selector=Stage1Selector(), synchronous="NORMAL")
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def location(request, tmp_path) -> str:
+    """Where the server's store lives: a folder, or a fresh PostgreSQL database (conftest.py: pg_server)."""
+    return request.getfixturevalue("pg_uri") if request.param == "postgres" else str(tmp_path / "store")
+
+
 @pytest.fixture
-def client(tmp_path):
-    app = create_app(lambda: _open(tmp_path / "store"), KeyRing(KEYS), max_body_bytes=LIMIT)
+def client(location):
+    app = create_app(lambda: _open(location), KeyRing(KEYS), max_body_bytes=LIMIT)
     with TestClient(app) as c:  # runs the lifespan: the memory opens once, closes at exit
         yield c
 
@@ -186,9 +192,9 @@ def test_own_memories_are_found_with_score_and_provenance(client):
     assert "Lisbon" in ctx["prompt"] and "Bob: any news?" in ctx["prompt"] and 0 < ctx["n_tokens"] <= 60
 
 
-def test_an_acknowledged_write_is_committed(client, tmp_path):
+def test_an_acknowledged_write_is_committed(client, location):
     add(client, "alice", ALICE, "I run marathons")
-    other = _open(tmp_path / "store")  # a second connection sees only what was committed
+    other = _open(location)  # a second connection sees only what was committed
     try:
         assert [i.text for i in other.get_all("alice")] == ["Alice: I run marathons"]
     finally:
@@ -269,11 +275,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_real_uvicorn_serves_requests(tmp_path):
+def test_a_real_uvicorn_serves_requests(tmp_path, location):
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps(KEYS))
     port = _free_port()
-    cmd = [sys.executable, "-m", "lightmem.cli", "serve", "--store", str(tmp_path / "store"), "--keys", str(keys),
+    cmd = [sys.executable, "-m", "lightmem.cli", "serve", "--store", location, "--keys", str(keys),
            "--port", str(port), "--encoder", "hashing", "--selector", "none"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ})
     base = f"http://127.0.0.1:{port}"

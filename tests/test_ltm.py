@@ -39,6 +39,12 @@ def _say(m: Memory, user: str, texts: list[str], speaker: str = "Caroline", t: f
     m.add([{"speaker": speaker, "text": x, "id": f"{prefix}{i}"} for i, x in enumerate(texts)], user_id=user, timestamp=t)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_at(request, tmp_path):
+    """A store folder, or a fresh PostgreSQL database (conftest.py: pg_server): the cycle runs on both backends."""
+    return request.getfixturevalue("pg_uri") if request.param == "postgres" else tmp_path / "s"
+
+
 # -- pure functions -----------------------------------------------------------------------------
 def test_update_queues_only_look_forward_in_time():
     v = np.eye(4, dtype=np.float32)
@@ -103,8 +109,8 @@ def test_generative_abstractor_scrubs_and_falls_back():
 
 
 # -- graph ------------------------------------------------------------------------------------------
-def test_units_merge_across_users_and_accumulate_evidence(tmp_path):
-    m = _memory(tmp_path / "s", ConsolidationSpec(sleep_update=False, recursive=False))
+def test_units_merge_across_users_and_accumulate_evidence(store_at):
+    m = _memory(store_at, ConsolidationSpec(sleep_update=False, recursive=False))
     _say(m, "u1", ["I joined a Pottery Class downtown last week."])
     _say(m, "u2", ["My sister loves her Pottery Class on Mondays."], speaker="Ben")
     m.consolidate()
@@ -115,9 +121,9 @@ def test_units_merge_across_users_and_accumulate_evidence(tmp_path):
     m.close()
 
 
-def test_decay_drops_weak_units_keeps_strong_ones_and_rows(tmp_path):
+def test_decay_drops_weak_units_keeps_strong_ones_and_rows(store_at):
     spec = GraphSpec(decay=0.5, drop_below=0.3, strong_evidence=3)
-    m = _memory(tmp_path / "s", ConsolidationSpec(sleep_update=False, recursive=False, batch_size=3), graph=spec)
+    m = _memory(store_at, ConsolidationSpec(sleep_update=False, recursive=False, batch_size=3), graph=spec)
     _say(m, "u", ["We love the Jazz Festival.", "The Jazz Festival was great.", "Another Jazz Festival soon."], prefix="A")
     _say(m, "u", ["I bought a Red Bicycle yesterday."], prefix="B")
     m.consolidate("u")  # cycle 1: jazz festival (3 pieces of evidence); cycle 2: red bicycle (1)
@@ -188,9 +194,9 @@ def test_incremental_batches_resume_where_they_stopped(tmp_path):
     m.close()
 
 
-def test_sleep_time_update_supersedes_and_merges_never_deletes(tmp_path):
+def test_sleep_time_update_supersedes_and_merges_never_deletes(store_at):
     spec = ConsolidationSpec(ltm=False, recursive=False, queue=QueueSpec(k=3, min_similarity=0.0, merge_similarity=0.95))
-    m = _memory(tmp_path / "s", spec)
+    m = _memory(store_at, spec)
     m.add({"speaker": "Ava", "text": "Ava lives in Porto.", "id": "a1"}, user_id="u", timestamp=T0)
     m.add({"speaker": "Ava", "text": "I adopted a cat named Tom", "id": "a2"}, user_id="u", timestamp=T0)
     m.add({"speaker": "Ava", "text": "Ava moved to Lisbon.", "id": "b1"}, user_id="u", timestamp=T0 + 30 * DAY)
@@ -211,9 +217,9 @@ def test_sleep_time_update_supersedes_and_merges_never_deletes(tmp_path):
     m.close()
 
 
-def test_recursive_consolidation_archives_members_and_keeps_them_recoverable(tmp_path):
+def test_recursive_consolidation_archives_members_and_keeps_them_recoverable(store_at):
     spec = ConsolidationSpec(ltm=False, sleep_update=False, cluster=ClusterSpec(tau=0.85, min_size=3))
-    m = _memory(tmp_path / "s", spec)
+    m = _memory(store_at, spec)
     _say(m, "u", ["I drink a latte every morning.", "I drink a latte every morning!", "Every morning I drink a latte."])
     _say(m, "u", ["The quarterly tax report is due."], prefix="X")
     rep = m.consolidate("u")[0]
@@ -231,8 +237,8 @@ def test_recursive_consolidation_archives_members_and_keeps_them_recoverable(tmp
 
 
 # -- LTM retrieval ------------------------------------------------------------------------------------
-def test_routing_and_expansion(tmp_path):
-    m = _memory(tmp_path / "s", ConsolidationSpec(sleep_update=False, recursive=False), nlp=_spacy())
+def test_routing_and_expansion(store_at):
+    m = _memory(store_at, ConsolidationSpec(sleep_update=False, recursive=False), nlp=_spacy())
     _say(m, "u", ["The Volcano Museum is a geology exhibit.", "The geology exhibit is fascinating for kids."])
     m.consolidate("u")
     kinds = [h.item.kind for h in m.search("Volcano Museum", "u", k=6)]
@@ -285,8 +291,8 @@ def test_background_cycles_never_block_add_or_search(tmp_path):
     m.close()
 
 
-def test_searches_concurrent_with_consolidation(tmp_path):
-    m = _memory(tmp_path / "s", ConsolidationSpec(batch_size=8), background=True)
+def test_searches_concurrent_with_consolidation(store_at):
+    m = _memory(store_at, ConsolidationSpec(batch_size=8), background=True)
     errors: list[BaseException] = []
     stop = threading.Event()
 
@@ -316,8 +322,8 @@ def test_searches_concurrent_with_consolidation(tmp_path):
     m.close()
 
 
-def test_a_failed_cycle_commits_nothing_and_the_next_one_resumes(tmp_path):
-    m = _memory(tmp_path / "s")
+def test_a_failed_cycle_commits_nothing_and_the_next_one_resumes(store_at):
+    m = _memory(store_at)
     _say(m, "u", ["The Robotics Team built a rover.", "The rover climbs stairs."])
 
     def boom(point: str) -> None:
@@ -334,8 +340,8 @@ def test_a_failed_cycle_commits_nothing_and_the_next_one_resumes(tmp_path):
     m.close()
 
 
-def test_user_deleted_during_a_cycle_is_not_resurrected(tmp_path):
-    m = _memory(tmp_path / "s", ConsolidationSpec(ltm=False, sleep_update=False, cluster=ClusterSpec(min_size=2)))
+def test_user_deleted_during_a_cycle_is_not_resurrected(store_at):
+    m = _memory(store_at, ConsolidationSpec(ltm=False, sleep_update=False, cluster=ClusterSpec(min_size=2)))
     _say(m, "u", ["I drink a latte every morning.", "I drink a latte every morning!"])
     m.ltm.consolidator.crash_hook = lambda point: m.delete_user("u") if point == "before_commit" else None
     rep = m.ltm.consolidator.run("u")

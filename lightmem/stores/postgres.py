@@ -96,7 +96,7 @@ class PostgresStore:
 
     Args:
         uri: ``postgresql://user:password@host:port/database`` (libpq options such as
-            ``?options=-csearch_path%3Dlightmem`` pick a schema). pgvector must be installed
+            ``?options=-csearch_path%3Dlightmem%2Cpublic`` pick a schema). pgvector must be installed
             (``CREATE EXTENSION vector``; done here when the role may).
         dim: Embedding dimension; must match the store's when it already exists.
         embedder: Name of the embedder that made the vectors; checked on open.

@@ -136,3 +136,21 @@ def test_an_unreachable_server_is_a_clear_error_without_the_password():
     assert "cannot connect" in str(err.value) and "s3cret" not in str(err.value)
     with pytest.raises(StoreError):
         stored_embedder(uri)
+
+
+def test_both_backends_rank_alike(pg_uri, tmp_path):
+    """Same turns, same queries: the same hits with the same scores (dense cosine, BM25, fusion) on either store
+    (hits scoring 0 tie, and ties may come in any order)."""
+    from lightmem.datasets import load_conversations
+
+    convs = load_conversations(str(TINY_LOCOMO), "auto")
+    ranked = []
+    for where in (tmp_path / "s", pg_uri):
+        with Memory.open(where, embedder=HashingEmbedder(dim=64), selector=Stage1Selector()) as m:
+            for conv in convs:
+                for session in conv.sessions:
+                    m.add_turns(conv.conv_id, session.turns)
+            queries = [t.text for c in convs for s in c.sessions for t in s.turns if t.text.strip()]
+            ranked.append([(len(hits), [(h.item.text, round(h.score, 4)) for h in hits if h.score > 1e-6])
+                           for u in ("tiny-a", "tiny-b") for q in queries for hits in [m.search(q, u, k=5)]])
+    assert ranked[0] == ranked[1] and sum(len(r[1]) for r in ranked[0]) > 40

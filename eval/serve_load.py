@@ -7,6 +7,7 @@ checks that every acknowledged turn is in the store and that no search returned 
     python eval/serve_load.py                                  # 20 s per worker count, 1 then 2 workers, hashing embedder
     python eval/serve_load.py --duration 60 --clients 32 --users 200 --search-ratio 0.8
     python eval/serve_load.py --encoder tuned --selector trained   # the default read path (MiniLM + adapter, ranker)
+    python eval/serve_load.py --store postgresql://user:pw@host/db  # PostgreSQL + pgvector instead of SQLite + FAISS
 
 Writes OUT/results.json and OUT/results.md (OUT: --out, default outputs/serve_load). The load generator
 runs on the same machine as the server, so the numbers include its CPU use.
@@ -41,9 +42,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(args: argparse.Namespace, store: Path, keys: Path, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
+def _start(args: argparse.Namespace, store: str, keys: Path, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    cmd = [sys.executable, "-m", "lightmem.cli", "serve", "--store", str(store), "--keys", str(keys), "--port", str(port),
+    cmd = [sys.executable, "-m", "lightmem.cli", "serve", "--store", store, "--keys", str(keys), "--port", str(port),
            "--workers", str(workers), "--selector", args.selector]
     if args.encoder != "tuned":
         cmd += ["--encoder", args.encoder]
@@ -139,32 +140,37 @@ async def _drive(base: str, keys: dict[str, str], args: argparse.Namespace, load
         return time.monotonic() - t0
 
 
-def _verify(store: Path, load: Load) -> dict:
-    """Read the store's tables directly (the server is stopped): lost turns and cross-user hits."""
-    from lightmem.stores.mtm import database_path
-    from lightmem.stores.sqlite import SQLiteStore
+def _verify(store: str, load: Load, erase: bool) -> dict:
+    """Read the store through the store interface (the server is stopped): lost turns and cross-user hits.
+    ``erase``: then delete the run's users (a shared PostgreSQL database keeps nothing of the run)."""
+    from lightmem.models.embedder import embedder_for
+    from lightmem.stores import open_store, stored_embedder
 
-    sql = SQLiteStore(database_path(store))
+    name = stored_embedder(store)
+    db = open_store(store, dim=embedder_for(name).dim, embedder=name)
     try:
-        stored = defaultdict(set)
-        for user, turn_id in sql.query("SELECT user_id, turn_id FROM turns"):
-            stored[user].add(turn_id)
-        owner = dict(sql.query("SELECT id, user_id FROM items"))
+        lost = sum(len(ids - db.known_turns(u, sorted(ids))) for u, ids in load.acked.items())
+        owned = {u: {it.id for it in db.list(u, include_archived=True)} for u in {u for u, _ in load.hits}}
+        leaked = sum(h not in owned[u] for u, hits in load.hits for h in hits)
+        if erase:
+            for u in load.acked:
+                db.delete_user(u)
     finally:
-        sql.close()
-    lost = sum(len(ids - stored[u]) for u, ids in load.acked.items())
-    leaked = sum(owner.get(h) != u for u, hits in load.hits for h in hits)
+        db.close()
     return {"acknowledged_turns": sum(len(v) for v in load.acked.values()), "lost_turns": lost,
             "searches_checked": len(load.hits), "cross_user_hits": leaked}
 
 
 def run_one(args: argparse.Namespace, workers: int, out: Path) -> dict:
-    store = out / f"store-w{workers}"
-    if store.exists():
-        import shutil
+    if args.store:  # a server database: this run's users are its own (and erased afterwards)
+        store, run = args.store, f"w{workers}-{os.urandom(3).hex()}-"
+    else:
+        store, run = str(out / f"store-w{workers}"), ""
+        if Path(store).exists():
+            import shutil
 
-        shutil.rmtree(store)
-    users = [f"user{i:03d}" for i in range(args.users)]
+            shutil.rmtree(store)
+    users = [f"{run}user{i:03d}" for i in range(args.users)]
     keys = {u: f"key-{u}-{os.urandom(12).hex()}" for u in users}
     keys_file = out / f"keys-w{workers}.json"
     keys_file.write_text(json.dumps({k: [u] for u, k in keys.items()}))
@@ -175,21 +181,21 @@ def run_one(args: argparse.Namespace, workers: int, out: Path) -> dict:
     finally:
         _stop(proc)
     n = sum(len(v) for v in load.ms.values())
-    row = {"workers": workers, "clients": args.clients, "users": args.users, "seconds": round(elapsed, 1),
-           "requests": n, "rps": round(n / elapsed, 1), "errors": dict(load.errors)}
+    row = {"store": "postgres" if args.store else "sqlite", "workers": workers, "clients": args.clients, "users": args.users,
+           "seconds": round(elapsed, 1), "requests": n, "rps": round(n / elapsed, 1), "errors": dict(load.errors)}
     for ep, ms in sorted(load.ms.items()):
         row[ep] = {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 1), "p95_ms": round(float(np.percentile(ms, 95)), 1)}
-    row.update(_verify(store, load))
+    row.update(_verify(store, load, erase=bool(args.store)))
     return row
 
 
 def table(rows: list[dict], note: str) -> str:
     lines = [f"`lightmem serve` under load ({note})", "",
-             "| workers | clients | users | req/s | add P50 / P95 ms | search P50 / P95 ms | errors | acked turns | lost | cross-user hits |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| store | workers | clients | users | req/s | add P50 / P95 ms | search P50 / P95 ms | errors | acked turns | lost | cross-user hits |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         a, s = r.get("add", {}), r.get("search", {})
-        lines.append(f"| {r['workers']} | {r['clients']} | {r['users']} | {r['rps']} | {a.get('p50_ms')} / {a.get('p95_ms')} | "
+        lines.append(f"| {r.get('store', 'sqlite')} | {r['workers']} | {r['clients']} | {r['users']} | {r['rps']} | {a.get('p50_ms')} / {a.get('p95_ms')} | "
                      f"{s.get('p50_ms')} / {s.get('p95_ms')} | {sum(r['errors'].values())} | {r['acknowledged_turns']} | "
                      f"{r['lost_turns']} | {r['cross_user_hits']} |")
     return "\n".join(lines)
@@ -202,7 +208,9 @@ def run(args: argparse.Namespace) -> dict:
     rows = [run_one(args, w, out) for w in args.workers]
     note = (f"{args.duration:g} s each, search ratio {args.search_ratio}, encoder {args.encoder}, selector {args.selector}, "
             f"{os.cpu_count()} CPU cores shared with the load generator; load average {load_before:.1f} before the run")
-    results = {"runs": rows, "note": note, "args": vars(args)}
+    from lightmem.stores import describe
+
+    results = {"runs": rows, "note": note, "args": {**vars(args), "store": describe(args.store) if args.store else None}}
     (out / "results.json").write_text(json.dumps(results, indent=2))
     md = table(rows, note)
     (out / "results.md").write_text(md + "\n")
@@ -226,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--selector", choices=["none", "trained"], default="none", help="Stage 2 (default none: the Stage-1 order)")
     p.add_argument("--request-timeout", type=float, default=60, help="seconds before a request counts as an error")
     p.add_argument("--startup-timeout", type=float, default=180, help="seconds to wait for /healthz")
+    p.add_argument("--store", help="postgresql://user:pw@host/db to load (default: a fresh SQLite store folder per worker count)")
     p.add_argument("--out", default="outputs/serve_load")
     results = run(p.parse_args(argv))
     return 1 if any(r["lost_turns"] or r["cross_user_hits"] for r in results["runs"]) else 0

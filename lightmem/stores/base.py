@@ -1,9 +1,9 @@
 """The store interface: what the facade, the retrieval engine, the CLI, the server and the LTM
 may ask of a memory store, and nothing more.
 
-``MTMStore`` (SQLite + FAISS + BM25) is the embedded backend. A second backend (a server
-database such as PostgreSQL with pgvector) is added by implementing ``MemoryStore`` and
-``GraphStore`` and passing ``tests/test_store_contract.py``; no other layer changes.
+``MTMStore`` (SQLite + FAISS + BM25) is the embedded backend, ``PostgresStore`` (PostgreSQL +
+pgvector) the server backend; ``factory.open_store`` picks one by location. A backend implements
+``MemoryStore`` and ``GraphStore`` and passes ``tests/test_store_contract.py``; no other layer changes.
 
 Every method that reads or changes items takes the ``user_id`` it acts for: no call can
 reach another user's rows. Row ids (``rid``) are the store's integer keys of items; they are

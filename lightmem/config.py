@@ -25,6 +25,7 @@ class PathsConfig:
     """Where data lives; conf/paths/default.yaml sets it (``LIGHTMEM_DATA`` overrides the default)."""
 
     data: str = MISSING
+    distilled: str = "outputs/data"  # what data_gen/ writes
 
 
 @dataclass
@@ -228,8 +229,8 @@ class DistillConfig(PipelineConfig):
     locomo_test: Any = "3-4"
     lme_path: str = "${paths.data}/longmemeval/longmemeval_oracle_dev.json.gz"
     lme_max: int | None = None  # LongMemEval questions to mine (None: all)
-    synth_dir: str = "outputs/data/synth"
-    out_dir: str = "outputs/data"
+    synth_dir: str = "${paths.distilled}/synth"
+    out_dir: str = "${paths.distilled}"
     k: int = 10
 
 

@@ -50,6 +50,61 @@ def memory(tmp_path, embedder):
     m.close()
 
 
+class TinyModels:
+    """Seeded random 2-layer, 64-dimension models over the packaged MiniLM (WordPiece) tokenizer.
+
+    Every call builds the same weights (the seed is reset), so tests can compare outputs to fixed
+    values; nothing is downloaded.
+    """
+
+    def __init__(self, tokenizer) -> None:
+        self.tok = tokenizer
+
+    def bert(self, head: str = "sequence", num_labels: int = 1, layers: int = 2):
+        """A BERT with a sequence- or token-classification head (the selector, complexity, compressor shapes)."""
+        import torch
+        from transformers import BertConfig, BertForSequenceClassification, BertForTokenClassification
+
+        torch.manual_seed(0)
+        cfg = BertConfig(vocab_size=self.tok.vocab_size, hidden_size=64, num_hidden_layers=layers, num_attention_heads=2,
+                         intermediate_size=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=num_labels)
+        return {"sequence": BertForSequenceClassification, "token": BertForTokenClassification}[head](cfg)
+
+    def llama(self):
+        """A Llama-style causal LM (the shape of SmolLM2)."""
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        return LlamaForCausalLM(LlamaConfig(vocab_size=self.tok.vocab_size, hidden_size=64, intermediate_size=128,
+                                            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                            max_position_embeddings=512))
+
+    def gpt2(self):
+        """A GPT-2-style causal LM (the cross-entropy compressor's scorer)."""
+        import torch
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        torch.manual_seed(0)
+        return GPT2LMHeadModel(GPT2Config(vocab_size=self.tok.vocab_size, n_layer=2, n_embd=64, n_head=2, n_positions=512))
+
+    def save(self, model, path: Path) -> Path:
+        """A full model folder (weights + tokenizer), loadable wherever a checkpoint folder is."""
+        model.save_pretrained(path)
+        self.tok.save_pretrained(path)
+        return path
+
+
+@pytest.fixture(scope="session")
+def tiny_models() -> TinyModels:
+    """The one source of tiny random models for every test (see TinyModels)."""
+    from transformers import AutoTokenizer
+
+    from lightmem.models.registry import ModelRegistry
+
+    return TinyModels(AutoTokenizer.from_pretrained(str(ModelRegistry().embedder_path())))
+
+
 def compose(config_name: str, overrides: list[str]):
     """The real config from conf/, composed as @hydra.main would, with overrides."""
     from hydra import compose as hydra_compose

@@ -54,16 +54,10 @@ def test_segmenter_attention_on_the_compressor_encoder(compressor):
     assert compressor.model.config._attn_implementation != "eager"  # restored for compression
 
 
-def test_cross_entropy_compressor_keeps_the_least_predictable_words():
-    import torch
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    from lightmem.models.registry import ModelRegistry
+def test_cross_entropy_compressor_keeps_the_least_predictable_words(tiny_models):
     from lightmem.sensory.compressor import CrossEntropyCompressor
 
-    tok = AutoTokenizer.from_pretrained(str(ModelRegistry().path("all-MiniLM-L6-v2")))
-    torch.manual_seed(0)
-    lm = GPT2LMHeadModel(GPT2Config(vocab_size=tok.vocab_size, n_layer=1, n_embd=32, n_head=2, n_positions=64)).eval()
+    lm, tok = tiny_models.gpt2().eval(), tiny_models.tok
     ce = CrossEntropyCompressor.from_objects(lm, tok, rate=0.5, max_tokens=16)
     words = "the quick brown fox jumps over the lazy dog again and again".split() * 3
     scores = ce.word_scores_many([words])[0]

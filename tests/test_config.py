@@ -21,18 +21,8 @@ def test_groups_compose_and_build(tmp_path, retrieval, logger):
 
 
 @pytest.fixture(scope="module")
-def tiny_selector_ckpt(tmp_path_factory):
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    from lightmem.models.registry import ModelRegistry
-
-    tok = AutoTokenizer.from_pretrained(str(ModelRegistry().embedder_path()))
-    model = BertForSequenceClassification(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                                     num_attention_heads=2, intermediate_size=64, num_labels=1))
-    path = tmp_path_factory.mktemp("selector")
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+def tiny_selector_ckpt(tmp_path_factory, tiny_models):
+    return tiny_models.save(tiny_models.bert("sequence", 1), tmp_path_factory.mktemp("selector"))
 
 
 @pytest.mark.parametrize("group", ["controller", "selector", "writer"])

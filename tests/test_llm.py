@@ -128,18 +128,9 @@ def test_call_json_repairs_retries_and_falls_back():
 
 
 @pytest.fixture(scope="module")
-def tiny_lm():
-    """A 2-layer, 32-dim random Llama with the packaged MiniLM (WordPiece) tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from lightmem.models.registry import ModelRegistry
-
-    torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(str(ModelRegistry().embedder_path()))
-    cfg = LlamaConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512)
-    return LlamaForCausalLM(cfg), tok
+def tiny_lm(tiny_models):
+    """The tiny random Llama with the packaged MiniLM (WordPiece) tokenizer."""
+    return tiny_models.llama(), tiny_models.tok
 
 
 def test_transformers_backend_batches_generation_and_yes_no(tiny_lm):

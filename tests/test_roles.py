@@ -88,17 +88,8 @@ def test_generative_selector_keeps_the_most_probable_and_survives_failures():
 
 
 @pytest.fixture(scope="module")
-def tiny_cross_encoder():
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    from lightmem.models.registry import ModelRegistry
-
-    torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(str(ModelRegistry().embedder_path()))
-    model = BertForSequenceClassification(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=3,
-                                                     num_attention_heads=2, intermediate_size=64, num_labels=1))
-    return model, tok
+def tiny_cross_encoder(tiny_models):
+    return tiny_models.bert("sequence", 1), tiny_models.tok
 
 
 @pytest.mark.parametrize("layers, int8", [(None, False), (1, False), (None, True)])

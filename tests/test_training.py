@@ -19,21 +19,8 @@ from lightmem.training.losses import listwise_softmax, per_positive_softmax, poi
 
 
 @pytest.fixture(scope="module")
-def tok():
-    from transformers import AutoTokenizer
-
-    from lightmem.models.registry import ModelRegistry
-
-    return AutoTokenizer.from_pretrained(str(ModelRegistry().path("all-MiniLM-L6-v2")))
-
-
-def tiny_bert(kind: str, num_labels: int):
-    from transformers import BertConfig, BertForSequenceClassification, BertForTokenClassification
-
-    torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
-                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=num_labels)
-    return (BertForSequenceClassification if kind == "sequence" else BertForTokenClassification)(cfg)
+def tok(tiny_models):
+    return tiny_models.tok
 
 
 LORA = LoraSpec(r=4, alpha=8, dropout=0.0)
@@ -102,8 +89,8 @@ class Killed(Exception):
     pass
 
 
-def _train_selector(tmp_path, tok, steps: int, out="run", kill_at_micro: int | None = None):
-    model = apply_lora(tiny_bert("sequence", 1), LORA, "SEQ_CLS")
+def _train_selector(tmp_path, tok, tiny_models, steps: int, out="run", kill_at_micro: int | None = None):
+    model = apply_lora(tiny_models.bert("sequence", 1), LORA, "SEQ_CLS")
     task = sel.SelectorTask(group_size=6, max_length=32)
     spec = TrainSpec(max_steps=steps, lr=5e-3, batch_size=2, eval_every=2, patience=0, seed=0, cpu=True)
     batcher, calls = sel.cross_encoder_batcher(tok, task), []
@@ -119,8 +106,8 @@ def _train_selector(tmp_path, tok, steps: int, out="run", kill_at_micro: int | N
     return model, res
 
 
-def test_lora_trains_the_adapter_and_head_and_freezes_the_base(tmp_path, tok):
-    model = apply_lora(tiny_bert("sequence", 1), LORA, "SEQ_CLS")
+def test_lora_trains_the_adapter_and_head_and_freezes_the_base(tmp_path, tok, tiny_models):
+    model = apply_lora(tiny_models.bert("sequence", 1), LORA, "SEQ_CLS")
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     summary = trainable_summary(model)
     assert 0 < summary["trainable"] < summary["total"] / 10
@@ -135,22 +122,24 @@ def test_lora_trains_the_adapter_and_head_and_freezes_the_base(tmp_path, tok):
     assert frozen and not (set(frozen) & moved)
 
 
-def test_resume_after_interruption_reaches_the_same_weights(tmp_path, tok):
-    straight, _ = _train_selector(tmp_path, tok, 4, out="straight")
+def test_resume_after_interruption_reaches_the_same_weights(tmp_path, tok, tiny_models):
+    straight, fitted = _train_selector(tmp_path, tok, tiny_models, 4, out="straight")
+    # the seeded tiny model learns the groups' pattern: MRR 17/48 before training, 1 after two steps
+    assert [(h["step"], h["mrr"]) for h in fitted.history] == [(0, pytest.approx(17 / 48)), (2, 1.0), (4, 1.0)]
     with pytest.raises(Killed):
-        _train_selector(tmp_path, tok, 4, out="resumed", kill_at_micro=3)  # state was saved at step 2
+        _train_selector(tmp_path, tok, tiny_models, 4, out="resumed", kill_at_micro=3)  # state was saved at step 2
     state = json.loads((tmp_path / "resumed" / "last" / "trainer_state.json").read_text())
     assert state["step"] == 2
-    resumed, res = _train_selector(tmp_path, tok, 4, out="resumed")
+    resumed, res = _train_selector(tmp_path, tok, tiny_models, 4, out="resumed")
     assert res.steps == 4
     a = {n: p for n, p in straight.named_parameters() if p.requires_grad}
     b = {n: p for n, p in resumed.named_parameters() if p.requires_grad}
     assert a.keys() == b.keys() and all(torch.allclose(a[n], b[n], atol=1e-6) for n in a)
 
 
-def test_early_stopping_keeps_the_best_evaluation(tmp_path, tok):
+def test_early_stopping_keeps_the_best_evaluation(tmp_path, tok, tiny_models):
     scores = iter([0.5, 0.9, 0.4, 0.3, 0.2, 0.1, 0.0, 0.0])
-    model = apply_lora(tiny_bert("sequence", 1), LORA, "SEQ_CLS")
+    model = apply_lora(tiny_models.bert("sequence", 1), LORA, "SEQ_CLS")
     task = sel.SelectorTask(group_size=6, max_length=32)
     spec = TrainSpec(max_steps=20, lr=5e-3, batch_size=2, eval_every=1, patience=2, cpu=True)
     res = fit(model, groups(), sel.cross_encoder_batcher(tok, task), sel.cross_encoder_loss(task), lambda m: {"mrr": next(scores)},
@@ -159,9 +148,9 @@ def test_early_stopping_keeps_the_best_evaluation(tmp_path, tok):
     assert res.best["mrr"] == 0.9 and json.loads((tmp_path / "best" / "metrics.json").read_text())["mrr"] == 0.9
 
 
-def test_empty_training_data_is_a_clear_error(tmp_path, tok):
+def test_empty_training_data_is_a_clear_error(tmp_path, tok, tiny_models):
     with pytest.raises(ValueError, match="no training examples"):
-        fit(tiny_bert("sequence", 1), [], lambda r, g: {}, lambda m, b: None, lambda m: {}, "x", tmp_path, TrainSpec(cpu=True))
+        fit(tiny_models.bert("sequence", 1), [], lambda r, g: {}, lambda m, b: None, lambda m: {}, "x", tmp_path, TrainSpec(cpu=True))
 
 
 # --- batching and evaluation -----------------------------------------------------------------------
@@ -196,31 +185,41 @@ def test_selector_prompt_splits_the_date():
 # --- export and inference from the exported folders --------------------------------------------------
 
 
-def test_exported_adapters_load_in_the_inference_classes(tmp_path, tok, monkeypatch):
-    from lightmem.models import adapters
+def test_exported_adapters_load_in_the_inference_classes(tmp_path, tok, tiny_models, monkeypatch):
     from lightmem.roles.complexity import TrainedComplexity
     from lightmem.roles.selector import CrossEncoderSelector
     from lightmem.sensory.compressor import TokenClassifierCompressor
 
-    base = tmp_path / "base"
+    base, pairs, expected = tmp_path / "base", (["q", "q"], ["a b", "c d e"]), {}
     for kind, labels, name in (("sequence", 1, "sel"), ("sequence", 2, "cx"), ("token", 2, "comp")):
-        m = tiny_bert(kind, labels)
-        m.save_pretrained(base / name)
-        tok.save_pretrained(base / name)
-        lora = apply_lora(m, LORA, "SEQ_CLS" if kind == "sequence" else "TOKEN_CLS")
+        tiny_models.save(tiny_models.bert(kind, labels), base / name)
+        lora = apply_lora(tiny_models.bert(kind, labels), LORA, "SEQ_CLS" if kind == "sequence" else "TOKEN_CLS")
+        with torch.no_grad():  # a trained (non-zero) adapter, so loading it must change the base's outputs
+            for n, p in lora.named_parameters():
+                if "lora_B" in n:
+                    p.fill_(0.05)
+        if name == "sel":  # what the exported selector must score: this adapted model's logits
+            lora.eval()
+            with torch.no_grad():
+                enc = tok(*pairs, truncation=True, max_length=128, padding=True, return_tensors="pt")
+                expected["adapted"] = lora(**enc).logits[:, 0].tolist()
+                expected["base"] = tiny_models.bert(kind, labels).eval()(**enc).logits[:, 0].tolist()
         lora.save_pretrained(tmp_path / "run" / name)
         export(tmp_path / "run" / name, tmp_path / "ckpt" / name, {"name": name, "metrics": {"f1": 0.5}})
         files = {p.name for p in (tmp_path / "ckpt" / name).iterdir()}
         assert files == {"adapter_config.json", "adapter_model.safetensors", "card.json", "README.md"}
 
     class Registry:  # resolves the "packaged" base names to the tiny models
+        cache_dir = tmp_path / "cache"
+
         def path(self, name):
             return base / name
 
     monkeypatch.setattr("lightmem.models.registry.ModelRegistry", lambda *a, **k: Registry())
-    assert adapters  # the loader resolves bases through the registry patched above
     s = CrossEncoderSelector(str(tmp_path / "ckpt" / "sel"), base_model="sel", device="cpu")
-    assert len(s.scores(["q", "q"], ["a", "b"])) == 2
+    got = s.scores(*pairs)
+    assert got == pytest.approx(expected["adapted"], abs=1e-4)  # base from the registry + the adapter, merged
+    assert got != pytest.approx(expected["base"], abs=1e-4)
     c = TrainedComplexity(str(tmp_path / "ckpt" / "cx"), base_model="cx", device="cpu")
     assert 0.0 <= c.score("why did she move?") <= 1.0
     comp = TokenClassifierCompressor(str(tmp_path / "ckpt" / "comp"), base_model="comp", rate=0.5, max_words=4, device="cpu")
@@ -238,14 +237,10 @@ def test_export_refuses_an_empty_run(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_generative_selector_loss_trains_only_the_adapter(tok):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+def test_generative_selector_loss_trains_only_the_adapter(tok, tiny_models):
     from lightmem.llm.transformers_backend import TransformersLLM
 
-    torch.manual_seed(0)
-    lm = LlamaForCausalLM(LlamaConfig(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256))
+    lm = tiny_models.llama()
     model = apply_lora(lm, LoraSpec(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]), "CAUSAL_LM")
     llm = TransformersLLM.from_objects(model, tok)
     model.train()

@@ -6,6 +6,7 @@ import pytest
 from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
+from lightmem.types import Filters
 
 
 def _count(m: Memory, user: str = "u") -> tuple[int, int]:
@@ -108,10 +109,13 @@ def test_delete_removes_from_sqlite_faiss_and_bm25(memory):
     with pytest.raises(ItemNotFoundError):
         memory.get(gone.id, "u", include_archived=True)
     assert gone.id not in [h.item.id for h in memory.search("coffee", "u", k=10)]
-    rid_rows = memory.store.sql.query("SELECT COUNT(*) FROM items WHERE id = ?", (gone.id,))
-    assert rid_rows[0][0] == 0
-    part = memory.store._part("u")
-    assert len(part.vectors) == len(part.lexical) == 1
+    with pytest.raises(ItemNotFoundError):  # the row itself is gone, archived or not
+        memory.store.get("u", gone.id, include_archived=True)
+    assert [i.id for i in memory.store.list("u", include_archived=True)] == [keep.id]
+    assert memory.store.counts()["u"] == {"turns": 2, "items": 1, "archived": 0, "pending": 0}
+    # the vector and BM25 indexes hold the one item left
+    assert len(memory.store.search_dense("u", memory.embedder.encode(["Ava likes coffee"])[0], 10, Filters())[0]) == 1
+    assert len(memory.store.search_lexical("u", "Ava likes coffee tea", 10, Filters())[0]) == 1
     assert [e.event for e in memory.history(gone.id, "u")] == ["ADD", "DELETE"]
     assert memory.search("tea", "u", k=1)[0].item.id == keep.id
     with pytest.raises(ItemNotFoundError):
@@ -119,12 +123,12 @@ def test_delete_removes_from_sqlite_faiss_and_bm25(memory):
 
 
 def test_delete_user_erases_everything_of_that_user_only(memory):
-    memory.add("Ava's phone is 555-0100", user_id="ava")
+    ava = memory.add("Ava's phone is 555-0100", user_id="ava")[0]
     memory.add("Ben's phone is 555-0199", user_id="ben")
     removed = memory.delete_user("ava")
     assert removed == {"items": 1, "turns": 1, "history": 1, "pending": 0, "consolidated": 0}
     assert memory.search("phone", "ava", k=5) == [] and memory.get_all("ava") == []
-    assert memory.store.sql.query("SELECT COUNT(*) FROM history WHERE user_id = 'ava'")[0][0] == 0
+    assert memory.store.history("ava", ava.id) == [] and "ava" not in memory.store.users()
     assert len(memory.search("phone", "ben", k=5)) == 1
 
 

@@ -11,8 +11,8 @@ from lightmem.stores.base import MemoryStore
 
 # Settings of the embedded store that a server store does without: durability is the server's
 # (synchronous_commit), so ``synchronous`` is dropped; vectors are searched in the database, so
-# ``faiss_device`` may only be its default.
-_EMBEDDED_ONLY = {"faiss_device": "cpu", "synchronous": None}
+# ``faiss_device`` may only be its default; it keeps no cross-process change log (``keep_changes``).
+_EMBEDDED_ONLY = {"faiss_device": "cpu", "synchronous": None, "keep_changes": None}
 
 
 def is_server(location: str | Path) -> bool:

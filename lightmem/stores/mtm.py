@@ -58,6 +58,8 @@ class MTMStore:
         retention_half_life_days: Recency half-life used when choosing what to archive.
         bm25_k1: BM25 k1.
         bm25_b: BM25 b.
+        keep_changes: Item changes the cross-process change log keeps when the store closes; a
+            process that had not read the dropped ones rebuilds its indexes from the tables.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class MTMStore:
         retention_half_life_days: float = 30.0,
         bm25_k1: float = 1.5,
         bm25_b: float = 0.75,
+        keep_changes: int = 100_000,
     ) -> None:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
@@ -83,6 +86,7 @@ class MTMStore:
         self.index_kind, self.faiss_device = index, faiss_device
         self.half_life_days = retention_half_life_days
         self._bm25_params = (bm25_k1, bm25_b)
+        self._keep_changes = keep_changes
         self._parts: dict[str, Partition] = {}
         self._access = AccessBuffer()
         # Partitions load lazily from the tables, so the change log starts from now.
@@ -430,7 +434,7 @@ class MTMStore:
 
     def close(self) -> None:
         self.flush()
-        self.sql.prune_changes()
+        self.sql.prune_changes(self._keep_changes)
         self.sql.close()
 
     @staticmethod

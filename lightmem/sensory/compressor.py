@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from lightmem.evaluation.ranking import keep_top_rate
@@ -94,6 +95,16 @@ class _WordCompressor:
         return text
 
 
+def _resolve_backend(backend: str, device: str) -> str:
+    if backend not in ("auto", "torch", "onnx"):
+        raise ValueError(f"backend must be auto, torch or onnx; got {backend!r}")
+    if backend == "auto":
+        return "torch" if str(device).startswith("cuda") else "onnx"
+    if backend == "onnx" and not str(device).startswith("cpu"):
+        raise ValueError(f"the ONNX backend runs on the CPU; got device={device!r}: use backend='torch' on a GPU")
+    return backend
+
+
 def _check_rate(rate: float) -> float:
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate <= 1.0:
         raise ValueError(f"rate must be in (0, 1], got {rate!r}")
@@ -111,10 +122,12 @@ class TokenClassifierCompressor(_WordCompressor):
         max_words: Words per encoder window (long inputs are scored in windows).
         batch_size: Windows per forward pass.
         device: ``auto``, ``cpu`` or ``cuda``.
+        backend: ``auto`` (ONNX Runtime on the CPU, torch on a GPU), ``torch`` or ``onnx``: the same
+            scores; the ONNX graph is exported from the merged model once and cached.
     """
 
     def __init__(self, checkpoint: str = "checkpoints/compressor", base_model: str = "all-MiniLM-L6-v2", rate: float = 0.6,
-                 max_words: int = 200, batch_size: int = 32, device: str = "auto") -> None:
+                 max_words: int = 200, batch_size: int = 32, device: str = "auto", backend: str = "auto") -> None:
         from transformers import AutoModelForTokenClassification
 
         from lightmem.models.adapters import load_adapted
@@ -122,20 +135,60 @@ class TokenClassifierCompressor(_WordCompressor):
 
         self.device = pick_device(device)
         model, tok = load_adapted(AutoModelForTokenClassification, checkpoint, base_model, "compressor", num_labels=2)
-        self._init(model.to(self.device), tok, rate, max_words, batch_size)
+        self._init(model.to(self.device), tok, rate, max_words, batch_size, backend)
 
     @classmethod
-    def from_objects(cls, model, tokenizer, rate: float = 0.6, max_words: int = 200, batch_size: int = 32) -> "TokenClassifierCompressor":
+    def from_objects(cls, model, tokenizer, rate: float = 0.6, max_words: int = 200, batch_size: int = 32,
+                     backend: str = "torch") -> "TokenClassifierCompressor":
         self = cls.__new__(cls)
         self.device = str(next(model.parameters()).device)
-        self._init(model, tokenizer, rate, max_words, batch_size)
+        self._init(model, tokenizer, rate, max_words, batch_size, backend)
         return self
 
-    def _init(self, model, tok, rate: float, max_words: int, batch_size: int) -> None:
+    def _init(self, model, tok, rate: float, max_words: int, batch_size: int, backend: str = "torch") -> None:
         if model.config.num_labels != 2:
             raise ValueError(f"a compressor needs a 2-label token classifier (keep = label 1), got {model.config.num_labels} labels")
         self.model, self.tok, self.rate = model, tok, _check_rate(rate)
         self.max_words, self.batch_size = max(1, max_words), max(1, batch_size)
+        self.backend = _resolve_backend(backend, self.device)
+        self._keep = None  # the ONNX scorer, built on first use
+        self._fingerprint: str | None = None
+
+    def _graph(self, kind: str, export) -> Path:
+        """The cached ONNX graph ``kind`` of this model (exported on first use)."""
+        from lightmem.models.onnx_token import cached_graph, model_fingerprint
+        from lightmem.models.registry import ModelRegistry
+
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.model)
+        return cached_graph(ModelRegistry().cache_dir, f"token-classifier-{self._fingerprint}.{kind}", export)
+
+    def _keep_probs(self, chunks: list[list[str]]):
+        """(P(keep) per sub-token as a batch × tokens array, the tokenizer's encoding)."""
+        if self.backend == "onnx":
+            from lightmem.models.onnx_token import OnnxKeepScorer, export_keep_probs
+
+            if self._keep is None:
+                self._keep = OnnxKeepScorer(self._graph("keep", lambda tmp: export_keep_probs(self.model, self.tok, tmp)))
+            enc = self.tok(chunks, is_split_into_words=True, truncation=True, max_length=512, padding=True, return_tensors="np")
+            return self._keep(enc), enc
+        import torch
+
+        enc = self.tok(chunks, is_split_into_words=True, truncation=True, max_length=512, padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            p = torch.softmax(self.model(**enc.to(self.device)).logits.float(), dim=-1)[..., 1].cpu().numpy()
+        return p, enc
+
+    def attention_fn(self, layers: Sequence[int]):
+        """Token ids → the attention of ``layers`` averaged over layers and heads, on this backend;
+        None on torch (the segmenter then runs the torch model itself)."""
+        if self.backend != "onnx":
+            return None
+        from lightmem.models.onnx_token import OnnxAttention, export_attention
+
+        layers = tuple(int(i) for i in layers)
+        key = "attention" + "".join(f"_{i}" for i in layers)
+        return OnnxAttention(self._graph(key, lambda tmp: export_attention(self.model, self.tok, layers, tmp)))
 
     def count_tokens(self, text: str) -> int:
         """Sub-word tokens of ``text`` under the compressor's tokenizer (no special tokens)."""
@@ -147,16 +200,15 @@ class TokenClassifierCompressor(_WordCompressor):
 
     def word_scores_many(self, docs: Sequence[Sequence[str]]) -> list[list[float]]:
         """P(keep) per word of each document, windows of ``max_words`` batched across documents."""
-        import torch
-
         windows = [(d, i) for d, words in enumerate(docs) for i in range(0, len(words), self.max_words)]
+        # Windows of similar length share a batch, so each pads to its own longest.
+        windows.sort(key=lambda w: -min(self.max_words, len(docs[w[0]]) - w[1]))
         out = [[1.0] * len(words) for words in docs]  # a word the tokenizer drops is kept
         for b in range(0, len(windows), self.batch_size):
             batch = windows[b : b + self.batch_size]
             chunks = [list(docs[d][i : i + self.max_words]) for d, i in batch]
-            enc = self.tok(chunks, is_split_into_words=True, truncation=True, max_length=512, padding=True, return_tensors="pt")
-            with torch.inference_mode():
-                p = torch.softmax(self.model(**enc.to(self.device)).logits.float(), dim=-1)[..., 1].cpu().tolist()
+            probs, enc = self._keep_probs(chunks)
+            p = probs.tolist()
             for row, (d, i) in enumerate(batch):
                 seen: set[int] = set()
                 for pos, w in enumerate(enc.word_ids(row)):

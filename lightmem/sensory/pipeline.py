@@ -98,8 +98,8 @@ class Processed:
     n_tokens: int  # tokens of ``compressed``
     seg_text: str  # what the segmenter reads: ``compressed``, recompressed at 0.5 while over a quarter buffer
     seg_tokens: int
-    vector: np.ndarray  # embedding of ``text`` (L2-normalized)
     entities: list[tuple[str, str]]
+    vector: np.ndarray | None = None  # embedding of ``text`` (L2-normalized), made when a stage needs it
 
 
 @dataclass
@@ -194,8 +194,9 @@ class WritePath:
                 from lightmem.models.registry import checkpoint_path
 
                 encoder = TokenClassifierCompressor(str(checkpoint_path("compressor")), device="cpu")
+            attention = encoder.attention_fn(seg.layers) if encoder is not None and needs_encoder else None
             segmenter = TopicSegmenter(encoder.model if encoder else None, encoder.tok if encoder else None, seg.tau, seg.method,
-                                       seg.layers, seg.sink, seg.buffer_tokens, seg.shift)
+                                       seg.layers, seg.sink, seg.buffer_tokens, seg.shift, attention=attention)
         return cls(spec, embedder, compressor if spec.compress.enabled else None, segmenter, nlp)
 
     # -- state -----------------------------------------------------------------------------
@@ -262,7 +263,6 @@ class WritePath:
                 text = f"{text} [shares an image: {t.caption}]"
             texts.append(text)
         compressed = self.compressor.compress_many(texts, self.spec.compress.rate) if self.spec.compress.enabled else texts
-        vecs = self.embedder.encode(texts)
         counts = self.counter.count(compressed)
         cap = max(1, self.spec.segment.buffer_tokens // 4)
         seg_texts = [self._fit(c, n, cap) for c, n in zip(compressed, counts)]
@@ -270,8 +270,17 @@ class WritePath:
         self.stats["turns"] += len(turns)
         self.stats["tokens_in"] += sum(self.counter.count(texts))
         self.stats["tokens_out"] += sum(counts)
-        return [Processed(t, x, c, n, st_, sn, v, e)
-                for t, x, c, n, st_, sn, v, e in zip(turns, texts, compressed, counts, seg_texts, seg_counts, vecs, ents)]
+        return [Processed(t, x, c, n, st_, sn, e)
+                for t, x, c, n, st_, sn, e in zip(turns, texts, compressed, counts, seg_texts, seg_counts, ents)]
+
+    def _vectors(self, part: Sequence[Processed]) -> np.ndarray:
+        """The turns' embeddings, the missing ones encoded in one batch: turns added one at a time
+        are embedded together when the buffer is segmented, not one call per turn."""
+        todo = [p for p in part if p.vector is None]
+        if todo:
+            for p, v in zip(todo, self.embedder.encode([p.text for p in todo])):
+                p.vector = v
+        return np.stack([p.vector for p in part])
 
     def _fit(self, text: str, n_tokens: int, cap: int) -> str:
         """An over-long turn for the segmenter: compressed at 0.5 until it fits ``cap`` tokens
@@ -288,7 +297,8 @@ class WritePath:
             return []
         if not self.spec.segment.enabled:
             return [Segment([p], topic_label([p])) for p in part]
-        bounds = self.segmenter.boundaries([p.seg_text for p in part], np.stack([p.vector for p in part]))
+        vectors = self._vectors(part) if self.segmenter.method != "attention" else None
+        bounds = self.segmenter.boundaries([p.seg_text for p in part], vectors)
         self.stats["boundaries"] += len(bounds)
         return [Segment(part[a:b], topic_label(part[a:b])) for a, b in segments_from(bounds, len(part))]
 
@@ -327,7 +337,7 @@ class WritePath:
         segments, st.stm = st.stm, []
         flat = [p for s in segments for p in s.turns]
         keep = [True] * len(flat)
-        vecs = np.stack([p.vector for p in flat])
+        vecs = self._vectors(flat) if self.spec.gate.enabled or self.spec.importance.enabled else None
         ent_sets = [{e.lower() for e, _ in p.entities} for p in flat]
         if self.spec.gate.enabled:
             g = self.spec.gate

@@ -12,7 +12,7 @@ The scoring functions are pure (numpy in, indices out); ``TopicSegmenter`` runs 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -106,16 +106,23 @@ class TopicSegmenter:
         sink: Positions masked at each end of the sequence.
         max_tokens: Encoder window (the sensory buffer's size).
         shift: Where a peak puts the boundary (see ``attention_boundaries``).
+        attention: Token ids -> the attention of ``layers`` averaged over layers and heads
+            (the compressor's ONNX graph, ``TokenClassifierCompressor.attention_fn``); by default
+            ``model`` runs it in torch.
     """
 
     def __init__(self, model=None, tokenizer=None, tau: float = 0.3, method: str = "hybrid",
-                 layers: Sequence[int] = (-3, -2, -1), sink: int = 3, max_tokens: int = 512, shift: int = 0) -> None:
+                 layers: Sequence[int] = (-3, -2, -1), sink: int = 3, max_tokens: int = 512, shift: int = 0,
+                 attention: Callable[[list[int]], np.ndarray] | None = None) -> None:
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        if method != "similarity" and model is None:
+        if method != "similarity" and model is None and attention is None:
             raise ValueError(f"segmentation method {method!r} needs the compressor's encoder (model=...)")
+        if method != "similarity" and tokenizer is None:
+            raise ValueError(f"segmentation method {method!r} needs the encoder's tokenizer (tokenizer=...)")
         self.model, self.tok, self.tau, self.method = model, tokenizer, tau, method
         self.layers, self.sink, self.max_tokens, self.shift = tuple(layers), sink, max_tokens, shift
+        self._attention = attention
 
     def count(self, text: str) -> int:
         return len(self.tok(text, add_special_tokens=False)["input_ids"]) if self.tok is not None else len(text.split())
@@ -136,6 +143,8 @@ class TopicSegmenter:
             ids.extend(piece)
         if self.tok.sep_token_id is not None:
             ids.append(self.tok.sep_token_id)
+        if self._attention is not None:
+            return turn_attention(np.asarray(self._attention(ids), dtype=np.float32), spans, self.sink)
         device = next(self.model.parameters()).device
         # sdpa returns no attention weights: eager for this pass only (the compressor keeps sdpa)
         before = getattr(self.model.config, "_attn_implementation", None)

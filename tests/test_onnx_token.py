@@ -1,0 +1,78 @@
+"""The write path's token classifier on ONNX Runtime: the compressor's keep probabilities and the
+segmenter's attention equal torch's, and the exported graphs are cached per model weights."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+CKPT = ROOT / "checkpoints" / "compressor"
+TURNS = ["Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
+         "Melanie: wow, that's great! I painted a lake sunrise last year, it's special to me.",
+         "Caroline: thanks! I'm thinking of adoption, there's an agency that supports LGBTQ folks.",
+         "Melanie: my kids love pottery, we made bowls on Saturday.",
+         "Caroline: I bought a new car last week, a red one.",
+         "Melanie: nice! how is your job search going?"]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from lightmem.sensory.compressor import TokenClassifierCompressor
+
+    return (TokenClassifierCompressor(str(CKPT), device="cpu", backend="torch"),
+            TokenClassifierCompressor(str(CKPT), device="cpu", backend="onnx"))
+
+
+def test_auto_is_onnx_on_the_cpu_and_torch_on_a_gpu():
+    from lightmem.sensory.compressor import _resolve_backend
+
+    assert _resolve_backend("auto", "cpu") == "onnx"
+    assert _resolve_backend("auto", "cuda:0") == "torch"
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        _resolve_backend("onnx", "cuda")
+    with pytest.raises(ValueError, match="backend must be"):
+        _resolve_backend("tensorrt", "cpu")
+
+
+def test_onnx_keep_probabilities_equal_torchs_including_windowed_long_inputs(pair):
+    torch_c, onnx_c = pair
+    docs = [t.split() for t in TURNS] + [[f"w{i}" for i in range(450)], ["hi"]]
+    a, b = torch_c.word_scores_many(docs), onnx_c.word_scores_many(docs)
+    assert [len(x) for x in b] == [len(d) for d in docs]
+    assert max(abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v)) < 1e-4
+    assert torch_c.compress_many(TURNS, 0.5) == onnx_c.compress_many(TURNS, 0.5)
+
+
+def test_onnx_attention_equals_torchs_and_gives_the_same_boundaries(pair):
+    from lightmem.sensory.segmenter import TopicSegmenter
+
+    torch_c, onnx_c = pair
+    assert torch_c.attention_fn((-3, -2, -1)) is None  # torch: the segmenter runs the model itself
+    st = TopicSegmenter(torch_c.model, torch_c.tok, method="attention")
+    so = TopicSegmenter(None, onnx_c.tok, method="attention", attention=onnx_c.attention_fn((-3, -2, -1)))
+    a, b = st.attention_matrix(TURNS), so.attention_matrix(TURNS)
+    assert a.shape == b.shape == (6, 6)
+    assert np.allclose(a, b, atol=1e-5)
+    assert st.boundaries(TURNS) == so.boundaries(TURNS)
+
+
+def test_graphs_are_cached_per_weights_and_reused(pair, tiny_models):
+    from lightmem.models.registry import ModelRegistry
+    from lightmem.sensory.compressor import TokenClassifierCompressor
+
+    _, onnx_c = pair
+    onnx_c.compress("warm up")  # the keep graph of the trained checkpoint exists now
+    cache = ModelRegistry().cache_dir / "onnx"
+    keep = sorted(cache.glob(f"token-classifier-{onnx_c._fingerprint}.keep.*.onnx"))
+    assert len(keep) == 1
+    mtime = keep[0].stat().st_mtime_ns
+    again = TokenClassifierCompressor(str(CKPT), device="cpu", backend="onnx")
+    again.compress("reuse")
+    assert again._fingerprint == onnx_c._fingerprint and keep[0].stat().st_mtime_ns == mtime
+
+    tiny = tiny_models.bert("token", num_labels=2).eval()
+    other = TokenClassifierCompressor.from_objects(tiny, tiny_models.tok, backend="onnx")
+    torch_tiny = TokenClassifierCompressor.from_objects(tiny, tiny_models.tok, backend="torch")
+    words = "a b c d e f".split()
+    assert np.allclose(other.word_probs(words), torch_tiny.word_probs(words), atol=1e-5)
+    assert other._fingerprint != onnx_c._fingerprint  # other weights, another graph

@@ -12,43 +12,25 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from lightmem.build import ENCODERS
 from lightmem.errors import LightMemError
 
 console = Console(stderr=True)
-# --encoder of a new store: "tuned" (the default) is MiniLM with the trained memory adapter of
-# checkpoints/embedder; these two are rebuilt by their stored names.
-EMBEDDERS = {"minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
 STORE_HELP = "store folder (created if missing) or postgresql://user:password@host/db (pip install 'lightmem-slm[postgres]')"
-
-
-def _kind(name: str) -> str:
-    """The ``--encoder`` choice a stored embedder name corresponds to."""
-    return "hashing" if name.startswith("hashing-") else "tuned" if "+lora-" in name else "minilm"
 
 
 def _open(store: str, encoder: str | None = None, must_exist: bool = False, selector: str = "none", ltm=None):
     """Open a store with the embedder that wrote it (a new one: ``encoder``, by default the trained
     one); only ``search`` needs a Stage-2 model (``selector="trained"``)."""
+    from lightmem.build import resolve_embedder
     from lightmem.memory import Memory
-    from lightmem.models.embedder import default_embedder, embedder_for, tuned_adapter
     from lightmem.roles.selector import Stage1Selector, default_selector
     from lightmem.stores.factory import describe, stored_embedder
 
-    stored = stored_embedder(store)
-    if must_exist and stored is None:
+    if must_exist and stored_embedder(store) is None:
         raise LightMemError(f"no lightmem store at {describe(store)}; create one with "
                             f"`lightmem ingest FILE --store {describe(store)}`")
-    if encoder and stored and _kind(stored) != encoder:
-        raise LightMemError(f"{describe(store)} was built with {stored}; drop --encoder or use a new --store")
-    if stored:
-        embedder = embedder_for(stored)
-    elif encoder == "tuned" and tuned_adapter() is None:
-        raise LightMemError("--encoder tuned needs the trained adapter in checkpoints/embedder (set LIGHTMEM_CHECKPOINTS "
-                            "or run `make train`); --encoder minilm is the base model")
-    elif encoder in (None, "tuned"):
-        embedder = default_embedder()
-    else:
-        embedder = embedder_for(EMBEDDERS[encoder])
+    embedder = resolve_embedder(store, encoder)
     return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),
                        ltm=ltm)
 
@@ -62,14 +44,10 @@ def _shown(store: str) -> str:
 
 def _ltm_options(no_nlp: bool = False):
     """Foreground LTM (the CLI runs cycles itself), with spaCy unless ``no_nlp``."""
-    from lightmem.ltm import LTMOptions
+    from lightmem.build import ltm_options
+    from lightmem.models.registry import ModelRegistry
 
-    nlp = None
-    if not no_nlp:
-        from lightmem.models.registry import ModelRegistry
-
-        nlp = ModelRegistry().spacy()
-    return LTMOptions(background=False, nlp=nlp)
+    return ltm_options({"enabled": True, "background": False, "nlp": not no_nlp}, parser=lambda: ModelRegistry().spacy())
 
 
 _USER_HINTS = {
@@ -273,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--user", help="user id for every conversation (default: each conversation's own id)")
     s.add_argument("--format", default="auto", choices=["auto", "locomo", "longmemeval", "jsonl"])
     s.add_argument("--conversations", help="subset: indices ('0-4', '1,3') or ids ('conv-26')")
-    s.add_argument("--encoder", choices=["tuned", *sorted(EMBEDDERS)], help="embedder of a new store (default tuned: MiniLM with the trained memory adapter; minilm: the base model)")
+    s.add_argument("--encoder", choices=["tuned", *sorted(ENCODERS)], help="embedder of a new store (default tuned: MiniLM with the trained memory adapter; minilm: the base model)")
     s.add_argument("--skip-bad-lines", action="store_true",
                    help="JSONL / JSON list of turns: ingest the valid lines and list the skipped ones "
                         "(default: a file with any bad line writes nothing)")

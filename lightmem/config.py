@@ -443,20 +443,9 @@ def build_write_path(node: DictConfig | None, embedder: Embedder, shared: Shared
 
 def ltm_options(node: DictConfig | None, shared: SharedRuntime) -> Any:
     """The ``ltm`` node → LTMOptions, or None when LTM is off (unknown keys fail loudly)."""
-    if node is None or not node.get("enabled", False):
-        return None
-    from lightmem.ltm import ConsolidationSpec, GraphSpec, LTMOptions
-    from lightmem.ltm.recursive import ClusterSpec
-    from lightmem.ltm.sleep import QueueSpec
+    from lightmem.build import ltm_options as options
 
-    d = to_container(node)
-    d.pop("enabled")
-    cons = dict(d.pop("consolidation", {}))
-    queue, cluster = QueueSpec(**cons.pop("queue", {})), ClusterSpec(**cons.pop("cluster", {}))
-    nlp = d.pop("nlp", False)
-    generative = d.get("abstractor") == "generative"
-    return LTMOptions(consolidation=ConsolidationSpec(queue=queue, cluster=cluster, **cons), graph=GraphSpec(**d.pop("graph", {})),
-                      nlp=shared.parser() if nlp else None, llm=shared.llm() if generative else None, **d)
+    return options(None if node is None else to_container(node), shared.parser, shared.llm)
 
 
 def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None,

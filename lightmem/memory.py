@@ -7,10 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from lightmem.errors import InvalidInputError
-from lightmem.ltm import CycleReport, LTMOptions, LTMRuntime, build_ltm
+from lightmem.ltm import CycleReport, LTMOptions, LTMRuntime
 from lightmem.messages import check_user_id, to_turns
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
@@ -18,25 +16,28 @@ from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
-from lightmem.roles.selector import Selector, default_selector
-from lightmem.roles.writer import DraftItem, TurnWriter, Writer, write_segments
+from lightmem.roles.selector import Selector
+from lightmem.roles.writer import TurnWriter, Writer
 from lightmem.sensory.pipeline import WritePath
 from lightmem.stores.base import MemoryStore
-from lightmem.stores.factory import open_store
 from lightmem.timeutil import now as wall_clock
 from lightmem.timeutil import parse_timestamp
-from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem, Turn
+from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, MemoryItem, Turn
+from lightmem.write import WritePipeline
 
 log = logging.getLogger(__name__)
-_FILTER_KEYS = {"time_from", "time_to", "kinds", "tags", "include_superseded"}
 
 
 class Memory:
     """Long-term memory for an agent, partitioned per user.
 
     Build one with ``Memory.open(folder)`` (defaults) or ``lightmem.config.build_memory(cfg)``
-    (Hydra config). All item operations take the ``user_id`` they act for; one user's
-    call can never read or change another user's items.
+    (Hydra config); both assemble it in ``lightmem.build.open_memory``. All item operations
+    take the ``user_id`` they act for; one user's call can never read or change another user's items.
+
+    The facade validates and delegates: writes to a ``WritePipeline`` (lightmem/write.py),
+    searches to the controller and the ``TwoStageRetriever`` (built with ``ltm``'s graph),
+    item management to the store.
     """
 
     def __init__(
@@ -56,15 +57,40 @@ class Memory:
     ) -> None:
         self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
         self.controller = controller or PassthroughController()
-        self.writer = writer or TurnWriter(compact=True)
-        self.maintainer = maintainer
-        self.write_path = write_path
         self.counter = counter or embedder.token_counter()
         self.k = _check_k(k)
-        self.clock = clock
         self.ltm = ltm
-        if ltm is not None:
-            self.retriever.ltm = ltm.graph
+        self._write = WritePipeline(store, embedder, self.counter, writer or TurnWriter(compact=True), clock,
+                                    write_path=write_path, maintainer=maintainer, ltm=ltm)
+
+    # The write pipeline's parts, settable (an evaluation wraps the writer, a test swaps the clock).
+    @property
+    def writer(self) -> Writer:
+        return self._write.writer
+
+    @writer.setter
+    def writer(self, writer: Writer) -> None:
+        self._write.writer = writer
+
+    @property
+    def maintainer(self) -> Maintainer | None:
+        return self._write.maintainer
+
+    @maintainer.setter
+    def maintainer(self, maintainer: Maintainer | None) -> None:
+        self._write.maintainer = maintainer
+
+    @property
+    def write_path(self) -> WritePath | None:
+        return self._write.write_path
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._write.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self._write.clock = clock
 
     @classmethod
     def open(
@@ -107,17 +133,11 @@ class Memory:
             **store_kwargs: Keyword arguments of the store (``MTMStore``: index, synchronous...;
                 ``PostgresStore``: index, ef_search...).
         """
-        if embedder is None:
-            from lightmem.models.embedder import default_embedder
+        from lightmem.build import open_memory  # the one construction path (it imports this module)
 
-            embedder = default_embedder(path)
-        store = open_store(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
-        routing = {} if ltm is None else {"routing": ltm.routing, "cross_share": ltm.cross_share, "ltm_hops": ltm.hops}
-        retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **{**dict(retrieval or {}), **routing})
-        counter = embedder.token_counter()
-        runtime = build_ltm(store, embedder, ltm) if ltm is not None else None
-        return cls(store, embedder, retriever, ContextComposer(counter, budget), controller=controller, writer=writer,
-                   maintainer=maintainer, counter=counter, k=k, write_path=write_path, ltm=runtime)
+        return open_memory(path, embedder=embedder, selector=selector, controller=controller, writer=writer,
+                           maintainer=maintainer, k=k, budget=budget, capacity=capacity, retrieval=retrieval,
+                           write_path=write_path, ltm=ltm, **store_kwargs)
 
     # -- write path --------------------------------------------------------------------------
     def add(
@@ -143,70 +163,15 @@ class Memory:
         buffer releases segments, and the turns still buffered are marked pending in the
         same transaction (``flush`` writes them at once).
         """
-        user_id = check_user_id(user_id)
-        known = self.store.known_turns(user_id, [t.turn_id for t in turns]) if turns else set()
-        turns = [t for t in turns if t.turn_id not in known]  # a resumed ingest skips what is stored
-        if self.write_path is None:
-            return self._commit(user_id, turns, self.writer.write(turns, context) if turns else [])
-        return self._through_write_path(user_id, turns, context, drain=False)
+        return self._write.add_turns(check_user_id(user_id), turns, context)
 
     def flush(self, user_id: str, context: Sequence[str] = ()) -> list[MemoryItem]:
         """Write everything the write path still buffers for ``user_id`` (end of a conversation)."""
-        user_id = check_user_id(user_id)
-        if self.write_path is None:
-            return []
-        return self._through_write_path(user_id, [], context, drain=True)
+        return self._write.flush(check_user_id(user_id), context)
 
     def pending(self, user_id: str) -> list[Turn]:
         """Turns stored but not yet written into items (the write path's buffers), oldest first."""
         return self.store.pending_turns(check_user_id(user_id))
-
-    def _through_write_path(self, user_id: str, turns: Sequence[Turn], context: Sequence[str], drain: bool) -> list[MemoryItem]:
-        wp = self.write_path
-        assert wp is not None
-        # After a restart, the buffers start from the turns the store marks pending.
-        restored = [] if wp.has_state(user_id) else self.store.pending_turns(user_id)
-        if not turns and not restored and not (drain and wp.pending(user_id)):
-            return []
-        snap = wp.snapshot(user_id)
-        try:
-            flushed = wp.push(user_id, [*restored, *turns])
-            if drain:
-                more = wp.drain(user_id)
-                flushed.segments += more.segments
-                flushed.dropped += more.dropped
-            drafts = write_segments(self.writer, flushed.segments, context) if flushed.segments else []
-            return self._commit(user_id, turns, drafts, pending=[t.turn_id for t in wp.pending(user_id)])
-        except BaseException:
-            wp.restore(user_id, snap)  # buffers go back to what the store holds
-            raise
-
-    def _commit(self, user_id: str, turns: Sequence[Turn], drafts: Sequence[DraftItem],
-                pending: Sequence[str] | None = None) -> list[MemoryItem]:
-        """Embed the drafts and store them with the turns in one transaction."""
-        if not turns and not drafts and pending is None:
-            return []
-        texts = [d.text for d in drafts]
-        vecs = self.embedder.encode(texts) if texts else np.zeros((0, self.embedder.dim), dtype=np.float32)
-        n_tokens = self.counter.count(texts) if texts else []
-        at = self.clock()
-        items = [
-            MemoryItem(
-                id=self.store.new_id(), user_id=user_id, text=d.text, provenance=list(d.provenance), created_at=at,
-                event_time=d.event_time, last_access=at, topic=d.topic, entities=list(d.entities), kind=d.kind,
-                valid_from=d.event_time, n_tokens=n, metadata=dict(d.metadata),
-            )
-            for d, n in zip(drafts, n_tokens)
-        ]
-        written = self.store.write(user_id, turns, items, vecs, at, pending=pending)
-        if self.maintainer is not None and written:
-            row = {it.id: i for i, it in enumerate(items)}
-            self.maintainer.maintain(self, user_id, written, vecs[[row[w.id] for w in written]])
-        if self.ltm is not None and self.ltm.scheduler is not None and turns:
-            spec = self.ltm.consolidator.spec
-            pressure = self.store.size(user_id) >= spec.pressure * self.store.capacity
-            self.ltm.scheduler.notify(user_id, len(turns), pressure)  # never waits for a cycle
-        return written
 
     # -- offline path ------------------------------------------------------------------------
     def consolidate(self, user_id: str | None = None, max_cycles: int = 1000) -> list[CycleReport]:
@@ -277,7 +242,7 @@ class Memory:
             raise InvalidInputError(f"budget must be a positive number of tokens, got {budget!r}")
         at = self.clock() if now is None else parse_timestamp(now)
         t0 = time.perf_counter()
-        plan = self.controller.plan(query, k, _to_filters(filters), stm, at)
+        plan = self.controller.plan(query, k, Filters.from_mapping(filters), stm, at)
         plan_ms = (time.perf_counter() - t0) * 1000
         result = self.retriever.retrieve(plan, user_id, at, budget)
         result.timings_ms["controller"] = plan_ms
@@ -333,8 +298,7 @@ class Memory:
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Erase everything of a user: turns, items and history."""
         user_id = check_user_id(user_id)
-        if self.write_path is not None:
-            self.write_path.forget(user_id)
+        self._write.forget(user_id)
         return self.store.delete_user(user_id)
 
     def history(self, item_id: str, user_id: str) -> list[HistoryEvent]:
@@ -373,35 +337,3 @@ def _check_k(k: object) -> int:
         raise InvalidInputError(f"k must be a positive integer, got {k!r}")
     return k
 
-
-def _to_filters(filters: Filters | Mapping[str, Any] | None) -> Filters:
-    """Accept a Filters or a plain dict; a dict naming a user or an unknown key is refused."""
-    if filters is None:
-        return Filters()
-    if isinstance(filters, Filters):
-        return filters
-    if not isinstance(filters, Mapping):
-        raise InvalidInputError(f"filters must be a dict or Filters, got {type(filters).__name__}")
-    unknown = set(filters) - _FILTER_KEYS
-    if unknown:
-        hint = " (the user is chosen by user_id, never by a filter)" if "user_id" in unknown else ""
-        raise InvalidInputError(f"unknown filter keys {sorted(unknown)}; allowed: {sorted(_FILTER_KEYS)}{hint}")
-    kw: dict[str, Any] = {}
-    for key in ("time_from", "time_to"):
-        if filters.get(key) is not None:
-            kw[key] = parse_timestamp(filters[key])
-    if filters.get("kinds"):
-        try:
-            kw["kinds"] = tuple(ItemKind(k) for k in filters["kinds"])
-        except ValueError as exc:
-            raise InvalidInputError(f"kinds must be among {[k.value for k in ItemKind]}") from exc
-    if filters.get("tags"):
-        tags = filters["tags"]
-        if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
-            raise InvalidInputError("tags must be a list of strings")
-        kw["tags"] = tuple(tags)
-    if "include_superseded" in filters:
-        if not isinstance(filters["include_superseded"], bool):
-            raise InvalidInputError("include_superseded must be a bool")
-        kw["include_superseded"] = filters["include_superseded"]
-    return Filters(**kw)

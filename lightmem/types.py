@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from lightmem.errors import InvalidInputError
+from lightmem.timeutil import parse_timestamp
 
 
 class ItemKind(str, enum.Enum):
@@ -181,6 +185,46 @@ class Filters:
             and not self.tags
             and not self.include_superseded
         )
+
+    @classmethod
+    def from_mapping(cls, filters: Filters | Mapping[str, Any] | None) -> Filters:
+        """Accept a Filters, a plain dict or None; a dict naming a user or an unknown key is refused.
+
+        Raises:
+            InvalidInputError: an unknown key (``user_id`` among them), or a value of the wrong type.
+        """
+        if filters is None:
+            return cls()
+        if isinstance(filters, Filters):
+            return filters
+        if not isinstance(filters, Mapping):
+            raise InvalidInputError(f"filters must be a dict or Filters, got {type(filters).__name__}")
+        unknown = set(filters) - FILTER_KEYS
+        if unknown:
+            hint = " (the user is chosen by user_id, never by a filter)" if "user_id" in unknown else ""
+            raise InvalidInputError(f"unknown filter keys {sorted(unknown)}; allowed: {sorted(FILTER_KEYS)}{hint}")
+        kw: dict[str, Any] = {}
+        for key in ("time_from", "time_to"):
+            if filters.get(key) is not None:
+                kw[key] = parse_timestamp(filters[key])
+        if filters.get("kinds"):
+            try:
+                kw["kinds"] = tuple(ItemKind(k) for k in filters["kinds"])
+            except ValueError as exc:
+                raise InvalidInputError(f"kinds must be among {[k.value for k in ItemKind]}") from exc
+        if filters.get("tags"):
+            tags = filters["tags"]
+            if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+                raise InvalidInputError("tags must be a list of strings")
+            kw["tags"] = tuple(tags)
+        if "include_superseded" in filters:
+            if not isinstance(filters["include_superseded"], bool):
+                raise InvalidInputError("include_superseded must be a bool")
+            kw["include_superseded"] = filters["include_superseded"]
+        return cls(**kw)
+
+
+FILTER_KEYS = frozenset({"time_from", "time_to", "kinds", "tags", "include_superseded"})
 
 
 @dataclass(frozen=True)

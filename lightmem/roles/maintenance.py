@@ -8,10 +8,11 @@ superseded (valid_to, superseded_by), never deleted. The capacity bound lives in
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from lightmem.stores.base import MemoryStore
 from lightmem.types import Filters, MemoryItem
 
 _REL = re.compile(r"\b(lives? in|moved to|works? (?:at|for)|is married to|is dating|favou?rite [a-z]+ is)\s+([A-Za-z][\w' ]{1,40})", re.I)
@@ -45,9 +46,10 @@ class Maintainer:
     def __init__(self, dup_threshold: float = 0.95, conflict_threshold: float = 0.5, neighbours: int = 5) -> None:
         self.dup, self.conflict, self.neighbours = dup_threshold, conflict_threshold, neighbours
 
-    def maintain(self, memory, user_id: str, new_items: Sequence[MemoryItem], vectors: np.ndarray) -> dict[str, int]:
-        """Apply merges and supersessions for ``new_items``; returns counts."""
-        store, now = memory.store, memory.clock()
+    def maintain(self, store: MemoryStore, clock: Callable[[], float], user_id: str, new_items: Sequence[MemoryItem],
+                 vectors: np.ndarray) -> dict[str, int]:
+        """Apply merges and supersessions for ``new_items`` (just written to ``store``) at ``clock()``; returns counts."""
+        now = clock()
         new_ids = {i.id for i in new_items}
         counts = {"merged": 0, "superseded": 0}
         for item, vec in zip(new_items, vectors):

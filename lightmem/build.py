@@ -1,0 +1,112 @@
+"""The one construction path of a ``Memory``, from typed parts.
+
+``Memory.open`` (Python), ``lightmem.config.build_memory`` (Hydra config) and the ``lightmem``
+command all end in ``open_memory``; the embedder choice of a store and the LTM options are
+built here once, whatever the caller. No Hydra here: config nodes are mapped in ``lightmem.config``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from lightmem.errors import LightMemError
+from lightmem.ltm import LTMOptions, build_ltm
+from lightmem.memory import Memory
+from lightmem.models.embedder import Embedder
+from lightmem.retrieval.composer import ContextComposer
+from lightmem.retrieval.engine import TwoStageRetriever
+from lightmem.roles.controller import Controller
+from lightmem.roles.maintenance import Maintainer
+from lightmem.roles.selector import Selector, default_selector
+from lightmem.roles.writer import Writer
+from lightmem.sensory.pipeline import WritePath
+from lightmem.stores.factory import open_store
+
+# Named embedders a new store can be built with (besides "tuned", the default: MiniLM with the
+# trained memory adapter of checkpoints/embedder); each is rebuilt by its stored name.
+ENCODERS = {"minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
+
+
+def encoder_kind(name: str) -> str:
+    """The encoder choice (``tuned`` or a key of ``ENCODERS``) a stored embedder name corresponds to."""
+    return "hashing" if name.startswith("hashing-") else "tuned" if "+lora-" in name else "minilm"
+
+
+def resolve_embedder(location: str | Path, encoder: str | None = None) -> Embedder:
+    """The embedder of the store at ``location``: the one that wrote it; for a new store ``encoder``
+    (``tuned``, the default, or a key of ``ENCODERS``).
+
+    Raises:
+        LightMemError: ``encoder`` is not the one that wrote the store, or ``tuned`` is asked
+            without the trained adapter.
+    """
+    from lightmem.models.embedder import default_embedder, embedder_for, tuned_adapter
+    from lightmem.stores.factory import describe, stored_embedder
+
+    stored = stored_embedder(location)
+    if encoder and stored and encoder_kind(stored) != encoder:
+        raise LightMemError(f"{describe(location)} was built with {stored}; drop --encoder or use a new --store")
+    if stored:
+        return embedder_for(stored)
+    if encoder == "tuned" and tuned_adapter() is None:
+        raise LightMemError("--encoder tuned needs the trained adapter in checkpoints/embedder (set LIGHTMEM_CHECKPOINTS "
+                            "or run `make train`); --encoder minilm is the base model")
+    if encoder in (None, "tuned"):
+        return default_embedder()
+    return embedder_for(ENCODERS[encoder])
+
+
+def ltm_options(spec: Mapping[str, Any] | None, parser: Callable[[], Any], llm: Callable[[], Any] | None = None) -> LTMOptions | None:
+    """LTMOptions from plain settings (the keys of conf/ltm/*.yaml), or None when LTM is off.
+
+    Args:
+        spec: ``enabled`` plus LTMOptions' fields, ``consolidation`` (with ``queue`` and ``cluster``)
+            and ``graph`` as nested mappings; ``nlp`` is a flag. Unknown keys fail loudly.
+        parser: Loads the spaCy pipeline with the parser (called only when ``nlp`` is true).
+        llm: Loads the offline LLM (called only for the generative abstractor).
+    """
+    if spec is None or not spec.get("enabled", False):
+        return None
+    from lightmem.ltm import ConsolidationSpec, GraphSpec
+    from lightmem.ltm.recursive import ClusterSpec
+    from lightmem.ltm.sleep import QueueSpec
+
+    d = dict(spec)
+    d.pop("enabled")
+    cons = dict(d.pop("consolidation", {}))
+    queue, cluster = QueueSpec(**cons.pop("queue", {})), ClusterSpec(**cons.pop("cluster", {}))
+    nlp = d.pop("nlp", False)
+    generative = d.get("abstractor") == "generative"
+    return LTMOptions(consolidation=ConsolidationSpec(queue=queue, cluster=cluster, **cons), graph=GraphSpec(**d.pop("graph", {})),
+                      nlp=parser() if nlp else None, llm=llm() if generative and llm is not None else None, **d)
+
+
+def open_memory(
+    path: str | Path,
+    embedder: Embedder | None = None,
+    selector: Selector | None = None,
+    controller: Controller | None = None,
+    writer: Writer | None = None,
+    maintainer: Maintainer | None = None,
+    k: int = 10,
+    budget: int = 2048,
+    capacity: int = 10_000,
+    retrieval: Mapping[str, Any] | None = None,
+    write_path: WritePath | None = None,
+    ltm: LTMOptions | None = None,
+    **store_kwargs: Any,
+) -> Memory:
+    """Open (or create) the store at ``path`` and assemble a Memory over it (see ``Memory.open``)."""
+    if embedder is None:
+        from lightmem.models.embedder import default_embedder
+
+        embedder = default_embedder(path)
+    store = open_store(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
+    runtime = build_ltm(store, embedder, ltm) if ltm is not None else None
+    routing = {} if ltm is None else {"ltm": runtime.graph, "routing": ltm.routing, "cross_share": ltm.cross_share,
+                                      "ltm_hops": ltm.hops}
+    retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **{**dict(retrieval or {}), **routing})
+    counter = embedder.token_counter()
+    return Memory(store, embedder, retriever, ContextComposer(counter, budget), controller=controller, writer=writer,
+                  maintainer=maintainer, counter=counter, k=k, write_path=write_path, ltm=runtime)

@@ -1,0 +1,114 @@
+"""The write pipeline: turns → (write path) → Writer → embedded items → store, then maintenance and LTM.
+
+``Memory.add_turns`` and ``Memory.flush`` delegate here. One call commits its turns and items in
+one store transaction; the write path's buffers roll back to the store's state when it fails.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from lightmem.ltm import LTMRuntime
+from lightmem.models.embedder import Embedder
+from lightmem.models.tokens import TokenCounter
+from lightmem.roles.maintenance import Maintainer
+from lightmem.roles.writer import DraftItem, Writer, write_segments
+from lightmem.sensory.pipeline import WritePath
+from lightmem.stores.base import MemoryStore
+from lightmem.types import MemoryItem, Turn
+
+
+class WritePipeline:
+    """Writes a user's turns into memory items.
+
+    Args:
+        store: Where turns and items are committed.
+        embedder: Encodes the items' texts.
+        counter: Counts the items' tokens.
+        writer: Turns (or write-path segments) → draft items.
+        clock: The time stamped on items (Unix seconds).
+        write_path: Sensory stages and STM buffer before the Writer; None: the Writer gets raw turns.
+        maintainer: Online maintenance after each write (merges, supersessions); None: none.
+        ltm: The LTM runtime whose scheduler is told of new turns; None: MTM only.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder,
+        counter: TokenCounter,
+        writer: Writer,
+        clock: Callable[[], float],
+        write_path: WritePath | None = None,
+        maintainer: Maintainer | None = None,
+        ltm: LTMRuntime | None = None,
+    ) -> None:
+        self.store, self.embedder, self.counter = store, embedder, counter
+        self.writer, self.clock, self.write_path, self.maintainer, self.ltm = writer, clock, write_path, maintainer, ltm
+
+    def add_turns(self, user_id: str, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[MemoryItem]:
+        """Write ``turns`` not stored yet (through the write path when there is one); returns the items written."""
+        known = self.store.known_turns(user_id, [t.turn_id for t in turns]) if turns else set()
+        turns = [t for t in turns if t.turn_id not in known]  # a resumed ingest skips what is stored
+        if self.write_path is None:
+            return self._commit(user_id, turns, self.writer.write(turns, context) if turns else [])
+        return self._through_write_path(user_id, turns, context, drain=False)
+
+    def flush(self, user_id: str, context: Sequence[str] = ()) -> list[MemoryItem]:
+        """Write everything the write path still buffers for ``user_id``."""
+        if self.write_path is None:
+            return []
+        return self._through_write_path(user_id, [], context, drain=True)
+
+    def forget(self, user_id: str) -> None:
+        """Drop the write path's buffers of a user (their turns are being deleted)."""
+        if self.write_path is not None:
+            self.write_path.forget(user_id)
+
+    def _through_write_path(self, user_id: str, turns: Sequence[Turn], context: Sequence[str], drain: bool) -> list[MemoryItem]:
+        wp = self.write_path
+        assert wp is not None
+        # After a restart, the buffers start from the turns the store marks pending.
+        restored = [] if wp.has_state(user_id) else self.store.pending_turns(user_id)
+        if not turns and not restored and not (drain and wp.pending(user_id)):
+            return []
+        snap = wp.snapshot(user_id)
+        try:
+            flushed = wp.push(user_id, [*restored, *turns])
+            if drain:
+                more = wp.drain(user_id)
+                flushed.segments += more.segments
+                flushed.dropped += more.dropped
+            drafts = write_segments(self.writer, flushed.segments, context) if flushed.segments else []
+            return self._commit(user_id, turns, drafts, pending=[t.turn_id for t in wp.pending(user_id)])
+        except BaseException:
+            wp.restore(user_id, snap)  # buffers go back to what the store holds
+            raise
+
+    def _commit(self, user_id: str, turns: Sequence[Turn], drafts: Sequence[DraftItem],
+                pending: Sequence[str] | None = None) -> list[MemoryItem]:
+        """Embed the drafts and store them with the turns in one transaction."""
+        if not turns and not drafts and pending is None:
+            return []
+        texts = [d.text for d in drafts]
+        vecs = self.embedder.encode(texts) if texts else np.zeros((0, self.embedder.dim), dtype=np.float32)
+        n_tokens = self.counter.count(texts) if texts else []
+        at = self.clock()
+        items = [
+            MemoryItem(
+                id=self.store.new_id(), user_id=user_id, text=d.text, provenance=list(d.provenance), created_at=at,
+                event_time=d.event_time, last_access=at, topic=d.topic, entities=list(d.entities), kind=d.kind,
+                valid_from=d.event_time, n_tokens=n, metadata=dict(d.metadata),
+            )
+            for d, n in zip(drafts, n_tokens)
+        ]
+        written = self.store.write(user_id, turns, items, vecs, at, pending=pending)
+        if self.maintainer is not None and written:
+            row = {it.id: i for i, it in enumerate(items)}
+            self.maintainer.maintain(self.store, self.clock, user_id, written, vecs[[row[w.id] for w in written]])
+        if self.ltm is not None and self.ltm.scheduler is not None and turns:
+            spec = self.ltm.consolidator.spec
+            pressure = self.store.size(user_id) >= spec.pressure * self.store.capacity
+            self.ltm.scheduler.notify(user_id, len(turns), pressure)  # never waits for a cycle
+        return written

@@ -18,6 +18,7 @@ def compressor():
     return TokenClassifierCompressor(str(CKPT), rate=0.6, device="cpu")
 
 
+@pytest.mark.slow  # the committed compressor on the packaged MiniLM
 def test_a_full_token_classifier_folder_loads_like_an_llmlingua2_checkpoint(compressor, tmp_path):
     from lightmem.sensory.compressor import TokenClassifierCompressor
 
@@ -28,6 +29,7 @@ def test_a_full_token_classifier_folder_loads_like_an_llmlingua2_checkpoint(comp
     assert np.allclose(full.word_probs(words), compressor.word_probs(words), atol=1e-5)
 
 
+@pytest.mark.slow  # the committed compressor on the packaged MiniLM
 def test_batched_scores_match_one_by_one_and_long_inputs_are_windowed(compressor):
     docs = [["hello", "there"], "I adopted a puppy named Max last week".split(), [f"w{i}" for i in range(450)]]
     batched = compressor.word_scores_many(docs)
@@ -36,12 +38,14 @@ def test_batched_scores_match_one_by_one_and_long_inputs_are_windowed(compressor
         assert np.allclose(compressor.word_probs(d), b, atol=1e-5)
 
 
+@pytest.mark.slow  # the committed compressor on the packaged MiniLM
 def test_fit_compresses_until_the_limit(compressor):
     text = " ".join(f"topic{i % 50} detail" for i in range(2000))
     short = compressor.fit(text, 128, compressor.count_tokens)
     assert compressor.count_tokens(short) <= 128 and set(short.split()) <= set(text.split())
 
 
+@pytest.mark.slow  # the committed compressor on the packaged MiniLM
 def test_segmenter_attention_on_the_compressor_encoder(compressor):
     from lightmem.sensory.segmenter import TopicSegmenter
 

@@ -26,11 +26,17 @@ def tiny_selector_ckpt(tmp_path_factory, tiny_models):
     return tiny_models.save(tiny_models.bert("sequence", 1), tmp_path_factory.mktemp("selector"))
 
 
+@pytest.fixture(scope="module")
+def tiny_complexity_ckpt(tmp_path_factory, tiny_models):
+    return tiny_models.save(tiny_models.bert("sequence", 2), tmp_path_factory.mktemp("complexity"))
+
+
 @pytest.mark.parametrize("group", ["controller", "selector", "writer"])
-def test_every_role_option_builds_into_a_working_memory(tmp_path, group, tiny_selector_ckpt):
+def test_every_role_option_builds_into_a_working_memory(tmp_path, group, tiny_selector_ckpt, tiny_complexity_ckpt):
+    tiny = {("selector", "cross_encoder"): f"selector.checkpoint={tiny_selector_ckpt}",  # trained models: tiny stand-ins
+            ("controller", "fast_trained"): f"controller.complexity.checkpoint={tiny_complexity_ckpt}"}
     for option in GROUPS[group]:
-        overrides = [f"{group}={option}", "encoder=hashing", "llm._target_=fakes.ScriptedLLM",
-                     f"selector.checkpoint={tiny_selector_ckpt}" if group == "selector" and option == "cross_encoder" else "memory.k=10"]
+        overrides = [f"{group}={option}", "encoder=hashing", "llm._target_=fakes.ScriptedLLM", tiny.get((group, option), "memory.k=10")]
         if group == "selector" and option == "threshold":  # hashing vectors of paraphrases sit below the 0.30 cosine
             overrides.append("selector.tau=0.0")
         m = build_memory(compose("locomo", overrides), tmp_path / f"{group}-{option}")

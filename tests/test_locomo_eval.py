@@ -94,6 +94,7 @@ def test_generative_roles_report_llm_usage_per_turn_and_question(tmp_path):
     assert results["retrieval"]["overall"]["n"] == 4 and results["cost"]["items"] == 7
 
 
+@pytest.mark.slow  # the committed cross-encoder on the packaged MiniLM
 def test_roles_benchmark_runs_every_listed_setting(tmp_path, monkeypatch):
     cfg = compose("roles", [f"data.path={TINY_LOCOMO}", "encoder=hashing", f"out_dir={tmp_path}", "llm._target_=fakes.ScriptedLLM",
                             "controllers=[passthrough,generative]", "selectors=[none,cross_encoder]", "writers=[turn,generative]",

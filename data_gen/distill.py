@@ -22,6 +22,7 @@ from lightmem.datasets.formats import read_json
 from lightmem.datasets.longmemeval import load_longmemeval
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.training import distill
+from lightmem.training.schemas import register_configs
 
 log = logging.getLogger("lightmem.data_gen.distill")
 
@@ -92,4 +93,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

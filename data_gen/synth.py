@@ -12,6 +12,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from lightmem.synth import SynthSpec, write
+from lightmem.training.schemas import register_configs
 
 log = logging.getLogger("lightmem.data_gen.synth")
 
@@ -32,4 +33,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from lightmem.config import make_run_logger, to_container
 from lightmem.datasets import load_conversations
 from lightmem.evaluation.encoder_speed import busy_processes, compare_backends, speed_table
+from lightmem.evaluation.schemas import register_configs
 from lightmem.metric_logger import quiet_third_party_logs
 
 
@@ -60,4 +61,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

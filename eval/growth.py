@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from lightmem.evaluation.failures import exit_on_failures
 from lightmem.evaluation.growth_run import run_growth_cfg
+from lightmem.evaluation.schemas import register_configs
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="growth")
@@ -18,4 +19,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

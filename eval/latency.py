@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from lightmem.config import build_memory, to_container
 from lightmem.datasets import load_conversations
 from lightmem.evaluation.latency import corpus_and_queries, latency_table, measure_growth, plot_latency
+from lightmem.evaluation.schemas import register_configs
 from lightmem.memory import Memory
 from lightmem.metric_logger import make_logger, quiet_third_party_logs
 from lightmem.roles.selector import Stage1Selector
@@ -72,4 +73,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from lightmem.evaluation.failures import exit_on_failures
 from lightmem.evaluation.locomo_run import run_locomo
+from lightmem.evaluation.schemas import register_configs
 
 
 def run(cfg: DictConfig) -> dict:
@@ -30,4 +31,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from lightmem.evaluation.failures import exit_on_failures
 from lightmem.evaluation.longmemeval_run import run_lme
+from lightmem.evaluation.schemas import register_configs
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="longmemeval")
@@ -21,4 +22,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

@@ -18,6 +18,7 @@ from lightmem.config import build_memory, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.evaluation.failures import exit_on_failures, failures_md
 from lightmem.evaluation.ltm_bench import consolidation_growth, latency_under_consolidation, plot_latency_split
+from lightmem.evaluation.schemas import register_configs
 from lightmem.metric_logger import make_logger, quiet_third_party_logs
 
 
@@ -67,4 +68,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

@@ -17,6 +17,7 @@ from lightmem.config import SharedRuntime, build_embedder, build_memory, compose
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.evaluation.failures import exit_on_failures, failures_md
 from lightmem.evaluation.roles_bench import bench_role, controller_inputs, roles_table, run_controller, run_writer
+from lightmem.evaluation.schemas import register_configs
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.types import Filters
 
@@ -108,4 +109,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

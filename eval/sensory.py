@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from lightmem.config import SharedRuntime, build_embedder, build_memory, build_write_path, compose_option, to_container
 from lightmem.datasets import load_conversations, load_locomo, select_conversations
 from lightmem.evaluation.report import plot_segmentation, sensory_tables
+from lightmem.evaluation.schemas import register_configs
 from lightmem.evaluation.sensory_bench import compression_eval, ingest_eval, segmentation_eval, user_stream
 from lightmem.metric_logger import make_logger, quiet_third_party_logs
 
@@ -104,4 +105,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

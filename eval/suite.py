@@ -16,6 +16,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from lightmem.evaluation.schemas import register_configs
 from lightmem.evaluation.suite_run import closing_summary, run_suite
 from lightmem.metric_logger import quiet_third_party_logs
 
@@ -40,4 +41,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -98,6 +99,12 @@ def make_logger(kind: str, out_dir: str | Path, project: str = "lightmem", mode:
     if kind == "wandb":
         return WandbLogger(project, out_dir, mode=mode, name=name)
     raise ValueError(f"logger must be none, stdout, disk or wandb, got {kind!r}")
+
+
+def make_run_logger(node: Mapping[str, Any], out_dir: str | Path, default_name: str) -> MetricLogger:
+    """A MetricLogger from a ``conf/logger/*.yaml`` node (missing keys take LoggerConfig's defaults)."""
+    return make_logger(node.get("kind", "none"), out_dir, node.get("project", "lightmem"), node.get("mode", "offline"),
+                       node.get("name") or default_name)
 
 
 def log_results(logger: MetricLogger, config: dict[str, Any], metrics: dict[str, Any], artifact: str | Path | None = None) -> None:

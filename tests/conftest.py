@@ -110,8 +110,11 @@ def compose(config_name: str, overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    import lightmem.config  # noqa: F401  (registers the schemas)
+    from lightmem.evaluation.schemas import register_configs as register_evaluation
+    from lightmem.training.schemas import register_configs as register_training
 
+    register_evaluation()  # what the entry points do before Hydra composes
+    register_training()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return hydra_compose(config_name=config_name, overrides=overrides)
 

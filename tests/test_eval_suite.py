@@ -216,8 +216,10 @@ def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    import lightmem.config  # noqa: F401
+    from lightmem.evaluation.schemas import register_configs
     from lightmem.evaluation.suite_run import run_suite
+
+    register_configs()
 
     lme = _lme_file(tmp_path / "lme.json")
     common = [f"data.path={TINY_LOCOMO}", "data.conversations=all", "encoder=hashing", "ks=[1,3]", "budget=60", "qa.enabled=true",
@@ -356,8 +358,10 @@ def test_suite_reruns_a_run_that_recorded_failures_and_reports_reused_ones(tmp_p
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    import lightmem.config  # noqa: F401
+    from lightmem.evaluation.schemas import register_configs
     from lightmem.evaluation.suite_run import closing_summary, run_suite
+
+    register_configs()
 
     conf = _tiny_suite(tmp_path, {"ref": {"overrides": ["selector=none"]}, "flaky": {"overrides": ["selector=none", *BACKEND_DOWN]}},
                        growth_sizes="[4,100]")

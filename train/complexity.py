@@ -11,13 +11,14 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from lightmem.config import lora_spec, per_job, to_container, train_spec
+from lightmem.config import per_job, to_container
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.models.registry import ModelRegistry
 from lightmem.roles.complexity import TrainedComplexity
 from lightmem.training import classify
 from lightmem.training.job import read_jsonl, train_and_export
 from lightmem.training.loop import seed_everything
+from lightmem.training.schemas import lora_spec, register_configs, train_spec
 
 
 def run(cfg: DictConfig) -> dict:
@@ -59,4 +60,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

@@ -24,6 +24,7 @@ from lightmem.retrieval import features
 from lightmem.training import distill
 from lightmem.training import ranker as rk
 from lightmem.training.export import export, git_commit, sha256_files
+from lightmem.training.schemas import register_configs
 
 
 def run(cfg: DictConfig) -> dict:
@@ -104,4 +105,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from lightmem.metric_logger import make_run_logger
 from lightmem.training.export import export, git_commit, sha256_files
 from lightmem.training.loop import TrainSpec, fit
 from lightmem.training.lora import trainable_summary
@@ -43,8 +44,6 @@ def train_and_export(
     """Fit, evaluate the best weights on held-out data with ``test(best_dir)``, export adapter + card."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from lightmem.config import make_run_logger
-
     logger = make_run_logger(logger_cfg, out, f"train-{name}")
     logger.log_config(config)
     params = trainable_summary(model)

@@ -1,0 +1,51 @@
+"""Hydra config of the core pipeline: schemas, builders from config, and the entry points' Hydra glue.
+
+The only package of the library that knows about Hydra/OmegaConf (with the benchmark and
+training schemas that extend it, next to their runners): everything else takes typed arguments.
+
+- ``schemas``: the structured configs of everything that builds a Memory (``PipelineConfig``).
+- ``builders``: config nodes → embedder, roles, write path, LTM options, and ``build_memory``.
+- ``hydra_app``: resolvers and schema registration (called by the entry points, never on import),
+  ``compose_option``, ``per_job``.
+"""
+from __future__ import annotations
+
+from lightmem.config.builders import (
+    SharedRuntime,
+    build_embedder,
+    build_memory,
+    build_write_path,
+    ltm_options,
+    write_path_spec,
+)
+from lightmem.config.hydra_app import compose_option, per_job, register_resolvers, register_schemas, to_container
+from lightmem.config.schemas import (
+    LoggerConfig,
+    MemoryConfig,
+    PathsConfig,
+    PipelineConfig,
+    RetrievalConfig,
+    StoreConfig,
+)
+from lightmem.metric_logger import make_run_logger
+
+__all__ = [
+    "LoggerConfig",
+    "MemoryConfig",
+    "PathsConfig",
+    "PipelineConfig",
+    "RetrievalConfig",
+    "SharedRuntime",
+    "StoreConfig",
+    "build_embedder",
+    "build_memory",
+    "build_write_path",
+    "compose_option",
+    "ltm_options",
+    "make_run_logger",
+    "per_job",
+    "register_resolvers",
+    "register_schemas",
+    "to_container",
+    "write_path_spec",
+]

@@ -1,0 +1,141 @@
+"""Builders from config nodes: the typed parts of a Memory, and the Memory itself.
+
+The only place where config nodes become objects; the library takes typed arguments.
+Swappable roles (controller, selector, writer) are ``_target_`` nodes.
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from lightmem.build import ltm_options as options_for_ltm
+from lightmem.build import open_memory
+from lightmem.config.hydra_app import to_container
+from lightmem.memory import Memory
+from lightmem.models.embedder import Embedder
+from lightmem.roles.maintenance import Maintainer
+
+
+def build_embedder(cfg: DictConfig) -> Embedder:
+    return instantiate(cfg.encoder)
+
+
+class SharedRuntime:
+    """Builds the heavy shared objects (LLM runtime, spaCy) once, and only if a role asks.
+
+    Pass one to several ``build_memory`` calls (an evaluation's conversations) to load them once.
+    """
+
+    def __init__(self, cfg: DictConfig) -> None:
+        self.cfg, self._llm, self._nlp, self._parser = cfg, None, None, None
+        self._selectors: dict[str, Any] = {}
+        self._compressors: dict[str, Any] = {}
+
+    def llm(self):
+        if self._llm is None:
+            self._llm = instantiate(self.cfg.llm)
+        return self._llm
+
+    def nlp(self):
+        if self._nlp is None:
+            from lightmem.models.registry import ModelRegistry
+
+            self._nlp = ModelRegistry().spacy(disable=("parser", "lemmatizer"))
+        return self._nlp
+
+    def parser(self):
+        """spaCy with the dependency parser (LTM abstraction needs it; ``nlp()`` drops it for speed)."""
+        if self._parser is None:
+            from lightmem.models.registry import ModelRegistry
+
+            self._parser = ModelRegistry().spacy()
+        return self._parser
+
+    def selector(self, node: DictConfig) -> Any:
+        """A selector built once per config node: selectors keep no per-user state, and a
+        trained one would otherwise reload its model for every conversation of an evaluation."""
+        return self._once(self._selectors, node, lambda: self.role(node))
+
+    def compressor(self, node: DictConfig) -> Any:
+        """A compressor built once per config node (its model is the heavy part of the write path)."""
+        return self._once(self._compressors, node, lambda: instantiate(node))
+
+    @staticmethod
+    def _once(cache: dict[str, Any], node: DictConfig, build: Any) -> Any:
+        key = OmegaConf.to_yaml(node, resolve=True)
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
+
+    def role(self, node: DictConfig) -> Any:
+        """Instantiate a role, passing ``llm`` / ``nlp`` when its class takes them (``nlp: true`` in YAML)."""
+        params = inspect.signature(get_class(node._target_)).parameters
+        kwargs: dict[str, Any] = {}
+        if "llm" in params and "llm" not in node:
+            kwargs["llm"] = self.llm()
+        if "nlp" in params and "nlp" in node:  # YAML says true/false; the pipeline itself is shared
+            kwargs["nlp"] = self.nlp() if node.nlp is True else None
+        for name in ("fallback",):  # a nested role (e.g. the generative controller's fast fallback)
+            if isinstance(node.get(name), DictConfig) and "_target_" in node[name]:
+                kwargs[name] = self.role(node[name])
+        return instantiate(node, **kwargs)
+
+
+def write_path_spec(node: DictConfig) -> Any:
+    """The ``sensory`` node → WritePathSpec (unknown keys fail loudly)."""
+    from lightmem.sensory import pipeline as p
+
+    d = to_container(node)
+    seg = dict(d.get("segment", {}))
+    if "layers" in seg:
+        seg["layers"] = tuple(seg["layers"])
+    return p.WritePathSpec(
+        normalize=p.NormalizeSpec(**d.get("normalize", {})), compress=p.CompressSpec(**d.get("compress", {})),
+        segment=p.SegmentSpec(**seg), stm_threshold=int(d.get("stm_threshold", 512)),
+        gate=p.GateSpec(**d.get("gate", {})), importance=p.ImportanceSpec(**d.get("importance", {})),
+    )
+
+
+def build_write_path(node: DictConfig | None, embedder: Embedder, shared: SharedRuntime) -> Any:
+    """The write path of a ``sensory`` node, or None when it is off."""
+    if node is None or not node.get("enabled", False):
+        return None
+    from lightmem.sensory.pipeline import WritePath
+
+    spec = write_path_spec(node)
+    needs_model = spec.compress.enabled or (spec.segment.enabled and spec.segment.method != "similarity")
+    compressor = shared.compressor(node.compressor) if needs_model and node.get("compressor") else None
+    return WritePath.build(embedder, spec, compressor, shared.nlp() if node.get("nlp") else None)
+
+
+def ltm_options(node: DictConfig | None, shared: SharedRuntime) -> Any:
+    """The ``ltm`` node → LTMOptions, or None when LTM is off (unknown keys fail loudly)."""
+    return options_for_ltm(None if node is None else to_container(node), shared.parser, shared.llm)
+
+
+def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None,
+                 shared: SharedRuntime | None = None) -> Memory:
+    """A Memory at ``path`` built from a PipelineConfig (pass ``embedder`` / ``shared`` to reuse them);
+    at ``store.uri`` instead when the config names a PostgreSQL database."""
+    shared = shared or SharedRuntime(cfg)
+    embedder = embedder or build_embedder(cfg)
+    store = OmegaConf.to_container(cfg.store, resolve=True)
+    location = store.pop("uri", None) or path
+    return open_memory(
+        location,
+        embedder=embedder,
+        selector=shared.selector(cfg.selector),
+        controller=shared.role(cfg.controller),
+        writer=shared.role(cfg.writer),
+        maintainer=Maintainer(dup_threshold=cfg.memory.dup_threshold) if cfg.memory.maintenance else None,
+        k=cfg.memory.k,
+        budget=cfg.memory.budget,
+        retrieval=OmegaConf.to_container(cfg.retrieval, resolve=True),
+        write_path=build_write_path(cfg.get("sensory"), embedder, shared),
+        ltm=ltm_options(cfg.get("ltm"), shared),
+        **store,
+    )

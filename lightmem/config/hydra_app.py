@@ -1,0 +1,68 @@
+"""What the entry points do around Hydra: register resolvers and schemas, compose one option,
+give each multirun job its own output folder."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from lightmem.datasets.catalog import repo_root
+
+
+def register_resolvers() -> None:
+    """The ``${lightmem_repo:}`` resolver that conf/paths/default.yaml roots the data folder at, and
+    ``${lightmem_checkpoint:name}`` (``$LIGHTMEM_CHECKPOINTS/name`` or the source tree's checkpoints/name)."""
+    if not OmegaConf.has_resolver("lightmem_repo"):
+        OmegaConf.register_new_resolver("lightmem_repo", lambda: str(repo_root()))
+    if not OmegaConf.has_resolver("lightmem_checkpoint"):
+        from lightmem.models.registry import checkpoint_path
+
+        OmegaConf.register_new_resolver("lightmem_checkpoint", lambda name: str(checkpoint_path(name)))
+
+
+def register_schemas(schemas: Mapping[str, type]) -> None:
+    """Store ``schemas`` (name → dataclass) in Hydra's ConfigStore, where the YAML files of conf/
+    find them (``defaults: [schema_...]``), and register the resolvers. Entry points call this
+    (through ``lightmem.evaluation.schemas.register_configs`` or ``lightmem.training.schemas.register_configs``)
+    before Hydra composes; importing lightmem registers nothing."""
+    register_resolvers()
+    cs = ConfigStore.instance()
+    for name, node in schemas.items():
+        cs.store(name=name, node=node)
+
+
+def compose_option(config_dir: str | Path, config_name: str, group: str, option: str) -> DictConfig:
+    """The ``group`` node of ``config_name`` with ``group=option``, composed by Hydra itself.
+
+    Works inside a running ``@hydra.main`` app and outside one (tests, notebooks).
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    overrides = [f"{group}={option}"]
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name=config_name, overrides=overrides)[group]
+    with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
+        return compose(config_name=config_name, overrides=overrides)[group]
+
+
+def to_container(cfg: DictConfig | Any) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+
+
+def per_job(cfg: DictConfig) -> DictConfig:
+    """Inside a Hydra multirun, give each job its own ``out_dir`` (its sweep subdir) and no
+    ``export_dir``: jobs would otherwise resume from each other's state and overwrite the
+    committed checkpoint. Single runs are left as configured."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return cfg
+    with open_dict(cfg):
+        cfg.out_dir = HydraConfig.get().runtime.output_dir
+        cfg.export_dir = None
+    return cfg

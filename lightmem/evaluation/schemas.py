@@ -1,0 +1,180 @@
+"""Structured configs of the evaluation entry points (eval/*.py), and their registration.
+
+``register_configs()`` stores them in Hydra's ConfigStore (the YAML files of conf/ extend them:
+``defaults: [schema_locomo, ...]``); the entry points call it before Hydra composes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightmem.config import LoggerConfig, PathsConfig, PipelineConfig, register_schemas
+
+
+@dataclass
+class LocomoDataConfig:
+    path: str = "${paths.data}/locomo/locomo_dev.json.gz"
+    conversations: Any = "0-4"
+    categories: list[int] = field(default_factory=lambda: [1, 2, 3, 4])
+    max_questions: int | None = None  # per conversation: quick runs of slow settings
+
+
+@dataclass
+class QAConfig:
+    """Answer generation from the packed memories (the ``llm`` node is the generator)."""
+
+    enabled: bool = False
+    judge: Any = None  # an LLM node (e.g. conf/llm/openai.yaml's keys); the LLM judge runs only when set
+    batch_size: int = 8
+    max_new_tokens: int = 32
+    window: int = 2048  # the full-context baseline's context window (tokens)
+
+
+@dataclass
+class InjectConfig:
+    """Error injection of the stress tests (LightMem-SLM §4.6-4.7); all off by default."""
+
+    hq_noise: float = 0.0  # share of HQs that are irrelevant queries
+    write_noise: float = 0.0  # share of Writer entries replaced by word salad
+    saturation: float = 0.0  # irrelevant recent turns before the questions, as a multiple of the conversation's turns
+
+
+@dataclass
+class LocomoEvalConfig(PipelineConfig):
+    data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
+    ks: list[int] = field(default_factory=lambda: [5, 10, 20])
+    budget: int = 600
+    out_dir: str = "outputs/locomo"
+    keep_stores: bool = False
+    system: str = "memory"  # memory | full_context
+    qa: QAConfig = field(default_factory=QAConfig)
+    inject: InjectConfig = field(default_factory=InjectConfig)
+    seed: int = 0  # seeds the stochastic parts: error injection (and sampling generators)
+
+
+@dataclass
+class LongMemEvalDataConfig:
+    path: str = "${paths.data}/longmemeval/longmemeval_oracle_dev.json.gz"
+    max_instances: int | None = None  # spread evenly over the file (every question type keeps its share)
+    types: list[str] | None = None  # keep only these question types
+
+
+@dataclass
+class LongMemEvalConfig(PipelineConfig):
+    data: LongMemEvalDataConfig = field(default_factory=LongMemEvalDataConfig)
+    ks: list[int] = field(default_factory=lambda: [5, 10, 20])
+    budget: int = 600
+    out_dir: str = "outputs/longmemeval"
+    qa: QAConfig = field(default_factory=QAConfig)
+    seed: int = 0
+
+
+@dataclass
+class GrowthConfig(PipelineConfig):
+    """MTM growth along one trajectory (LightMem-SLM §4.5)."""
+
+    locomo_path: str = "${paths.data}/locomo/locomo_dev.json.gz"
+    locomo_conversations: Any = "0-4"
+    filler_path: str | None = "${paths.data}/longmemeval/longmemeval_s_dev_sample.json.gz"
+    sizes: list[int] = field(default_factory=lambda: [100, 1000, 5000, 10_000])
+    k: int = 10
+    budget: int = 600
+    max_questions: int | None = 300  # per checkpoint, spread evenly over the answerable ones
+    out_dir: str = "outputs/growth"
+
+
+@dataclass
+class LatencyBenchConfig(PipelineConfig):
+    sizes: list[int] = field(default_factory=lambda: [100, 1000, 10_000])
+    n_queries: int = 200
+    k: int = 10
+    corpus: list[str] = field(
+        default_factory=lambda: [
+            "${paths.data}/locomo/locomo_dev.json.gz",
+            "${paths.data}/longmemeval/longmemeval_oracle_dev.json.gz",
+        ]
+    )
+    out_dir: str = "outputs/latency"
+    seed: int = 0
+
+
+@dataclass
+class EncoderSpeedConfig:
+    """eval/encoder_speed.py: query and ingest speed of the encoder's backends, measured interleaved."""
+
+    encoder: Any = None
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    backends: list[str] = field(default_factory=lambda: ["torch", "onnx", "onnx_int8"])
+    corpus: str = "${paths.data}/locomo/locomo_dev.json.gz"
+    n_queries: int = 200
+    n_texts: int | None = None  # None: every turn of the corpus
+    rounds: int = 2
+    chunk: int = 256
+    busy_processes: int = 0  # other processes keeping a core busy during the measurement (a loaded machine)
+    seed: int = 0
+    out_dir: str = "outputs/encoder_speed"
+
+
+@dataclass
+class RolesBenchConfig(PipelineConfig):
+    data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
+    conversation: Any = 0
+    controllers: list[str] = field(default_factory=lambda: ["passthrough", "fast", "generative"])
+    selectors: list[str] = field(default_factory=lambda: ["none", "generative", "cross_encoder"])
+    writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "generative"])
+    k: int = 10
+    n_queries: int = 100
+    n_queries_generative: int = 10
+    n_turns: int = 200
+    n_turns_generative: int = 24
+    turns_per_batch: int = 8
+    out_dir: str = "outputs/roles"
+
+
+@dataclass
+class SensoryBenchConfig(PipelineConfig):
+    """eval/sensory.py: compression, segmentation and ingestion cost of the write path."""
+
+    parts: list[str] = field(default_factory=lambda: ["compression", "segmentation", "ingest"])
+    locomo_path: str = "${paths.data}/locomo/locomo_dev.json.gz"
+    locomo_conversations: Any = "0-4"
+    rates: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7])
+    lme_path: str = "${paths.data}/longmemeval/longmemeval_s_dev_sample.json.gz"
+    lme_instances: Any = "0-9"
+    seg_methods: list[str] = field(default_factory=lambda: ["hybrid", "attention", "similarity"])
+    seg_rates: list[float] = field(default_factory=lambda: [0.6])
+    seg_taus: list[float] = field(default_factory=lambda: [0.3])
+    ingest_conversation: Any = 0
+    ingest_writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "generative"])
+    ingest_sensory: list[str] = field(default_factory=lambda: ["none", "lightmem"])
+    out_dir: str = "outputs/sensory"
+
+
+@dataclass
+class LTMBenchConfig(PipelineConfig):
+    """eval/ltm.py: consolidation growth and cost, search latency idle vs during consolidation."""
+
+    data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
+    conversation: Any = 0
+    copies: int = 2
+    n_queries: int = 100
+    k: int = 10
+    out_dir: str = "outputs/ltm_bench"
+
+
+SCHEMAS = {
+    "schema_locomo": LocomoEvalConfig,
+    "schema_latency": LatencyBenchConfig,
+    "schema_encoder_speed": EncoderSpeedConfig,
+    "schema_longmemeval": LongMemEvalConfig,
+    "schema_growth": GrowthConfig,
+    "schema_roles": RolesBenchConfig,
+    "schema_sensory_bench": SensoryBenchConfig,
+    "schema_ltm_bench": LTMBenchConfig,
+}
+
+
+def register_configs() -> None:
+    """Register the evaluation schemas and lightmem's resolvers (idempotent)."""
+    register_schemas(SCHEMAS)

@@ -6,13 +6,12 @@ import logging
 import os
 from dataclasses import asdict, dataclass
 
+from lightmem.build import ENCODERS  # --encoder of a new store (an existing one reopens with its own); None: the trained default
 from lightmem.errors import LightMemError
 from lightmem.memory import Memory
 
 log = logging.getLogger(__name__)
 ENV = "LIGHTMEM_SERVE"  # a worker process reads its ServeSettings from here (uvicorn starts workers by import string)
-# --encoder of a new store (an existing one reopens with the embedder that wrote it); None: the trained default.
-ENCODERS = {"minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
 SELECTORS = ("trained", "none")
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from lightmem.errors import StoreError
-from lightmem.models.onnx_encoder import write_atomically
+from lightmem.models.onnx_encoder import length_batches, write_atomically
 
 TEXTS = [
     "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
@@ -28,6 +28,21 @@ FACTS = ["Ava moved to Porto in 2021 for a job at a bakery.", "Ben's dog is call
          "Eve adopted two cats from the shelter last spring.", "Finn is learning Japanese to travel to Kyoto."]
 QUERIES = ["Where does Ava live?", "What is the name of Ben's dog?", "Which instrument does Cleo play?",
            "What race is Dan preparing for?", "How many cats did Eve adopt?", "Which language is Finn studying?"]
+
+
+# -- length-bucketed batches ---------------------------------------------------------------------
+def test_length_batches_cover_every_row_once_and_pad_little():
+    lengths = [256, 250, 240, 120, 118, 117, 20, 19, 12, 9, 8, 3, 3]  # sorted longest first
+    rows = list(range(100, 100 + len(lengths)))
+    batches = length_batches(lengths, rows, batch_size=4)
+    assert [r for b in batches for r in b] == rows  # each row once, order kept
+    assert all(1 <= len(b) <= 4 for b in batches)
+    width = dict(zip(rows, lengths))
+    for b in batches:  # no row pads past max(8 tokens, 25%) of its run's longest
+        assert all(width[b[0]] - width[r] <= max(8, 0.25 * width[b[0]]) for r in b)
+    # a 256-token row never shares a batch with a short one, equal rows fill batches
+    assert batches[0] == [100, 101, 102] and length_batches([5] * 9, list(range(9)), 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert length_batches([], [], 4) == []
 
 
 # -- the cache file: atomic writes ------------------------------------------------------------
@@ -52,7 +67,7 @@ def test_a_killed_writer_never_leaves_a_readable_partial_file(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from lightmem.models.onnx_encoder import write_atomically
+        from lightmem.models.onnx_encoder import length_batches, write_atomically
         def write(tmp):
             tmp.write_bytes(b"x" * 1000)
             os.kill(os.getpid(), signal.SIGKILL)   # killed mid-export

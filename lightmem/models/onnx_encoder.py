@@ -173,6 +173,25 @@ def ensure_exported(cache_dir: Path, name: str, weights: Path, backend: str, loa
     return path
 
 
+def length_batches(lengths: Sequence[int], rows: Sequence[int], batch_size: int, slack: float = 0.25,
+                   min_slack: int = 8) -> list[list[int]]:
+    """Split ``rows`` (sorted by ``lengths``, longest first) into runs that pad little.
+
+    A run pads every row to its first (longest) one, so a short user turn batched with a
+    256-token assistant turn would cost 256 tokens: a new run starts at ``batch_size`` rows or
+    at the first row shorter than its run's longest by more than ``slack`` of it (and
+    ``min_slack`` tokens). A run's fixed cost is far below the padding it saves.
+    """
+    out: list[list[int]] = []
+    width = 0
+    for n, r in zip(lengths, rows):
+        if not out or len(out[-1]) >= batch_size or width - n > max(min_slack, slack * width):
+            out.append([])
+            width = n
+        out[-1].append(r)
+    return out
+
+
 class OnnxSession:
     """Encodes with an exported graph: length-bucketed batches, vectors back in input order.
 
@@ -208,8 +227,7 @@ class OnnxSession:
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         pad = self.tokenizer.pad_token_id or 0
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
+        for rows in length_batches([len(ids[i]) for i in order], order, self.batch_size):
             width = len(ids[rows[0]])
             feed = {n: np.full((len(rows), width), pad if n == "input_ids" else 0, dtype=np.int64) for n in self._inputs}
             for r, i in enumerate(rows):

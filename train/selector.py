@@ -14,9 +14,9 @@ from omegaconf import DictConfig
 
 from lightmem.config import per_job, to_container
 from lightmem.metric_logger import quiet_third_party_logs
+from lightmem.seeding import seed_everything
 from lightmem.training import selector as sel
 from lightmem.training.job import read_jsonl, train_and_export
-from lightmem.training.loop import seed_everything
 from lightmem.training.schemas import lora_spec, register_configs, train_spec
 
 

@@ -3,14 +3,12 @@ or a baseline), the QA options and the error injectors. ``eval/locomo.py`` stays
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
@@ -24,19 +22,9 @@ from lightmem.evaluation.inject import NoisyController, NoisyWriter, pools, satu
 from lightmem.evaluation.locomo_retrieval import QAOptions, run_locomo_retrieval
 from lightmem.evaluation.report import plot_recall, qa_table, retrieval_table
 from lightmem.metric_logger import log_results, quiet_third_party_logs
+from lightmem.seeding import seed_everything
 
 SYSTEMS = ("memory", "full_context")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    try:
-        import torch
-
-        torch.manual_seed(seed)
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
 
 
 def system_factory(cfg: DictConfig, stores: Path, embedder, shared: SharedRuntime,

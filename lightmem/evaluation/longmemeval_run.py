@@ -12,11 +12,12 @@ from lightmem.config import SharedRuntime, build_embedder, build_memory, make_ru
 from lightmem.datasets.formats import Conversation
 from lightmem.datasets.longmemeval import load_longmemeval
 from lightmem.evaluation.failures import failures_md, qa_failures, qa_usage, usage_delta
-from lightmem.evaluation.locomo_run import qa_options, seed_everything
+from lightmem.evaluation.locomo_run import qa_options
 from lightmem.evaluation.longmemeval_eval import run_longmemeval
 from lightmem.evaluation.report import longmemeval_table, plot_longmemeval
 from lightmem.evaluation.stats import spread
 from lightmem.metric_logger import log_results, quiet_third_party_logs
+from lightmem.seeding import seed_everything
 
 
 def select_instances(instances: list[Conversation], max_instances: int | None, types: list[str] | None) -> list[Conversation]:

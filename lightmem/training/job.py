@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from lightmem.datasets.formats import describe_bad_rows, read_jsonl_rows
+from lightmem.errors import InvalidInputError
 from lightmem.metric_logger import make_run_logger
 from lightmem.training.export import export, git_commit, sha256_files
 from lightmem.training.loop import TrainSpec, fit
@@ -17,10 +19,20 @@ from lightmem.training.lora import trainable_summary
 
 
 def read_jsonl(path: str | Path, hint: str = "run `make data` (data_gen/synth.py, data_gen/distill.py) first") -> list[dict]:
+    """The records of a generated training file (``read_jsonl_rows``); a missing file names the step that makes it.
+
+    Raises:
+        FileNotFoundError: No such file; the message ends with ``hint``.
+        InvalidInputError: A line is not JSON (its line number and why).
+    """
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p} is missing: {hint}")
-    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    rows = read_jsonl_rows(p)
+    bad = [f"{r.where}: {r.error}" for r in rows if r.error is not None]
+    if bad:
+        raise InvalidInputError(f"{p} has lines that are not JSON (regenerate it: {hint}):\n{describe_bad_rows(bad)}")
+    return [r.value for r in rows]
 
 
 def train_and_export(

@@ -56,14 +56,6 @@ class TrainResult:
     history: list[dict[str, float]]
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch. Call it before building a model: fresh heads and LoRA
-    matrices are drawn at construction, so an unseeded build makes a run irreproducible."""
-    from accelerate.utils import set_seed
-
-    set_seed(seed)
-
-
 def _state_path(out: Path) -> Path:
     return out / "last" / "trainer_state.json"
 

@@ -9,13 +9,16 @@ import hydra
 from omegaconf import DictConfig
 
 from lightmem.evaluation.failures import exit_on_failures
-from lightmem.evaluation.growth_run import run_growth_cfg
+from lightmem.evaluation.runs.common import optimized_metric
+from lightmem.evaluation.runs.growth import metrics, run
 from lightmem.evaluation.schemas import register_configs
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="growth")
-def main(cfg: DictConfig) -> None:
-    exit_on_failures(run_growth_cfg(cfg), "MTM growth", cfg.out_dir)  # exit 1 when a planned size was not reached
+def main(cfg: DictConfig) -> float | None:
+    results = run(cfg)
+    exit_on_failures(results, "MTM growth", cfg.out_dir)  # exit 1 when the run recorded failures
+    return optimized_metric(metrics(results), cfg)  # the metric a sweep optimises: cfg.optimized_metric
 
 
 if __name__ == "__main__":

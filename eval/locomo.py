@@ -14,20 +14,16 @@ import hydra
 from omegaconf import DictConfig
 
 from lightmem.evaluation.failures import exit_on_failures
-from lightmem.evaluation.locomo_run import run_locomo
+from lightmem.evaluation.runs.common import optimized_metric
+from lightmem.evaluation.runs.locomo import metrics, run
 from lightmem.evaluation.schemas import register_configs
 
 
-def run(cfg: DictConfig) -> dict:
-    """Evaluate; ``results["failures"]`` lists what did not complete (the numbers are written either way)."""
-    return run_locomo(cfg)
-
-
 @hydra.main(version_base="1.3", config_path="../conf", config_name="locomo")
-def main(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> float | None:
     results = run(cfg)
-    exit_on_failures(results, "LoCoMo", cfg.out_dir)
-    return results["retrieval"]["overall"]["recall_all@budget"]  # what a sweep maximises
+    exit_on_failures(results, "LoCoMo", cfg.out_dir)  # exit 1 when the run recorded failures
+    return optimized_metric(metrics(results), cfg)  # the metric a sweep optimises: cfg.optimized_metric
 
 
 if __name__ == "__main__":

@@ -10,15 +10,16 @@ import hydra
 from omegaconf import DictConfig
 
 from lightmem.evaluation.failures import exit_on_failures
-from lightmem.evaluation.longmemeval_run import run_lme
+from lightmem.evaluation.runs.common import optimized_metric
+from lightmem.evaluation.runs.longmemeval import metrics, run
 from lightmem.evaluation.schemas import register_configs
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="longmemeval")
-def main(cfg: DictConfig) -> float:
-    results = run_lme(cfg)
-    exit_on_failures(results, "LongMemEval", cfg.out_dir)
-    return results["retrieval"]["overall"].get("session_recall_all@10") or 0.0
+def main(cfg: DictConfig) -> float | None:
+    results = run(cfg)
+    exit_on_failures(results, "LongMemEval", cfg.out_dir)  # exit 1 when the run recorded failures
+    return optimized_metric(metrics(results), cfg)  # the metric a sweep optimises: cfg.optimized_metric
 
 
 if __name__ == "__main__":

@@ -11,33 +11,20 @@ failed (after writing suite.md / suite.json of what did finish).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
+from lightmem.evaluation.runs.suite import closing_summary, run
 from lightmem.evaluation.schemas import register_configs
-from lightmem.evaluation.suite_run import closing_summary, run_suite
-from lightmem.metric_logger import quiet_third_party_logs
-
-
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Run the suite; the summary's ``failures`` names every planned run that did not complete."""
-    quiet_third_party_logs()
-    return run_suite(cfg)
-
-
-def finish(summary: dict[str, Any], out_dir: str | Path) -> int:
-    """Print the closing summary; returns the exit status (1 when a planned run failed, else 0)."""
-    print("\n" + closing_summary(summary, Path(out_dir) / "suite.md"), flush=True)
-    return 1 if summary["failures"] else 0
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="suite")
 def main(cfg: DictConfig) -> None:
-    status = finish(run(cfg), cfg.out_dir)
-    if status:
-        raise SystemExit(status)  # propagates through @hydra.main as the process's exit status
+    summary = run(cfg)
+    print("\n" + closing_summary(summary, Path(cfg.out_dir) / "suite.md"), flush=True)
+    if summary["failures"]:
+        raise SystemExit(1)  # propagates through @hydra.main as the process's exit status
 
 
 if __name__ == "__main__":

@@ -16,11 +16,11 @@ from fakes import ScriptedLLM
 from omegaconf import OmegaConf
 
 from lightmem.evaluation.baselines import FullContext
+from lightmem.evaluation.comparison import RunResult, compare, table
 from lightmem.evaluation.inject import NoisyController, NoisyWriter, noise_turns
-from lightmem.evaluation.locomo_run import run_locomo
-from lightmem.evaluation.longmemeval_eval import ranked_metrics
+from lightmem.evaluation.longmemeval import ranked_metrics
 from lightmem.evaluation.qa import generate_answers
-from lightmem.evaluation.suite import RunResult, compare, table
+from lightmem.evaluation.runs.locomo import run as run_locomo
 from lightmem.llm.base import GenerationError
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.roles.controller import PassthroughController
@@ -152,7 +152,7 @@ def test_longmemeval_runner_scores_sessions_and_turns(tmp_path):
     path = _lme_file(tmp_path / "lme.json")
     cfg = compose("longmemeval", [f"data.path={path}", "encoder=hashing", "selector=none", "ks=[1,4]", *SCRIPTED, "qa.enabled=true",
                                   "+qa.judge={_target_: fakes.ScriptedLLM, script: ['yes']}", f"out_dir={tmp_path}/out"])
-    results = mod.run_lme(cfg, quiet=True)
+    results = mod.run(cfg, quiet=True)
     overall = results["retrieval"]["overall"]
     assert overall["n"] == 2 and overall["session_recall_all@4"] == 1.0 and overall["turn_recall_any@4"] == 1.0
     assert overall["qa_accuracy"] == 1.0 and overall["qa_f1"] == 0.0  # "Biscuit" vs "golden retriever"
@@ -170,7 +170,7 @@ def test_ranked_metrics_map_turns_to_sessions():
 
 
 def test_growth_scores_both_variants_at_each_size(tmp_path):
-    from lightmem.evaluation.growth_run import run_growth_cfg
+    from lightmem.evaluation.runs.growth import run as run_growth_cfg
 
     cfg = compose("growth", [f"locomo_path={TINY_LOCOMO}", "locomo_conversations=all", "filler_path=null", "encoder=hashing",
                              "selector=none", "sizes=[4,10,100]", "k=2", f"out_dir={tmp_path}"])
@@ -216,8 +216,8 @@ def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    from lightmem.evaluation.runs.suite import run as run_suite
     from lightmem.evaluation.schemas import register_configs
-    from lightmem.evaluation.suite_run import run_suite
 
     register_configs()
 
@@ -253,7 +253,7 @@ def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
 
 def test_max_questions_spreads_over_the_conversation():
     from lightmem.datasets import load_locomo
-    from lightmem.evaluation.locomo_retrieval import sample_questions
+    from lightmem.evaluation.locomo import sample_questions
 
     conv = load_locomo(TINY_LOCOMO)[0]
     every = sample_questions(conv, [1, 2, 3, 4, 5])
@@ -266,7 +266,7 @@ def test_max_questions_spreads_over_the_conversation():
 
 def test_qa_backend_failures_are_recorded_and_the_entry_point_exits_non_zero(tmp_path, capsys):
     from lightmem.evaluation.failures import exit_on_failures
-    from lightmem.evaluation.longmemeval_run import run_lme
+    from lightmem.evaluation.runs.longmemeval import run as run_lme
 
     cfg = compose("locomo", [*TINY, *BACKEND_DOWN, "data.conversations=0", "qa.enabled=true", f"out_dir={tmp_path}/locomo"])
     results = run_locomo(cfg, quiet=True)
@@ -294,7 +294,7 @@ def test_ltm_bench_records_a_background_consolidation_that_raised():
     from types import SimpleNamespace
 
     from lightmem.datasets import load_locomo
-    from lightmem.evaluation.ltm_bench import latency_under_consolidation
+    from lightmem.evaluation.ltm import latency_under_consolidation
 
     def broken_cycle(user):
         raise RuntimeError("graph store is gone")
@@ -358,8 +358,9 @@ def test_suite_reruns_a_run_that_recorded_failures_and_reports_reused_ones(tmp_p
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    from lightmem.evaluation.runs.suite import closing_summary
+    from lightmem.evaluation.runs.suite import run as run_suite
     from lightmem.evaluation.schemas import register_configs
-    from lightmem.evaluation.suite_run import closing_summary, run_suite
 
     register_configs()
 

@@ -111,3 +111,35 @@ def test_roles_benchmark_runs_every_listed_setting(tmp_path, monkeypatch):
                             "controllers=[passthrough]", "selectors=[cross_encoder]", "writers=[turn]", "n_queries=2", "n_turns=4", "k=2"])
     rows = {(r["role"], r["setting"]): r for r in _load_entry("roles").run(cfg)["roles"]}
     assert "make train" in rows[("selector", "cross_encoder")]["skipped"]
+
+
+def test_main_returns_the_metric_optimized_metric_names(tmp_path):
+    from lightmem.evaluation.runs import locomo
+    from lightmem.evaluation.runs.common import optimized_metric
+
+    cfg = compose("locomo", [f"data.path={TINY_LOCOMO}", "data.conversations=0", "encoder=hashing", f"out_dir={tmp_path}", "ks=[1,3]"])
+    results = locomo.run(cfg, quiet=True)
+    metrics = locomo.metrics(results)
+    # the default is what main() returned before optimized_metric existed, so sweeps behave the same
+    assert optimized_metric(metrics, cfg) == results["retrieval"]["overall"]["recall_all@budget"]
+    cfg.optimized_metric = "latency/search_ms_p50"  # any logged metric, no code change
+    assert optimized_metric(metrics, cfg) == results["latency"]["search_ms_p50"]
+    cfg.optimized_metric = "qa/f1"  # QA is off: nothing to return, the sweep goes on
+    assert optimized_metric(metrics, cfg) == 0.0
+    cfg.optimized_metric = None
+    assert optimized_metric(metrics, cfg) is None
+
+
+def test_the_locomo_optuna_search_maximises_optimized_metric():
+    from hydra import compose as hc
+    from hydra import initialize_config_dir
+
+    from lightmem.evaluation.schemas import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = hc(config_name="locomo", overrides=["hparams_search=locomo_optuna", "optimized_metric=qa/f1"], return_hydra_config=True)
+        plain = hc(config_name="locomo", overrides=["hparams_search=locomo_optuna"])
+    assert "optuna" in cfg.hydra.sweeper._target_ and cfg.hydra.sweeper.direction == "maximize"
+    assert "retrieval.w_lexical" in cfg.hydra.sweeper.params
+    assert cfg.optimized_metric == "qa/f1" and plain.optimized_metric == "eval/recall_all@budget"

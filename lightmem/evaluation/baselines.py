@@ -2,8 +2,8 @@
 
 Dense RAG over raw turns, BM25, dense+BM25 fusion and the query-aware pipeline are Memory
 configurations (``conf/experiment/baseline_*.yaml``). Full context is not: it replays the whole
-history, newest turns kept, truncated to the generator's window. ``FullContext`` offers the few
-Memory methods the evaluation harness calls, so it runs through the same harness.
+history, newest turns kept, truncated to the generator's window. ``FullContext`` satisfies the
+evaluation's ``System`` protocol (``lightmem.evaluation.system``), so it runs through the same harness.
 """
 from __future__ import annotations
 
@@ -59,11 +59,20 @@ class FullContext:
         hits = [Hit(item=it, scores={}, score=0.0) for it in reversed(newest_first[:n])]
         return RetrievalResult(hits=hits, candidates=[], timings_ms={"total": (time.perf_counter() - t) * 1000})
 
+    def consolidate(self, user_id: str | None = None, max_cycles: int = 1000) -> list:
+        return []  # no long-term memory
+
+    def wait_for_consolidation(self, timeout: float | None = None) -> bool:
+        return True
+
     def usage(self) -> dict[str, dict[str, float]]:
         return {}
 
     def stats(self) -> dict[str, dict[str, int]]:
         return {u: {"items": len(v)} for u, v in self._items.items()}
+
+    def ltm_stats(self) -> dict[str, int]:
+        return {}
 
     def close(self) -> None:
         self._items.clear()

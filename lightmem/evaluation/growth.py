@@ -17,9 +17,9 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation, QAItem
-from lightmem.evaluation.locomo_retrieval import within_budget
 from lightmem.evaluation.metrics import evidence_recall, normalize_evidence, percentile
 from lightmem.evaluation.stats import spread
+from lightmem.evaluation.system import within_budget
 from lightmem.roles.selector import Stage1Selector
 from lightmem.types import Turn
 

@@ -1,4 +1,6 @@
-"""Question answering from retrieved memory: the generator prompt, per-question scores, LLM judges.
+"""Question answering from retrieved memory, for every benchmark: the generator prompt, per-question
+scores, LLM judges, and ``answer_questions`` / ``qa_summary``, the one QA pass and the one aggregate
+that LoCoMo and LongMemEval share (each passes its own scores, judge prompt and verdict parser).
 
 The generator is any ``LLM`` of the runtime (local SmolLM2 by default, an OpenAI-compatible
 endpoint when configured). The judges are the LightMem / mem0 LoCoMo judge and LongMemEval's
@@ -9,11 +11,25 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
 
 from lightmem.evaluation.metrics import bleu1, locomo_f1, rouge_l
 from lightmem.llm.base import LLM, GenerationError
+
+
+@dataclass
+class QAOptions:
+    """The generator (and optional judge) that answer each question from its packed memories."""
+
+    llm: LLM
+    judge: LLM | None = None
+    batch_size: int = 8
+    max_new_tokens: int = 32
+
 
 ANSWER_PROMPT = """You answer questions about a long conversation between two people, using only the memories below.
 Each memory line starts with the date it was said.
@@ -161,4 +177,51 @@ def judge(llm: LLM, prompts: Sequence[str], parse, batch_size: int = 8, role: st
         except GenerationError:
             texts = [""] * len(batch)
         out.extend(parse(t) for t in texts)
+    return out
+
+
+class Answerable(Protocol):
+    """A benchmark's question record as the QA pass sees it; ``qa`` is filled in place."""
+
+    question: str
+    search_ms: float
+    qa: dict[str, Any]
+
+
+R = TypeVar("R", bound=Answerable)
+
+
+def answer_questions(records: Sequence[R], contexts: Sequence[str], opts: QAOptions,
+                     scores: Callable[[R, str], dict[str, float]], judge_prompt: Callable[[R, str], str],
+                     parse_verdict: Callable[[str], float | None]) -> None:
+    """Generate each record's answer from its context, score it and (with a judge) judge it, in place.
+
+    Args:
+        records: The questions, each with the milliseconds its search took.
+        contexts: One packed memory context per record.
+        opts: The generator and the optional judge.
+        scores: The benchmark's overlap scores of a prediction (e.g. LoCoMo's F1, BLEU-1, ROUGE-L).
+        judge_prompt: The benchmark's judge prompt for a record and its prediction.
+        parse_verdict: Reads the judge's verdict (1.0, 0.0, or None when unparseable).
+
+    Each record's ``qa`` becomes ``{"prediction", **scores, "judge", "generate_ms", "e2e_ms"}``.
+    """
+    gens = generate_answers(opts.llm, [r.question for r in records], contexts, opts.batch_size, opts.max_new_tokens)
+    verdicts: list[float | None] = [None] * len(records)
+    if opts.judge is not None:
+        prompts = [judge_prompt(r, g.text) for r, g in zip(records, gens)]
+        verdicts = judge(opts.judge, prompts, parse_verdict, opts.batch_size)
+    for r, g, v in zip(records, gens, verdicts):
+        r.qa = {"prediction": g.text, **scores(r, g.text), "judge": v, "generate_ms": g.ms, "e2e_ms": r.search_ms + g.ms}
+
+
+def qa_summary(answers: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any]:
+    """Over answered questions' ``qa`` dicts: ``n``, the mean of each score in ``keys``, ``judge_accuracy``
+    (over the judged ones; None when none was judged) and ``judged``."""
+    out: dict[str, Any] = {"n": len(answers)}
+    for key in keys:
+        out[key] = float(np.mean([a[key] for a in answers]))
+    judged = [a["judge"] for a in answers if a.get("judge") is not None]
+    out["judge_accuracy"] = float(np.mean(judged)) if judged else None
+    out["judged"] = len(judged)
     return out

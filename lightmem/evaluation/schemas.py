@@ -2,6 +2,10 @@
 
 ``register_configs()`` stores them in Hydra's ConfigStore (the YAML files of conf/ extend them:
 ``defaults: [schema_locomo, ...]``); the entry points call it before Hydra composes.
+
+``optimized_metric`` names the flat metric (as logged: ``metrics(results)`` of the entry point's
+runner in ``lightmem.evaluation.runs``) that the entry point's ``main`` returns, so a Hydra/Optuna
+sweep optimises any metric without code changes; None returns nothing.
 """
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ class LocomoEvalConfig(PipelineConfig):
     qa: QAConfig = field(default_factory=QAConfig)
     inject: InjectConfig = field(default_factory=InjectConfig)
     seed: int = 0  # seeds the stochastic parts: error injection (and sampling generators)
+    optimized_metric: str | None = "eval/recall_all@budget"
 
 
 @dataclass
@@ -67,6 +72,7 @@ class LongMemEvalConfig(PipelineConfig):
     out_dir: str = "outputs/longmemeval"
     qa: QAConfig = field(default_factory=QAConfig)
     seed: int = 0
+    optimized_metric: str | None = "lme/session_recall_all@10"
 
 
 @dataclass
@@ -81,6 +87,7 @@ class GrowthConfig(PipelineConfig):
     budget: int = 600
     max_questions: int | None = 300  # per checkpoint, spread evenly over the answerable ones
     out_dir: str = "outputs/growth"
+    optimized_metric: str | None = None  # e.g. growth/reranking/recall_all@budget@10000
 
 
 @dataclass
@@ -96,6 +103,7 @@ class LatencyBenchConfig(PipelineConfig):
     )
     out_dir: str = "outputs/latency"
     seed: int = 0
+    optimized_metric: str | None = "latency/search_ms_p95"  # at the largest size (minimise)
 
 
 @dataclass
@@ -114,6 +122,7 @@ class EncoderSpeedConfig:
     busy_processes: int = 0  # other processes keeping a core busy during the measurement (a loaded machine)
     seed: int = 0
     out_dir: str = "outputs/encoder_speed"
+    optimized_metric: str | None = None  # e.g. encoder_speed/onnx_int8/query_ms_p50
 
 
 @dataclass
@@ -130,6 +139,7 @@ class RolesBenchConfig(PipelineConfig):
     n_turns_generative: int = 24
     turns_per_batch: int = 8
     out_dir: str = "outputs/roles"
+    optimized_metric: str | None = None
 
 
 @dataclass
@@ -149,6 +159,7 @@ class SensoryBenchConfig(PipelineConfig):
     ingest_writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "generative"])
     ingest_sensory: list[str] = field(default_factory=lambda: ["none", "lightmem"])
     out_dir: str = "outputs/sensory"
+    optimized_metric: str | None = None
 
 
 @dataclass
@@ -161,6 +172,7 @@ class LTMBenchConfig(PipelineConfig):
     n_queries: int = 100
     k: int = 10
     out_dir: str = "outputs/ltm_bench"
+    optimized_metric: str | None = "latency/busy_ms_p95"  # search P95 during consolidation (minimise)
 
 
 SCHEMAS = {

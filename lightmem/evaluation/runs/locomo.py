@@ -1,5 +1,6 @@
-"""Build what one LoCoMo evaluation run needs from its config: the system under test (a Memory
-or a baseline), the QA options and the error injectors. ``eval/locomo.py`` stays a thin entry point."""
+"""One LoCoMo run from its config: the systems under test (a Memory or a baseline), the QA options
+and the error injectors, the harness (``lightmem.evaluation.locomo``), the files and the logged metrics.
+``eval/locomo.py`` is the thin entry point."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightmem.config import SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
@@ -19,8 +19,10 @@ from lightmem.errors import InvalidInputError
 from lightmem.evaluation.baselines import FullContext
 from lightmem.evaluation.failures import failures_md, qa_failures
 from lightmem.evaluation.inject import NoisyController, NoisyWriter, pools, saturate
-from lightmem.evaluation.locomo_retrieval import QAOptions, run_locomo_retrieval
+from lightmem.evaluation.locomo import evaluate_locomo
 from lightmem.evaluation.report import plot_recall, qa_table, retrieval_table
+from lightmem.evaluation.runs.common import qa_options
+from lightmem.evaluation.system import System
 from lightmem.metric_logger import log_results, quiet_third_party_logs
 from lightmem.seeding import seed_everything
 
@@ -28,7 +30,7 @@ SYSTEMS = ("memory", "full_context")
 
 
 def system_factory(cfg: DictConfig, stores: Path, embedder, shared: SharedRuntime,
-                   everything: Sequence[Conversation]) -> Callable[[str], Any]:
+                   everything: Sequence[Conversation]) -> Callable[[str], System]:
     """``make(conv_id)``: a fresh system for one conversation, with the configured injectors."""
     system = str(cfg.get("system", "memory"))
     if system not in SYSTEMS:
@@ -36,7 +38,7 @@ def system_factory(cfg: DictConfig, stores: Path, embedder, shared: SharedRuntim
     inject = cfg.get("inject") or {}
     seed = int(cfg.get("seed", 0))
 
-    def make(conv_id: str):
+    def make(conv_id: str) -> System:
         if system == "full_context":
             return FullContext(embedder.token_counter(), int(cfg.qa.window))
         memory = build_memory(cfg, stores / conv_id, embedder=embedder, shared=shared)
@@ -64,16 +66,7 @@ def after_ingest_hook(cfg: DictConfig, everything: Sequence[Conversation]) -> Ca
     return hook
 
 
-def qa_options(cfg: DictConfig, shared: SharedRuntime) -> QAOptions | None:
-    """The generator is the ``llm`` node's runtime; the judge an LLM node of its own, when set."""
-    qa = cfg.get("qa")
-    if qa is None or not qa.enabled:
-        return None
-    judge = instantiate(qa.judge) if qa.get("judge") else None
-    return QAOptions(llm=shared.llm(), judge=judge, batch_size=int(qa.batch_size), max_new_tokens=int(qa.max_new_tokens))
-
-
-def run_locomo(cfg: DictConfig, quiet: bool = False) -> dict:
+def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
     """Evaluate and write results.json, questions.jsonl, results.md and recall.png to out_dir.
 
     ``results["failures"]`` lists what did not complete (QA calls whose backend failed); the
@@ -91,7 +84,7 @@ def run_locomo(cfg: DictConfig, quiet: bool = False) -> dict:
     shutil.rmtree(stores, ignore_errors=True)  # our own scratch stores from a previous run of this folder
 
     ks = sorted(int(k) for k in cfg.ks)
-    results, records = run_locomo_retrieval(
+    results, records = evaluate_locomo(
         system_factory(cfg, stores, embedder, shared, everything), convs, ks=ks, budget=int(cfg.budget),
         categories=list(cfg.data.categories), show_progress=sys.stderr.isatty(), max_questions=cfg.data.max_questions,
         qa_options=qa_options(cfg, shared), after_ingest=after_ingest_hook(cfg, everything),
@@ -114,8 +107,13 @@ def run_locomo(cfg: DictConfig, quiet: bool = False) -> dict:
         print(table)
         print(f"\nwrote {out}/results.json, results.md, questions.jsonl, recall.png")
 
+    log_results(make_run_logger(cfg.logger, out, "locomo"), results["config"], metrics(results), out / "results.json")
+    return results
+
+
+def metrics(results: dict[str, Any]) -> dict[str, float | None]:
+    """The flat numbers of a run, as logged: ``eval/`` (overall retrieval), ``latency/``, ``qa/`` (overall QA)."""
     flat = {f"eval/{k}": v for k, v in results["retrieval"]["overall"].items()}
     flat.update({f"latency/{k}": v for k, v in results["latency"].items()})
     flat.update({f"qa/{k}": v for k, v in results.get("qa", {}).get("overall", {}).items()})
-    log_results(make_run_logger(cfg.logger, out, "locomo"), results["config"], flat, out / "results.json")
-    return results
+    return flat

@@ -1,10 +1,12 @@
-"""LongMemEval evaluation: one fresh memory per question's haystack, ranked-retrieval metrics, QA.
+"""The LongMemEval harness: one fresh system per question's haystack, ranked-retrieval metrics, QA.
 
 Retrieval: the hits of one search at max K, flattened to their provenance turns in rank order;
 sessions are ranked by their first turn. Turn level scores against the ``has_answer`` turns,
 session level against ``answer_session_ids``: recall_any@k, recall_all@k and NDCG@k (binary).
 QA: the generator answers from the memories packed within the budget; accuracy needs a judge
-LLM (the benchmark's per-type answer checks), overlap F1 is reported always.
+LLM (the benchmark's per-type answer checks), overlap F1 is reported always. The QA pass and its
+aggregate are ``lightmem.evaluation.qa``'s, shared with LoCoMo; ``lightmem.evaluation.runs.longmemeval``
+builds the systems from a config and writes the results.
 """
 from __future__ import annotations
 
@@ -18,9 +20,9 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation
-from lightmem.evaluation.locomo_retrieval import QAOptions, within_budget
 from lightmem.evaluation.metrics import answer_coverage, dedupe, ndcg_at_k, percentile, recall_at_k, token_f1
-from lightmem.evaluation.qa import generate_answers, judge, longmemeval_judge_prompt, parse_yes_no
+from lightmem.evaluation.qa import QAOptions, answer_questions, longmemeval_judge_prompt, parse_yes_no, qa_summary
+from lightmem.evaluation.system import System, within_budget
 from lightmem.retrieval.composer import format_memory
 
 
@@ -70,7 +72,7 @@ class LMERecord:
     qa: dict[str, Any] = field(default_factory=dict)
 
 
-def evaluate_instance(memory, inst: Conversation, ks: Sequence[int], budget: int) -> tuple[LMERecord, str]:
+def evaluate_instance(memory: System, inst: Conversation, ks: Sequence[int], budget: int) -> tuple[LMERecord, str]:
     """Ingest one haystack, search once at max K; returns the record and the packed QA context."""
     qa = inst.qa[0]
     t0 = time.perf_counter()
@@ -78,7 +80,7 @@ def evaluate_instance(memory, inst: Conversation, ks: Sequence[int], budget: int
         if session.turns:
             memory.add_turns(inst.conv_id, session.turns)
     memory.flush(inst.conv_id)
-    if getattr(memory, "ltm", None) is not None:
+    if memory.ltm is not None:
         memory.wait_for_consolidation()
         memory.consolidate(inst.conv_id)
     ingest_s = time.perf_counter() - t0
@@ -98,14 +100,11 @@ def evaluate_instance(memory, inst: Conversation, ks: Sequence[int], budget: int
 
 
 def answer(records: Sequence[LMERecord], contexts: Sequence[str], opts: QAOptions) -> None:
-    gens = generate_answers(opts.llm, [r.question for r in records], contexts, opts.batch_size, opts.max_new_tokens)
-    verdicts: list[float | None] = [None] * len(records)
-    if opts.judge is not None:
-        prompts = [longmemeval_judge_prompt(r.question_type, r.question_id).format(question=r.question, gold=r.answer, prediction=g.text)
-                   for r, g in zip(records, gens)]
-        verdicts = judge(opts.judge, prompts, parse_yes_no, opts.batch_size)
-    for r, g, v in zip(records, gens, verdicts):
-        r.qa = {"prediction": g.text, "f1": token_f1(g.text, r.answer), "judge": v, "generate_ms": g.ms, "e2e_ms": r.search_ms + g.ms}
+    """Answer, score (overlap F1) and (with a judge) judge every record in place."""
+    answer_questions(records, contexts, opts, scores=lambda r, p: {"f1": token_f1(p, r.answer)},
+                     judge_prompt=lambda r, p: longmemeval_judge_prompt(r.question_type, r.question_id).format(
+                         question=r.question, gold=r.answer, prediction=p),
+                     parse_verdict=parse_yes_no)
 
 
 def aggregate(records: Sequence[LMERecord]) -> dict[str, Any]:
@@ -115,18 +114,17 @@ def aggregate(records: Sequence[LMERecord]) -> dict[str, Any]:
     for key in records[0].metrics:
         vals = [r.metrics[key] for r in records if not np.isnan(r.metrics[key])]
         out[key] = float(np.mean(vals)) if vals else None
-    answered = [r for r in records if r.qa]
+    answered = [r.qa for r in records if r.qa]
     if answered:
-        out["qa_f1"] = float(np.mean([r.qa["f1"] for r in answered]))
-        judged = [r.qa["judge"] for r in answered if r.qa.get("judge") is not None]
-        out["qa_accuracy"] = float(np.mean(judged)) if judged else None
+        qa = qa_summary(answered, ("f1",))
+        out["qa_f1"], out["qa_accuracy"] = qa["f1"], qa["judge_accuracy"]
     return out
 
 
-def run_longmemeval(make_memory: Callable[[str], Any], instances: Sequence[Conversation], ks: Sequence[int] = (5, 10, 20),
+def evaluate_longmemeval(make_memory: Callable[[str], System], instances: Sequence[Conversation], ks: Sequence[int] = (5, 10, 20),
                     budget: int = 600, qa_options: QAOptions | None = None,
                     show_progress: bool = True) -> tuple[dict[str, Any], list[LMERecord]]:
-    """Evaluate each instance in a fresh memory from ``make_memory(question_id)`` (closed after)."""
+    """Evaluate each instance in a fresh system from ``make_memory(question_id)`` (closed after)."""
     if not ks or min(ks) <= 0:
         raise ValueError("ks must be positive integers")
     records, contexts = [], []

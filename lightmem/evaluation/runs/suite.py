@@ -1,5 +1,6 @@
 """Run the evaluation suite from conf/suite.yaml: every LoCoMo configuration × seeds, MTM growth,
-LongMemEval; then suite.md / suite.json and the plots. ``eval/suite.py`` is the thin entry point."""
+LongMemEval (through their runners in this package); then suite.md / suite.json and the plots, with
+the comparison over seeds of ``lightmem.evaluation.comparison``. ``eval/suite.py`` is the thin entry point."""
 from __future__ import annotations
 
 import json
@@ -13,13 +14,11 @@ from hydra import compose
 from omegaconf import DictConfig, OmegaConf
 
 from lightmem.config import make_run_logger
+from lightmem.evaluation.comparison import budget_curve, load_run, table
 from lightmem.evaluation.failures import recorded_failures
-from lightmem.evaluation.growth_run import run_growth_cfg
-from lightmem.evaluation.locomo_run import run_locomo
-from lightmem.evaluation.longmemeval_run import run_lme
 from lightmem.evaluation.report import growth_table, longmemeval_table, plot_bars, plot_budget_curves
-from lightmem.evaluation.suite import budget_curve, load_run, table
-from lightmem.metric_logger import log_results
+from lightmem.evaluation.runs import growth, locomo, longmemeval
+from lightmem.metric_logger import log_results, quiet_third_party_logs
 
 log = logging.getLogger("lightmem.suite")
 
@@ -55,7 +54,7 @@ def _run_part(failures: dict[str, str], timings: dict[str, float], key: str, fol
         failures[key] = "; ".join(recorded)
 
 
-def run_suite(cfg: DictConfig) -> dict[str, Any]:
+def run(cfg: DictConfig) -> dict[str, Any]:
     """Run every planned part of the suite, then write suite.md, suite.json and the plots to ``out_dir``.
 
     A part that fails does not stop the others; it is listed in suite.md's "failed runs" section.
@@ -67,6 +66,7 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
         The summary written to suite.json: ``tables`` (the numbers), ``timings_s``, ``planned`` (every
         part's key), ``failures`` (key -> what went wrong; empty when everything completed), ``total_s``.
     """
+    quiet_third_party_logs()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -94,7 +94,7 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
                      f"logger.name={name}-seed{seed}"]
         log.info("[%d/%d] %s: %s", i, len(plan), key, "done before, reused" if skip else " ".join(overrides))
         _run_part(failures, timings, key, folder, skip,
-                            lambda o=overrides: run_locomo(compose(config_name="locomo", overrides=o), quiet=True))
+                            lambda o=overrides: locomo.run(compose(config_name="locomo", overrides=o), quiet=True))
     runs = {name: load_run(name, [d for d in dirs if (d / "results.json").exists()]) for name, dirs in seed_dirs.items()}
     missing = sorted(name for name, run in runs.items() if not run.results)
     runs = {name: run for name, run in runs.items() if run.results}
@@ -119,7 +119,7 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
         folder = out / "growth"
         overrides = [*cfg.growth.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]
         _run_part(failures, timings, "growth", folder, _done(folder, cfg.resume, report_only),
-                            lambda: run_growth_cfg(compose(config_name="growth", overrides=overrides), quiet=True))
+                            lambda: growth.run(compose(config_name="growth", overrides=overrides), quiet=True))
     if cfg.growth.enabled and (folder := out / "growth" / "results.json").exists():
         g = json.loads(folder.read_text())["growth"]
         numbers["growth"] = [{k: v for k, v in r.items() if k != "per_question"} for r in g["rows"]]
@@ -129,7 +129,7 @@ def run_suite(cfg: DictConfig) -> dict[str, Any]:
         folder = out / "longmemeval"
         overrides = [*cfg.longmemeval.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]
         _run_part(failures, timings, "longmemeval", folder, _done(folder, cfg.resume, report_only),
-                            lambda: run_lme(compose(config_name="longmemeval", overrides=overrides), quiet=True))
+                            lambda: longmemeval.run(compose(config_name="longmemeval", overrides=overrides), quiet=True))
     if cfg.longmemeval.enabled and (folder := out / "longmemeval" / "results.json").exists():
         r = json.loads(folder.read_text())
         numbers["longmemeval"] = r["retrieval"]
@@ -203,7 +203,7 @@ def closing_summary(summary: dict[str, Any], report: Path) -> str:
     """The few lines an entry point prints when the suite ends: where the report is, headline numbers, failures.
 
     Args:
-        summary: What ``run_suite`` returned.
+        summary: What ``run`` returned.
         report: The path of suite.md.
 
     Returns:

@@ -1,14 +1,15 @@
-"""LoCoMo evaluation: ingest each conversation turn by turn, score evidence recall, answer.
+"""The LoCoMo harness: ingest each conversation turn by turn, score evidence recall, answer.
 
 Retrieval needs no generator: every item carries the ids of the turns it came from, and a
 question's evidence is covered when those ids reach the retrieved set (at K, or within
 a token budget packed exactly as the context composer packs memories). With ``QAOptions``
 the memories packed within the budget become the context of a generator's answer, scored
-with LoCoMo's F1, BLEU-1, ROUGE-L and, when a judge LLM is configured, the LLM judge.
+with LoCoMo's F1, BLEU-1, ROUGE-L and, when a judge LLM is configured, the LLM judge
+(the QA pass and its aggregate are ``lightmem.evaluation.qa``'s, shared with LongMemEval).
 
-The harness calls only ``add_turns``, ``flush``, ``retrieve``, ``usage``, ``stats``, ``close``
-and ``ltm`` of the system under test, so baselines that are not a ``Memory``
-(``lightmem.evaluation.baselines``) run through it unchanged.
+The system under test is any ``System`` (``lightmem.evaluation.system``), so baselines that are
+not a ``Memory`` (``lightmem.evaluation.baselines``) run through it unchanged.
+``lightmem.evaluation.runs.locomo`` builds the systems from a config and writes the results.
 """
 from __future__ import annotations
 
@@ -24,25 +25,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lightmem.datasets.formats import Conversation
 from lightmem.evaluation.metrics import answer_coverage, evidence_precision, evidence_recall, normalize_evidence, percentile
-from lightmem.evaluation.qa import LOCOMO_JUDGE_PROMPT, generate_answers, judge, locomo_scores, parse_locomo_label
+from lightmem.evaluation.qa import LOCOMO_JUDGE_PROMPT, QAOptions, answer_questions, locomo_scores, parse_locomo_label, qa_summary
 from lightmem.evaluation.stats import spread
-from lightmem.llm.base import LLM
-from lightmem.memory import Memory
+from lightmem.evaluation.system import System, within_budget
 from lightmem.retrieval.composer import format_memory, pack_by_budget
 
 log = logging.getLogger(__name__)
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 ADVERSARIAL = 5  # reported apart: its "answer" is that the conversation does not say
-
-
-@dataclass
-class QAOptions:
-    """The generator (and optional judge) that answer each question from its packed memories."""
-
-    llm: LLM
-    judge: LLM | None = None
-    batch_size: int = 8
-    max_new_tokens: int = 32
 
 
 @dataclass
@@ -63,13 +53,6 @@ class QuestionRecord:
     coverage: float | None = None  # answer coverage of the memories packed within the budget (None: no gold answer)
 
 
-def within_budget(memory, query: str, user_id: str, k: int, budget: int, now: object = None) -> list:
-    """The hits a system returns for a token budget (Stage 2 may fill it with more than K short
-    memories), packed again so that no system can pass more than ``budget`` tokens."""
-    hits = memory.retrieve(query, user_id, k=k, now=now, budget=budget).hits
-    return [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], budget)]
-
-
 def sample_questions(conv: Conversation, categories: Sequence[int], max_questions: int | None = None) -> list:
     """The scorable questions (category kept, usable evidence); with ``max_questions``, that many spread
     evenly over the conversation (every category and session keeps its share, no randomness)."""
@@ -77,7 +60,7 @@ def sample_questions(conv: Conversation, categories: Sequence[int], max_question
 
 
 def evaluate_conversation(
-    memory: Memory,
+    memory: System,
     conv: Conversation,
     ks: Sequence[int],
     budget: int,
@@ -85,7 +68,7 @@ def evaluate_conversation(
     on_question: Callable[[], None] = lambda: None,
     max_questions: int | None = None,
     qa_options: QAOptions | None = None,
-    after_ingest: Callable[[Memory, Conversation], dict[str, Any]] | None = None,
+    after_ingest: Callable[[System, Conversation], dict[str, Any]] | None = None,
 ) -> tuple[list[QuestionRecord], dict[str, float]]:
     """Ingest ``conv`` into ``memory`` session by session, then score its questions.
 
@@ -148,7 +131,7 @@ def evaluate_conversation(
         on_question()
     qa_usage: dict[str, dict[str, float]] = {}
     if qa_options is not None and records:
-        qa_usage = answer_questions(records, contexts, qa_options, context_tokens)
+        qa_usage = _answer(records, contexts, qa_options, context_tokens)
     n_turns = sum(len(s.turns) for s in conv.sessions)
     stats = {"ingest_s": ingest_s, "turns": n_turns, "items": memory.stats().get(user, {}).get("items", 0),
              "llm": {r: u for r, u in _usage_delta(usage_before, memory.usage()).items() if r not in QA_ROLES},
@@ -161,22 +144,18 @@ def evaluate_conversation(
 QA_ROLES = ("generator", "judge")
 
 
-def answer_questions(records: Sequence[QuestionRecord], contexts: Sequence[str], opts: QAOptions,
-                     context_tokens: Sequence[int] | None = None) -> dict[str, dict[str, float]]:
-    """Generate, score and (with a judge) judge the answer of every record, in place; returns the LLM usage."""
+def _answer(records: Sequence[QuestionRecord], contexts: Sequence[str], opts: QAOptions,
+            context_tokens: Sequence[int]) -> dict[str, dict[str, float]]:
+    """Answer, score and (with a judge) judge every record in place; returns the QA roles' LLM usage."""
     meters = {id(m): m for m in (opts.llm.meter, getattr(opts.judge, "meter", None)) if m is not None}
     before = {}
     for m in meters.values():
         before.update(m.summary())
-    gens = generate_answers(opts.llm, [r.question for r in records], contexts, opts.batch_size, opts.max_new_tokens)
-    verdicts: list[float | None] = [None] * len(records)
-    if opts.judge is not None:
-        prompts = [LOCOMO_JUDGE_PROMPT.format(question=r.question, gold=r.answer, prediction=g.text) for r, g in zip(records, gens)]
-        verdicts = judge(opts.judge, prompts, parse_locomo_label, opts.batch_size)
-    ctx_tokens = list(context_tokens) if context_tokens is not None else [0] * len(records)
-    for r, g, v, n in zip(records, gens, verdicts, ctx_tokens):
-        r.qa = {"prediction": g.text, **locomo_scores(g.text, r.answer, r.category), "judge": v,
-                "generate_ms": g.ms, "e2e_ms": r.search_ms + g.ms, "context_tokens": int(n)}
+    answer_questions(records, contexts, opts, scores=lambda r, p: locomo_scores(p, r.answer, r.category),
+                     judge_prompt=lambda r, p: LOCOMO_JUDGE_PROMPT.format(question=r.question, gold=r.answer, prediction=p),
+                     parse_verdict=parse_locomo_label)
+    for r, n in zip(records, context_tokens):
+        r.qa["context_tokens"] = int(n)
     after = {}
     for m in meters.values():
         after.update(m.summary())
@@ -185,16 +164,8 @@ def answer_questions(records: Sequence[QuestionRecord], contexts: Sequence[str],
 
 def qa_aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
     """Mean F1, BLEU-1, ROUGE-L and judge accuracy (over judged questions) of a set of answered questions."""
-    done = [r for r in records if r.qa]
-    if not done:
-        return {"n": 0}
-    out: dict[str, Any] = {"n": len(done)}
-    for key in ("f1", "bleu1", "rouge_l"):
-        out[key] = float(np.mean([r.qa[key] for r in done]))
-    judged = [r.qa["judge"] for r in done if r.qa.get("judge") is not None]
-    out["judge_accuracy"] = float(np.mean(judged)) if judged else None
-    out["judged"] = len(judged)
-    return out
+    done = [r.qa for r in records if r.qa]
+    return qa_summary(done, ("f1", "bleu1", "rouge_l")) if done else {"n": 0}
 
 
 def aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
@@ -287,8 +258,8 @@ def _merge_usage(per_conv: Sequence[dict[str, dict[str, float]]], turns: int, qu
     return out
 
 
-def run_locomo_retrieval(
-    make_memory: Callable[[str], Memory],
+def evaluate_locomo(
+    make_memory: Callable[[str], System],
     conversations: Sequence[Conversation],
     ks: Sequence[int] = (5, 10, 20),
     budget: int = 600,
@@ -296,9 +267,9 @@ def run_locomo_retrieval(
     show_progress: bool = True,
     max_questions: int | None = None,
     qa_options: QAOptions | None = None,
-    after_ingest: Callable[[Memory, Conversation], dict[str, Any]] | None = None,
+    after_ingest: Callable[[System, Conversation], dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], list[QuestionRecord]]:
-    """Evaluate each conversation in a fresh Memory from ``make_memory(conv_id)``."""
+    """Evaluate each conversation in a fresh system from ``make_memory(conv_id)`` (closed after)."""
     if not ks or min(ks) <= 0:
         raise ValueError("ks must be positive integers")
     if budget <= 0:

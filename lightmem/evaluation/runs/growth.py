@@ -1,10 +1,12 @@
-"""One MTM-growth run from its config (``eval/growth.py`` is the thin entry point)."""
+"""One MTM-growth run from its config: the store, the harness (``lightmem.evaluation.growth``), the files
+and the logged metrics (``eval/growth.py`` is the thin entry point)."""
 from __future__ import annotations
 
 import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -23,7 +25,7 @@ def unreached_sizes(rows: list[dict]) -> list[str]:
             for r in rows if "note" in r]
 
 
-def run_growth_cfg(cfg: DictConfig, quiet: bool = False) -> dict:
+def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
     """Grow one store along the trajectory; write results.json, results.md and growth.png to out_dir.
 
     ``results["failures"]`` names planned sizes the trajectory never reached; the sizes it did reach
@@ -57,7 +59,16 @@ def run_growth_cfg(cfg: DictConfig, quiet: bool = False) -> dict:
     logger.log_config(results["config"])
     for row in growth["rows"]:
         if "variant" in row:
-            logger.log_metrics({f"growth/{row['variant']}/{k}": v for k, v in row.items() if k in ("recall_all@k", "recall_all@budget", "search_ms_p50", "search_ms_p95")},
+            logger.log_metrics({f"growth/{row['variant']}/{k}": v for k, v in row.items() if k in GROWTH_METRICS},
                                step=int(row["entries"]))
     logger.finish()
     return results
+
+
+GROWTH_METRICS = ("recall_all@k", "recall_all@budget", "search_ms_p50", "search_ms_p95")
+
+
+def metrics(results: dict[str, Any]) -> dict[str, float | None]:
+    """The flat numbers of a run: ``growth/<variant>/<metric>@<planned size>`` for every size reached."""
+    return {f"growth/{r['variant']}/{k}@{r['size']}": r[k] for r in results["growth"]["rows"] if "variant" in r
+            for k in GROWTH_METRICS if k in r}

@@ -1,6 +1,6 @@
-"""The evaluation suite's bookkeeping: runs × seeds, mean ± std, paired bootstrap against a reference,
-markdown tables and plots. Runs themselves are done by the per-benchmark runners; this module only
-reads what they wrote (results.json, questions.jsonl), so a killed suite resumes where it stopped.
+"""Comparing configurations over seeds (the suite's tables): mean ± std, paired bootstrap against a
+reference, markdown tables and the recall-vs-budget curve. ``runs/suite.py`` runs the suite; this module
+only reads what the runs wrote (results.json, questions.jsonl), so a killed suite resumes where it stopped.
 """
 from __future__ import annotations
 

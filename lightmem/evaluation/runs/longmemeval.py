@@ -1,10 +1,12 @@
-"""One LongMemEval run from its config (``eval/longmemeval.py`` is the thin entry point)."""
+"""One LongMemEval run from its config: the systems under test, the harness (``lightmem.evaluation.longmemeval``),
+the files and the logged metrics (``eval/longmemeval.py`` is the thin entry point)."""
 from __future__ import annotations
 
 import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -12,9 +14,9 @@ from lightmem.config import SharedRuntime, build_embedder, build_memory, make_ru
 from lightmem.datasets.formats import Conversation
 from lightmem.datasets.longmemeval import load_longmemeval
 from lightmem.evaluation.failures import failures_md, qa_failures, qa_usage, usage_delta
-from lightmem.evaluation.locomo_run import qa_options
-from lightmem.evaluation.longmemeval_eval import run_longmemeval
+from lightmem.evaluation.longmemeval import evaluate_longmemeval
 from lightmem.evaluation.report import longmemeval_table, plot_longmemeval
+from lightmem.evaluation.runs.common import qa_options
 from lightmem.evaluation.stats import spread
 from lightmem.metric_logger import log_results, quiet_third_party_logs
 from lightmem.seeding import seed_everything
@@ -26,7 +28,7 @@ def select_instances(instances: list[Conversation], max_instances: int | None, t
     return spread(instances, max_instances)
 
 
-def run_lme(cfg: DictConfig, quiet: bool = False) -> dict:
+def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
     """Evaluate and write results.json, questions.jsonl and results.md to out_dir.
 
     ``results["failures"]`` lists what did not complete (QA calls whose backend failed); the
@@ -49,7 +51,7 @@ def run_lme(cfg: DictConfig, quiet: bool = False) -> dict:
     opts = qa_options(cfg, shared)
     before = qa_usage(opts)
     try:
-        results, records = run_longmemeval(make, instances, ks, int(cfg.budget), opts, show_progress=sys.stderr.isatty())
+        results, records = evaluate_longmemeval(make, instances, ks, int(cfg.budget), opts, show_progress=sys.stderr.isatty())
     finally:
         shutil.rmtree(stores, ignore_errors=True)
     if opts is not None:
@@ -67,6 +69,10 @@ def run_lme(cfg: DictConfig, quiet: bool = False) -> dict:
     if not quiet:
         print(table)
         print(f"\nwrote {out}/results.json, results.md, questions.jsonl, recall.png")
-    log_results(make_run_logger(cfg.logger, out, "longmemeval"), results["config"],
-                {f"lme/{k}": v for k, v in results["retrieval"]["overall"].items()}, out / "results.json")
+    log_results(make_run_logger(cfg.logger, out, "longmemeval"), results["config"], metrics(results), out / "results.json")
     return results
+
+
+def metrics(results: dict[str, Any]) -> dict[str, float | None]:
+    """The flat numbers of a run, as logged: ``lme/`` and the overall retrieval (and QA) metric."""
+    return {f"lme/{k}": v for k, v in results["retrieval"]["overall"].items()}

@@ -1,0 +1,70 @@
+"""One search-latency run from its config: one user's store grown to each size, searched and timed with
+``lightmem.evaluation.latency`` (``eval/latency.py`` is the thin entry point)."""
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from lightmem.config import build_memory, to_container
+from lightmem.datasets import load_conversations
+from lightmem.evaluation.latency import corpus_and_queries, latency_table, measure_growth, plot_latency
+from lightmem.memory import Memory
+from lightmem.metric_logger import make_logger, quiet_third_party_logs
+from lightmem.roles.selector import Stage1Selector
+
+
+def _device(cfg: DictConfig, backend: str) -> tuple[str, callable]:
+    import torch
+
+    sync = (lambda: None)
+    threads = f"{torch.get_num_threads()} torch threads" if backend == "torch" else f"encoder on onnxruntime ({backend})"
+    desc = f"CPU ({platform.processor() or platform.machine()}, {threads})"
+    if torch.cuda.is_available() and (str(cfg.encoder.get("device", "")) in ("auto", "cuda") or cfg.store.faiss_device != "cpu"):
+        desc = f"{torch.cuda.get_device_name(0)}; encoder on {cfg.encoder.get('device')}, faiss on {cfg.store.faiss_device}"
+        sync = torch.cuda.synchronize
+    return desc, sync
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    quiet_third_party_logs()
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    convs = [c for path in cfg.corpus for c in load_conversations(path)]
+    turns, queries = corpus_and_queries(convs, max(cfg.sizes), cfg.n_queries, cfg.seed)
+    store = out / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    memory = build_memory(cfg, store)
+    device, sync = _device(cfg, getattr(memory.embedder, "backend", "torch"))
+    try:
+        rows = measure_growth(memory, turns, queries, list(cfg.sizes), int(cfg.k), sync=sync, show_progress=sys.stderr.isatty(),
+                              other=lambda: Memory.open(store, embedder=memory.embedder, selector=Stage1Selector()))
+    finally:
+        memory.close()
+        shutil.rmtree(store, ignore_errors=True)
+    results = {"latency": rows, "device": device, "config": to_container(cfg)}
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    table = latency_table(rows, device)
+    (out / "results.md").write_text(table + "\n")
+    plot_latency(rows, out / "latency.png")
+    print(table)
+    print(f"\nwrote {out}/results.json, results.md, latency.png")
+    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
+    logger.log_config(results["config"])
+    for r in rows:
+        logger.log_metrics({f"latency/{k}": v for k, v in r.items()}, step=r["items"])
+    logger.finish()
+    return results
+
+
+def metrics(results: dict[str, Any]) -> dict[str, float | None]:
+    """The flat numbers of a run: ``latency/<measure>@<items>`` at every size, and ``latency/<measure>`` at the largest."""
+    rows = results["latency"]
+    flat = {f"latency/{k}@{r['items']}": v for r in rows for k, v in r.items() if k != "items"}
+    flat.update({f"latency/{k}": v for k, v in (rows[-1] if rows else {}).items() if k != "items"})
+    return flat

@@ -1,0 +1,32 @@
+"""The evaluation's System protocol: a Memory and the full-context baseline run through the same harnesses."""
+from __future__ import annotations
+
+import inspect
+
+from lightmem.evaluation.baselines import FullContext
+from lightmem.evaluation.system import System, within_budget
+from lightmem.types import Turn
+
+METHODS = sorted(n for n, v in vars(System).items() if callable(v) and not n.startswith("_"))
+
+
+def test_memory_and_the_full_context_baseline_are_systems(memory, embedder):
+    turns = [Turn(f"t{i}", "A", f"word{i} filler text about the garden", 1000.0 + i) for i in range(6)]
+    for system in (memory, FullContext(embedder.token_counter(), window=4096)):
+        assert isinstance(system, System)
+        for name in METHODS:  # same parameters, in the same order, as the protocol's
+            want = list(inspect.signature(getattr(System, name)).parameters)[1:]
+            assert list(inspect.signature(getattr(system, name)).parameters)[: len(want)] == want, (type(system).__name__, name)
+        system.add_turns("u", turns)
+        system.flush("u")
+        kept = within_budget(system, "garden", "u", k=6, budget=20)
+        assert kept and sum(h.item.n_tokens for h in kept) <= 20  # no system passes more than the budget
+
+
+def test_a_partial_system_is_not_a_system():
+    class RetrieveOnly:
+        ltm = None
+
+        def retrieve(self, query, user_id, k=None, filters=None, stm=(), now=None, budget=None): ...
+
+    assert not isinstance(RetrieveOnly(), System)

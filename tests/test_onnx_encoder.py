@@ -199,6 +199,30 @@ def test_embedder_for_rebuilds_the_int8_embedder_from_its_name(encoders, monkeyp
 
 
 @pytest.mark.slow
+def test_a_shorter_read_length_is_named_and_rebuilt_from_the_name(encoders, monkeypatch, tmp_path):
+    from lightmem.memory import Memory
+    from lightmem.models import embedder as embedder_mod
+    from lightmem.roles.selector import Stage1Selector
+
+    enc, cache = encoders
+    short = embedder_mod.SentenceTransformerEmbedder(backend="onnx_int8", max_seq_length=32, adapter=embedder_mod.tuned_adapter(),
+                                                     cache_dir=cache, query_cache_size=0)
+    assert short.name == enc["onnx_int8"].name.removesuffix("+int8") + "+len32+int8"
+    long_text = TEXTS[4]  # past 32 tokens: its vector depends on the read length
+    assert np.sum(short.encode([long_text]) * enc["onnx_int8"].encode([long_text])) < 0.999
+    built = {}
+    real = embedder_mod.SentenceTransformerEmbedder
+    monkeypatch.setattr(embedder_mod, "SentenceTransformerEmbedder",
+                        lambda *a, **kw: built.update(kw) or real(*a, **{**kw, "cache_dir": cache}))
+    again = embedder_mod.embedder_for(short.name)
+    assert built["max_seq_length"] == 32 and built["backend"] == "onnx_int8" and again.name == short.name
+    assert np.allclose(again.encode(TEXTS), short.encode(TEXTS), atol=1e-6)
+    Memory.open(tmp_path / "m", embedder=short, selector=Stage1Selector()).close()
+    with pytest.raises(StoreError, match="embedder"):  # the default read length would mix vectors
+        Memory.open(tmp_path / "m", embedder=enc["onnx_int8"], selector=Stage1Selector())
+
+
+@pytest.mark.slow
 def test_the_exported_graphs_are_cached_and_reused(encoders, monkeypatch):
     from lightmem.models import onnx_encoder
     from lightmem.models.embedder import SentenceTransformerEmbedder, tuned_adapter

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -55,6 +56,8 @@ class _QueryCache:
 
 
 INT8_SUFFIX = "+int8"
+TRAINED_LENGTH = 256  # the tokens MiniLM reads at most in training; another max_seq_length is named (+len<N>)
+_LENGTH = re.compile(r"\+len(\d+)$")
 
 
 class SentenceTransformerEmbedder:
@@ -105,12 +108,14 @@ class SentenceTransformerEmbedder:
             self.tokenizer = self._model.tokenizer
             get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
             self.dim = int(get_dim())
+            self.name += length_suffix(max_seq_length)
             return
         self.device = _onnx_device(device)
         self._session = _onnx_session(registry, path, self.name, backend, max_seq_length, batch_size, adapter)
         self._encode = self._session.encode
         self.tokenizer = self._session.tokenizer
         self.dim = self._session.dim
+        self.name += length_suffix(max_seq_length)
         if backend == "onnx_int8":
             self.name += INT8_SUFFIX
 
@@ -138,6 +143,12 @@ class SentenceTransformerEmbedder:
 
     def token_counter(self) -> TokenCounter:
         return HFTokenCounter(self.tokenizer, name=self.name)
+
+
+def length_suffix(max_seq_length: int) -> str:
+    """``+len<N>`` for a maximum input length other than the trained one: a long text's vector depends
+    on how much of it the encoder reads, so stores written at another length are told apart."""
+    return "" if max_seq_length == TRAINED_LENGTH else f"+len{max_seq_length}"
 
 
 def _load(path: Path, device: str, max_seq_length: int, adapter: str | None):  # -> SentenceTransformer
@@ -214,7 +225,8 @@ def tuned_adapter() -> str | None:
 def embedder_for(name: str, backend: str | None = None) -> Embedder:
     """Rebuild the embedder a store records by name: ``hashing-<dim>``, a packaged model, or a packaged
     model with the trained adapter (``<model>+lora-<fingerprint>``, checked before any model loads),
-    either ending in ``+int8`` when the int8 ONNX backend wrote it.
+    then ``+len<N>`` when it read N tokens per text instead of the trained 256, and ``+int8`` when the
+    int8 ONNX backend wrote it.
 
     Args:
         name: The name the store records.
@@ -237,12 +249,15 @@ def embedder_for(name: str, backend: str | None = None) -> Embedder:
         need = "backend='onnx_int8'" if int8 else "backend='torch' or backend='onnx'"
         raise StoreError(f"this store was written with {name!r}, whose vectors only {need} reproduces; "
                          f"backend={backend!r} would mix incompatible vectors: open it with {need}, or use a new store")
-    model, _, fingerprint = name.removesuffix(INT8_SUFFIX).partition("+lora-")
+    base = name.removesuffix(INT8_SUFFIX)
+    length = _LENGTH.search(base)
+    max_seq_length = int(length.group(1)) if length else TRAINED_LENGTH
+    model, _, fingerprint = base[: length.start()].partition("+lora-") if length else base.partition("+lora-")
     if ModelRegistry.canonical(model) not in PACKAGED and not os.path.isdir(model):
         raise StoreError(f"this store was written with the embedder {name!r}, which lightmem cannot rebuild by name: "
                          "open it with Memory.open(path, embedder=<that embedder>)")
     if not fingerprint:
-        return SentenceTransformerEmbedder(model, backend=backend)
+        return SentenceTransformerEmbedder(model, backend=backend, max_seq_length=max_seq_length)
     folder = tuned_adapter()
     found = adapter_fingerprint(folder) if folder else None
     if found != f"lora-{fingerprint}":
@@ -250,7 +265,7 @@ def embedder_for(name: str, backend: str | None = None) -> Embedder:
         have = f"the adapter at {where} is {found}" if found else f"there is no adapter at {where}"
         raise StoreError(f"this store was written with {name!r} and {have}: point LIGHTMEM_CHECKPOINTS at the "
                          "checkpoints that wrote it, or pass embedder=SentenceTransformerEmbedder(adapter=<its folder>)")
-    return SentenceTransformerEmbedder(model, adapter=folder, backend=backend)
+    return SentenceTransformerEmbedder(model, adapter=folder, backend=backend, max_seq_length=max_seq_length)
 
 
 def default_embedder(store: str | Path | None = None) -> Embedder:

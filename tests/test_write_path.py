@@ -105,6 +105,31 @@ def test_a_failed_write_rolls_the_buffers_back(tmp_path, embedder):
     m.close()
 
 
+def test_a_failed_write_puts_back_exactly_what_was_buffered_before_it(tmp_path, embedder):
+    class Broken(ExtractiveWriter):
+        fail = False
+
+        def write_segments(self, segments, context=()):
+            if Broken.fail:
+                raise RuntimeError("writer crashed")
+            return super().write_segments(segments, context)
+
+    m = open_memory(tmp_path / "s", embedder, make_path(embedder, stm_threshold=10_000), writer=Broken())
+    m.add_turns("u", turns(8))  # segmented into the STM buffer, nothing written yet
+    state = m.write_path._users["u"]
+    before = ([p.turn.turn_id for p in state.sensory], [s.turn_ids for s in state.stm], len(state.recent))
+    assert before[1] and m.get_all("u") == []
+    Broken.fail = True
+    with pytest.raises(RuntimeError):
+        m.flush("u")  # drains both buffers into the writer, which fails
+    state = m.write_path._users["u"]
+    assert ([p.turn.turn_id for p in state.sensory], [s.turn_ids for s in state.stm], len(state.recent)) == before
+    Broken.fail = False
+    m.flush("u")
+    assert covered(m, "u") == {f"s1:{i}" for i in range(8)} and m.pending("u") == []
+    m.close()
+
+
 def test_a_new_session_always_opens_a_new_segment(tmp_path, embedder):
     m = open_memory(tmp_path / "s", embedder, make_path(embedder))
     m.add_turns("u", turns(3, "a"))

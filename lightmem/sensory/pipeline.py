@@ -211,8 +211,10 @@ class WritePath:
         return [p.turn for s in st.stm for p in s.turns] + [p.turn for p in st.sensory]
 
     def snapshot(self, user_id: str) -> _UserState | None:
+        """The user's buffers as they are now. The stages replace or re-slice the lists and never edit a
+        turn or segment in place (a turn's lazily made vector aside), so copying the lists is enough."""
         st = self._users.get(user_id)
-        return None if st is None else copy.deepcopy(st)
+        return None if st is None else _UserState(list(st.sensory), list(st.stm), list(st.recent), copy.deepcopy(st.gate))
 
     def restore(self, user_id: str, snap: _UserState | None) -> None:
         """Put back a snapshot (after a failed write) so buffers and store stay in step."""

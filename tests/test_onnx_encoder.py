@@ -109,6 +109,16 @@ def test_auto_backend_is_onnx_on_the_cpu_and_torch_on_a_gpu(monkeypatch):
         E.resolve_backend("tensorrt", "cpu")
 
 
+def test_a_new_store_encodes_at_128_tokens_int8_on_the_cpu_and_fp32_torch_on_a_gpu(monkeypatch):
+    import lightmem.models.embedder as E
+
+    monkeypatch.setattr(E, "pick_device", lambda device: "cpu")
+    assert E.default_encoding() == {"max_seq_length": 128, "backend": "onnx_int8", "device": "auto"}
+    monkeypatch.setattr(E, "pick_device", lambda device: "cuda:0")
+    assert E.default_encoding()["backend"] == "torch"
+    assert E.length_suffix(256) == "" and E.length_suffix(128) == "+len128"
+
+
 def test_missing_onnxruntime_names_the_package(tmp_path, monkeypatch):
     from lightmem.models.embedder import SentenceTransformerEmbedder
 

@@ -156,3 +156,28 @@ def test_ltm_options_compose_and_wire(tmp_path, embedder, option, hops):
     assert compose("locomo", []).ltm.enabled is False
     with pytest.raises(Exception, match="nonsense"):
         build_memory(compose("locomo", ["ltm=lightmem", "+ltm.nonsense=1", "ltm.nlp=false"]), tmp_path / "t", embedder=embedder)
+
+
+def test_a_benchmark_recomposing_its_own_option_keeps_the_command_lines_overrides_of_it():
+    """eval/sensory.py's ingest part recomposes sensory=none and sensory=lightmem: an override such as
+    sensory.compressor.backend=onnx_int8 must reach the run of the app's own choice, and only it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    from lightmem.config import compose_option
+
+    compose("sensory_bench", [])  # registers the schemas
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        app = hydra_compose("sensory_bench", ["sensory.compress.rate=0.5", "sensory.compressor.backend=onnx_int8"],
+                            return_hydra_config=True)
+        HydraConfig.instance().set_config(app)  # as inside @hydra.main
+        try:
+            own = compose_option(ROOT / "conf", "sensory_bench", "sensory", "lightmem")
+            other = compose_option(ROOT / "conf", "sensory_bench", "sensory", "none")
+        finally:
+            HydraConfig.instance().cfg = None
+    assert (own.compress.rate, own.compressor.backend) == (0.5, "onnx_int8")
+    assert not other.enabled and "compressor" not in other
+    fresh = compose_option(ROOT / "conf", "sensory_bench", "sensory", "lightmem")  # outside an app: the file as written
+    assert fresh.compress.rate == 0.6

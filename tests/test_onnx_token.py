@@ -76,3 +76,24 @@ def test_graphs_are_cached_per_weights_and_reused(pair, tiny_models):
     words = "a b c d e f".split()
     assert np.allclose(other.word_probs(words), torch_tiny.word_probs(words), atol=1e-5)
     assert other._fingerprint != onnx_c._fingerprint  # other weights, another graph
+
+
+def test_the_int8_backend_quantizes_both_graphs_into_their_own_cache_files_and_scores_close_to_fp32(tiny_models):
+    from lightmem.models.registry import ModelRegistry
+    from lightmem.sensory.compressor import TokenClassifierCompressor, _resolve_backend
+
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        _resolve_backend("onnx_int8", "cuda")
+    tiny = tiny_models.bert("token", num_labels=2).eval()
+    fp32 = TokenClassifierCompressor.from_objects(tiny, tiny_models.tok, backend="onnx")
+    int8 = TokenClassifierCompressor.from_objects(tiny, tiny_models.tok, backend="onnx_int8")
+    docs = [t.split() for t in TURNS]
+    a = np.concatenate([np.asarray(x) for x in fp32.word_scores_many(docs)])
+    b = np.concatenate([np.asarray(x) for x in int8.word_scores_many(docs)])
+    assert np.abs(a - b).mean() < 0.02 and np.corrcoef(a, b)[0, 1] > 0.9
+    ids = tiny_models.tok(TURNS[0])["input_ids"]
+    att = int8.attention_fn((-1,))(ids)
+    assert att.shape == (len(ids), len(ids)) and np.allclose(att.sum(-1), 1.0, atol=1e-3)
+    cache = ModelRegistry().cache_dir / "onnx"
+    assert {p.name.split(".v")[0] for p in cache.glob(f"token-classifier-{int8._fingerprint}.*+int8.v*.onnx")} == {
+        f"token-classifier-{int8._fingerprint}.keep+int8", f"token-classifier-{int8._fingerprint}.attention_-1+int8"}

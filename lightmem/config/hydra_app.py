@@ -37,16 +37,29 @@ def register_schemas(schemas: Mapping[str, type]) -> None:
 def compose_option(config_dir: str | Path, config_name: str, group: str, option: str) -> DictConfig:
     """The ``group`` node of ``config_name`` with ``group=option``, composed by Hydra itself.
 
-    Works inside a running ``@hydra.main`` app and outside one (tests, notebooks).
+    Works inside a running ``@hydra.main`` app and outside one (tests, notebooks); inside one, when
+    ``option`` is the app's own choice for ``group``, the command line's overrides of keys under
+    ``group`` (``sensory.compress.rate=0.5``) apply to it too.
     """
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     overrides = [f"{group}={option}"]
     if GlobalHydra.instance().is_initialized():
+        overrides += _overrides_under(group, option)
         return compose(config_name=config_name, overrides=overrides)[group]
     with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
         return compose(config_name=config_name, overrides=overrides)[group]
+
+
+def _overrides_under(group: str, option: str) -> list[str]:
+    """The running app's command-line overrides of keys under ``group`` when ``option`` is its choice
+    for the group (none outside an app or for another option)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or HydraConfig.get().runtime.choices.get(group) != option:
+        return []
+    return [o for o in HydraConfig.get().overrides.task if o.lstrip("+~").startswith(f"{group}.")]
 
 
 def to_container(cfg: DictConfig | Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@ paired bootstrap, MTM growth, LongMemEval) -> out_dir/suite.md, suite.json and p
 
     python eval/suite.py                                   # the dev suite (conf/suite.yaml)
     python eval/suite.py --config-name suite_demo          # the small, fast version (`make demo`)
-    python eval/suite.py logger.kind=wandb                 # every run and the summary to W&B
+    python eval/suite.py logger=wandb                      # every run and the summary to W&B
 
 It ends by printing where suite.md is and a few headline numbers, and exits 1 when any planned run
 failed (after writing suite.md / suite.json of what did finish).

@@ -1,4 +1,9 @@
-"""One MetricLogger protocol for metrics and artifacts: W&B, disk, stdout, or nothing."""
+"""One MetricLogger protocol for metrics and artifacts: W&B, disk, stdout, or nothing.
+
+A run's logger is chosen in config by its class (``conf/logger/*.yaml`` name a ``_target_``:
+``logger=wandb``, ``logger=disk``...) and built by ``make_run_logger`` with the run's folder and
+name; every implementation takes ``out_dir`` and ``name`` (and uses what it needs).
+"""
 from __future__ import annotations
 
 import json
@@ -23,6 +28,11 @@ class MetricLogger(Protocol):
 
 
 class NullLogger:
+    """Logs nothing (``logger=none``, the default)."""
+
+    def __init__(self, out_dir: str | Path | None = None, name: str | None = None) -> None:
+        pass
+
     def log_config(self, config: dict[str, Any]) -> None:
         pass
 
@@ -37,14 +47,16 @@ class NullLogger:
 
 
 class StdoutLogger(NullLogger):
+    """Metrics as log lines (``logger=stdout``)."""
+
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         log.info("step %s: %s", step, ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()))
 
 
 class DiskLogger:
-    """Appends metrics as JSON lines to ``<out_dir>/metrics.jsonl``; config to ``config.json``."""
+    """Appends metrics as JSON lines to ``<out_dir>/metrics.jsonl``; config to ``config.json`` (``logger=disk``)."""
 
-    def __init__(self, out_dir: str | Path) -> None:
+    def __init__(self, out_dir: str | Path, name: str | None = None) -> None:
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
 
@@ -63,9 +75,9 @@ class DiskLogger:
 
 
 class WandbLogger:
-    """Weights & Biases, offline unless ``mode='online'`` (these machines have no network)."""
+    """Weights & Biases, offline unless ``mode='online'`` (these machines have no network; ``logger=wandb``)."""
 
-    def __init__(self, project: str, out_dir: str | Path, mode: str = "offline", name: str | None = None,
+    def __init__(self, out_dir: str | Path, name: str | None = None, project: str = "lightmem", mode: str = "offline",
                  group: str | None = None, tags: list[str] | None = None) -> None:
         import wandb
 
@@ -88,23 +100,25 @@ class WandbLogger:
         self.run.finish()
 
 
-def make_logger(kind: str, out_dir: str | Path, project: str = "lightmem", mode: str = "offline", name: str | None = None) -> MetricLogger:
-    """``none``, ``stdout``, ``disk`` or ``wandb``."""
-    if kind == "none":
-        return NullLogger()
-    if kind == "stdout":
-        return StdoutLogger()
-    if kind == "disk":
-        return DiskLogger(out_dir)
-    if kind == "wandb":
-        return WandbLogger(project, out_dir, mode=mode, name=name)
-    raise ValueError(f"logger must be none, stdout, disk or wandb, got {kind!r}")
+NULL_LOGGER = f"{__name__}.NullLogger"
 
 
-def make_run_logger(node: Mapping[str, Any], out_dir: str | Path, default_name: str) -> MetricLogger:
-    """A MetricLogger from a ``conf/logger/*.yaml`` node (missing keys take LoggerConfig's defaults)."""
-    return make_logger(node.get("kind", "none"), out_dir, node.get("project", "lightmem"), node.get("mode", "offline"),
-                       node.get("name") or default_name)
+def make_run_logger(node: Mapping[str, Any] | None, out_dir: str | Path, default_name: str) -> MetricLogger:
+    """The MetricLogger of a ``conf/logger/*.yaml`` node (``_target_`` plus its own settings), built for
+    the run's ``out_dir`` and named ``node.name`` or ``default_name``; no node logs nothing."""
+    from hydra.utils import instantiate
+    from omegaconf import DictConfig, OmegaConf
+
+    spec = dict(OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else (node or {}))
+    if "kind" in spec:
+        raise ValueError(f"logger.kind={spec['kind']!r} is gone: choose the logger with logger=none|stdout|disk|wandb "
+                         "(conf/logger/*.yaml name its class as _target_)")
+    spec.setdefault("_target_", NULL_LOGGER)
+    spec["name"] = spec.get("name") or default_name
+    logger = instantiate(spec, out_dir=str(out_dir))
+    if not isinstance(logger, MetricLogger):
+        raise TypeError(f"logger._target_={spec['_target_']} is not a MetricLogger (log_config, log_metrics, log_artifact, finish)")
+    return logger
 
 
 def log_results(logger: MetricLogger, config: dict[str, Any], metrics: dict[str, Any], artifact: str | Path | None = None) -> None:

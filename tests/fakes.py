@@ -42,3 +42,10 @@ class YesNoLLM(ScriptedLLM):
     def yes_probability(self, prompts: Sequence[str], *, role: str = "default") -> list[float]:
         self.meter.record(role, sum(len(p.split()) for p in prompts), 0, 1.0)
         return [self._yes(p) for p in prompts]
+
+
+class NotAnOptimizer:
+    """Takes anything, is no torch optimizer: what a mistyped ``optim.optimizer._target_`` may build."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.args, self.kwargs = args, kwargs

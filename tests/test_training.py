@@ -13,7 +13,7 @@ import torch
 from lightmem.training import classify
 from lightmem.training import selector as sel
 from lightmem.training.export import export
-from lightmem.training.loop import TrainSpec, fit
+from lightmem.training.loop import TrainSpec, fit, make_optimizer
 from lightmem.training.lora import LoraSpec, apply_lora, trainable_summary
 from lightmem.training.losses import listwise_softmax, per_positive_softmax, pointwise_bce, ranking_loss
 
@@ -303,3 +303,25 @@ def test_embedder_adapter_trains_and_loads_as_the_store_encodes(tmp_path):
     assert np.allclose(got, trained, atol=1e-5) and not np.allclose(got, base.encode(["Ava: I live in Porto now"])[0], atol=1e-3)
     with pytest.raises(FileNotFoundError, match="train/embedder.py"):
         SentenceTransformerEmbedder(adapter=str(tmp_path / "nowhere"), device="cpu")
+
+
+def test_the_optimizer_is_chosen_by_its_class_and_takes_its_own_settings():
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    default = make_optimizer(TrainSpec(lr=0.1, weight_decay=0.0), params)
+    assert type(default) is torch.optim.AdamW and default.defaults["lr"] == 0.1
+    sgd = make_optimizer(TrainSpec(lr=0.2, weight_decay=0.01, optimizer={"_target_": "torch.optim.SGD", "momentum": 0.9}), params)
+    assert type(sgd) is torch.optim.SGD
+    assert (sgd.defaults["lr"], sgd.defaults["weight_decay"], sgd.defaults["momentum"]) == (0.2, 0.01, 0.9)
+    with pytest.raises(TypeError, match="not a torch.optim.Optimizer"):
+        make_optimizer(TrainSpec(optimizer={"_target_": "fakes.NotAnOptimizer"}), params)
+
+
+def test_every_training_config_names_an_optimizer_class_the_loop_builds():
+    from conftest import compose
+
+    from lightmem.training.schemas import train_spec
+
+    for name in ("train_selector", "train_complexity", "train_compressor", "train_embedder"):
+        spec = train_spec(compose(name, []).optim)
+        opt = make_optimizer(spec, [torch.nn.Parameter(torch.zeros(2))])
+        assert type(opt) is torch.optim.AdamW and opt.defaults["lr"] == spec.lr, name

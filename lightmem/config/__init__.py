@@ -20,19 +20,19 @@ from lightmem.config.builders import (
 )
 from lightmem.config.hydra_app import compose_option, per_job, register_resolvers, register_schemas, to_container
 from lightmem.config.schemas import (
-    LoggerConfig,
     MemoryConfig,
     PathsConfig,
     PipelineConfig,
     RetrievalConfig,
     StoreConfig,
+    logger_field,
 )
 from lightmem.metric_logger import make_run_logger
 
 __all__ = [
-    "LoggerConfig",
     "MemoryConfig",
     "PathsConfig",
+    "logger_field",
     "PipelineConfig",
     "RetrievalConfig",
     "SharedRuntime",

@@ -55,12 +55,9 @@ class MemoryConfig:
     dup_threshold: float = 0.95
 
 
-@dataclass
-class LoggerConfig:
-    kind: str = "none"
-    project: str = "lightmem"
-    mode: str = "offline"
-    name: str | None = None
+def logger_field() -> Any:
+    """The ``logger`` node of a run's schema: a ``_target_`` MetricLogger, NullLogger unless chosen."""
+    return field(default_factory=lambda: {"_target_": "lightmem.metric_logger.NullLogger"})
 
 
 def _role(target: str) -> Any:
@@ -87,4 +84,5 @@ class PipelineConfig:
     ltm: Any = field(default_factory=lambda: {"enabled": False})
     # The LLM runtime shared by the generative roles; built only when one of them asks.
     llm: Any = field(default_factory=lambda: {"_target_": "lightmem.llm.transformers_backend.TransformersLLM"})
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    # Where metrics go: a MetricLogger class and its settings (conf/logger/*.yaml); nothing by default.
+    logger: Any = logger_field()

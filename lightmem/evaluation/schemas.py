@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightmem.config import LoggerConfig, PathsConfig, PipelineConfig, register_schemas
+from lightmem.config import PathsConfig, PipelineConfig, logger_field, register_schemas
 
 
 @dataclass
@@ -112,7 +112,7 @@ class EncoderSpeedConfig:
 
     encoder: Any = None
     paths: PathsConfig = field(default_factory=PathsConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    logger: Any = logger_field()
     backends: list[str] = field(default_factory=lambda: ["torch", "onnx", "onnx_int8"])
     corpus: str = "${paths.data}/locomo/locomo_dev.json.gz"
     n_queries: int = 200

@@ -15,7 +15,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,9 @@ class TrainSpec:
     max_steps: int | None = None  # optimizer steps; overrides epochs when set
     lr: float = 5e-4
     weight_decay: float = 0.01
+    # The optimizer class and any settings of its own beyond lr and weight_decay, e.g.
+    # optim.optimizer._target_=torch.optim.SGD +optim.optimizer.momentum=0.9
+    optimizer: dict[str, Any] = field(default_factory=lambda: {"_target_": "torch.optim.AdamW"})
     warmup_ratio: float = 0.06
     batch_size: int = 8  # examples per micro-batch (a selector example is a whole group)
     grad_accum: int = 1
@@ -54,6 +57,16 @@ class TrainResult:
     seconds_per_epoch: float
     stopped_early: bool
     history: list[dict[str, float]]
+
+
+def make_optimizer(spec: TrainSpec, params: list) -> torch.optim.Optimizer:
+    """``spec.optimizer`` (a ``_target_`` node) over ``params`` at the spec's lr and weight decay."""
+    from hydra.utils import instantiate
+
+    opt = instantiate(dict(spec.optimizer), params, lr=spec.lr, weight_decay=spec.weight_decay)
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise TypeError(f"optim.optimizer._target_={spec.optimizer.get('_target_')} is not a torch.optim.Optimizer")
+    return opt
 
 
 def _state_path(out: Path) -> Path:
@@ -90,7 +103,7 @@ def fit(
     steps_per_epoch = max(1, micro_per_epoch // spec.grad_accum)
     total = spec.max_steps or max(1, round(steps_per_epoch * spec.epochs))
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    opt = make_optimizer(spec, params)
     warm = max(1, int(spec.warmup_ratio * total))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
     model, opt, sched = acc.prepare(model, opt, sched)

@@ -15,7 +15,7 @@ from lightmem.config import build_memory, to_container
 from lightmem.datasets import load_conversations
 from lightmem.evaluation.latency import corpus_and_queries, latency_table, measure_growth, plot_latency
 from lightmem.memory import Memory
-from lightmem.metric_logger import make_logger, quiet_third_party_logs
+from lightmem.metric_logger import make_run_logger, quiet_third_party_logs
 from lightmem.roles.selector import Stage1Selector
 
 
@@ -54,7 +54,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     plot_latency(rows, out / "latency.png")
     print(table)
     print(f"\nwrote {out}/results.json, results.md, latency.png")
-    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
+    logger = make_run_logger(cfg.logger, out, "latency")
     logger.log_config(results["config"])
     for r in rows:
         logger.log_metrics({f"latency/{k}": v for k, v in r.items()}, step=r["items"])

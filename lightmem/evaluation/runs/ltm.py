@@ -14,7 +14,7 @@ from lightmem.config import build_memory, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.evaluation.failures import failures_md
 from lightmem.evaluation.ltm import consolidation_growth, latency_under_consolidation, plot_latency_split
-from lightmem.metric_logger import make_logger, quiet_third_party_logs
+from lightmem.metric_logger import make_run_logger, quiet_third_party_logs
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -47,7 +47,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
           f"| during consolidation | {lat['busy_ms_p50']:.1f} | {lat['busy_ms_p95']:.1f} | {len(lat['busy_ms'])} |"]
     (out / "results.md").write_text("\n".join(md) + "\n" + failures_md(failures))
     print("\n".join(md))
-    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
+    logger = make_run_logger(cfg.logger, out, "ltm_bench")
     logger.log_config(results["config"])
     logger.log_metrics(metrics(results))
     logger.finish()

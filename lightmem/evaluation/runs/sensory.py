@@ -14,7 +14,7 @@ from lightmem.config import SharedRuntime, build_embedder, build_memory, build_w
 from lightmem.datasets import load_conversations, load_locomo, select_conversations
 from lightmem.evaluation.report import plot_segmentation, sensory_tables
 from lightmem.evaluation.sensory import compression_eval, ingest_eval, segmentation_eval, user_stream
-from lightmem.metric_logger import make_logger, quiet_third_party_logs
+from lightmem.metric_logger import make_run_logger, quiet_third_party_logs
 
 CONF = Path(__file__).resolve().parents[3] / "conf"  # the repository's conf/ (a running Hydra app uses its own)
 
@@ -84,7 +84,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         plot_segmentation(results["segmentation"], out / "segmentation.png")
     print(tables)
     print(f"\nwrote {out}/results.json, results.md" + (", segmentation.png" if results.get("segmentation") else ""))
-    logger = make_logger(cfg.logger.kind, out, cfg.logger.project, cfg.logger.mode, cfg.logger.name)
+    logger = make_run_logger(cfg.logger, out, "sensory")
     logger.log_config(results["config"])
     for part in PARTS:
         for i, row in enumerate(results.get(part, [])):

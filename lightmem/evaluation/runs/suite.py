@@ -13,7 +13,7 @@ from typing import Any
 from hydra import compose
 from omegaconf import DictConfig, OmegaConf
 
-from lightmem.config import make_run_logger
+from lightmem.config import make_run_logger, to_container
 from lightmem.evaluation.comparison import budget_curve, load_run, table
 from lightmem.evaluation.failures import recorded_failures
 from lightmem.evaluation.report import growth_table, longmemeval_table, plot_bars, plot_budget_curves
@@ -24,8 +24,8 @@ log = logging.getLogger("lightmem.suite")
 
 
 def _logger_overrides(cfg: DictConfig) -> list[str]:
-    lg = cfg.logger
-    return [f"logger.kind={lg.kind}", f"logger.project={lg.project}", f"logger.mode={lg.mode}"]
+    """The suite's logger for each run it starts (each run names itself)."""
+    return [f"++logger.{k}={v}" for k, v in to_container(cfg.logger).items() if k != "name" and v is not None]
 
 
 def _done(folder: Path, resume: bool, report_only: bool = False) -> bool:
@@ -91,7 +91,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         seed_dirs.setdefault(name, []).append(folder)
         skip = _done(folder, cfg.resume, report_only)
         overrides = [*cfg.locomo_common, *cfg.runs[name].overrides, f"seed={seed}", f"out_dir={folder}", *_logger_overrides(cfg),
-                     f"logger.name={name}-seed{seed}"]
+                     f"++logger.name={name}-seed{seed}"]
         log.info("[%d/%d] %s: %s", i, len(plan), key, "done before, reused" if skip else " ".join(overrides))
         _run_part(failures, timings, key, folder, skip,
                             lambda o=overrides: locomo.run(compose(config_name="locomo", overrides=o), quiet=True))

@@ -186,14 +186,15 @@ class WritePath:
         if compressor is None and (spec.compress.enabled or needs_encoder):
             from lightmem.models.registry import checkpoint_path
 
-            compressor = TokenClassifierCompressor(str(checkpoint_path("compressor")), rate=spec.compress.rate, device="cpu")
+            compressor = TokenClassifierCompressor(str(checkpoint_path("compressor")), rate=spec.compress.rate, device="cpu",
+                                                   backend="onnx_int8")
         segmenter = None
         if seg.enabled:
             encoder = compressor if isinstance(compressor, TokenClassifierCompressor) else None
             if needs_encoder and encoder is None:
                 from lightmem.models.registry import checkpoint_path
 
-                encoder = TokenClassifierCompressor(str(checkpoint_path("compressor")), device="cpu")
+                encoder = TokenClassifierCompressor(str(checkpoint_path("compressor")), device="cpu", backend="onnx_int8")
             attention = encoder.attention_fn(seg.layers) if encoder is not None and needs_encoder else None
             segmenter = TopicSegmenter(encoder.model if encoder else None, encoder.tok if encoder else None, seg.tau, seg.method,
                                        seg.layers, seg.sink, seg.buffer_tokens, seg.shift, attention=attention)

@@ -2,7 +2,7 @@
 
     python train/selector.py
     python train/selector.py -m lora.r=4,8,16 optim.lr=3e-4,1e-3
-    python train/selector.py model=generative base_model=SmolLM2-135M-Instruct lora=causal_lm quantize=4bit  # CUDA
+    python train/selector.py selector_model@model=generative lora=causal_lm model.quantize=4bit  # SmolLM2, CUDA
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import hydra
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightmem.config import per_job, to_container
@@ -32,28 +33,12 @@ def run(cfg: DictConfig) -> dict:
     test = read_jsonl(data / "selector_test.jsonl")
     if cfg.max_test_groups:  # per source (the generative variant is slow on CPU)
         test = [g for s in sorted({g["source"] for g in test}) for g in [x for x in test if x["source"] == s][: cfg.max_test_groups]]
-    if cfg.model == "cross_encoder":
-        from lightmem.models.registry import ModelRegistry
-
-        model, tok = sel.build_cross_encoder(str(ModelRegistry().path(cfg.base_model)), lora_spec(cfg.lora))
-        make_batch, loss_fn = sel.cross_encoder_batcher(tok, task), sel.cross_encoder_loss(task)
-        scorer = lambda m: sel.cross_encoder_scorer(m, tok, task.max_length)  # noqa: E731
-    elif cfg.model == "generative":
-        model, llm = sel.build_generative(cfg.base_model, lora_spec(cfg.lora), cfg.quantize, "cpu" if spec.cpu else "auto")
-        make_batch, loss_fn = sel.generative_batcher(task), sel.generative_loss(llm, task)
-        scorer = lambda m: sel.generative_scorer(llm)  # noqa: E731
-    else:
-        raise ValueError(f"model must be cross_encoder or generative, not {cfg.model!r}")
+    recipe = instantiate(cfg.model)  # conf/selector_model/*.yaml: the model choice and its own settings
+    recipe.build(task, lora_spec(cfg.lora), spec.cpu)
 
     def held_out(best: Path) -> dict[str, float]:
         """Stage 1 alone versus reranked, per source, with the exported weights as retrieval loads them."""
-        if cfg.model == "cross_encoder":
-            from lightmem.roles.selector import CrossEncoderSelector
-
-            score = CrossEncoderSelector(str(best), base_model=cfg.base_model, max_length=task.max_length,
-                                         device="cpu" if spec.cpu else "auto").scores
-        else:
-            score = scorer(model)
+        score = recipe.exported_scorer(best)
         out: dict[str, float] = {}
         for source in sorted({g["source"] for g in test}):
             groups = [g for g in test if g["source"] == source]
@@ -62,13 +47,13 @@ def run(cfg: DictConfig) -> dict:
         return out
 
     summary = train_and_export(
-        name="selector", model=model, train=train, make_batch=make_batch, loss_fn=loss_fn,
-        evaluate=lambda m: sel.evaluate_groups(scorer(m), val, task.k), test=held_out, metric=cfg.metric, spec=spec,
+        name="selector", model=recipe.model, train=train, make_batch=recipe.make_batch, loss_fn=recipe.loss_fn,
+        evaluate=lambda m: sel.evaluate_groups(recipe.scorer(m), val, task.k), test=held_out, metric=cfg.metric, spec=spec,
         out_dir=cfg.out_dir, export_dir=cfg.export_dir, logger_cfg=cfg.logger, config=to_container(cfg),
         data_files=[data / "selector_train.jsonl"],
-        card={"name": "lightmem Stage-2 selector", "task": f"{cfg.model} reranker of Stage-1 candidates",
+        card={"name": "lightmem Stage-2 selector", "task": f"{recipe.kind} reranker of Stage-1 candidates",
               "description": "Scores (query, \"[date] memory\") pairs; CrossEncoderSelector loads it (conf/selector/cross_encoder.yaml).",
-              "base_model": cfg.base_model, "command": "make train  (python train/selector.py)"},
+              "base_model": recipe.base_model, "command": "make train  (python train/selector.py)"},
     )
     print(json.dumps({k: v for k, v in summary["test"].items() if "recall_all" in k or "precision" in k}, indent=1))
     return summary

@@ -171,6 +171,61 @@ def generative_scorer(llm) -> Callable[[list[str], list[str]], list[float]]:
     return score
 
 
+# --- the model choices (conf/selector_model/*.yaml name one as _target_) ---------------------------
+
+
+Scorer = Callable[[list[str], list[str]], list[float]]
+
+
+class CrossEncoderRecipe:
+    """LoRA on a packaged MiniLM cross-encoder with a 1-logit head; the exported adapter is what
+    ``CrossEncoderSelector`` loads (conf/selector/cross_encoder.yaml)."""
+
+    kind = "cross_encoder"
+
+    def __init__(self, base_model: str = "all-MiniLM-L6-v2") -> None:
+        self.base_model = base_model
+
+    def build(self, task: SelectorTask, lora: LoraSpec | None, cpu: bool) -> None:
+        """The model, its batcher and its loss (seeded by the caller: the head and LoRA are drawn here)."""
+        from lightmem.models.registry import ModelRegistry
+
+        self.task, self.cpu = task, cpu
+        self.model, self.tok = build_cross_encoder(str(ModelRegistry().path(self.base_model)), lora)
+        self.make_batch, self.loss_fn = cross_encoder_batcher(self.tok, task), cross_encoder_loss(task)
+
+    def scorer(self, model) -> Scorer:
+        return cross_encoder_scorer(model, self.tok, self.task.max_length)
+
+    def exported_scorer(self, best) -> Scorer:
+        """The exported weights as retrieval loads them."""
+        from lightmem.roles.selector import CrossEncoderSelector
+
+        return CrossEncoderSelector(str(best), base_model=self.base_model, max_length=self.task.max_length,
+                                    device="cpu" if self.cpu else "auto").scores
+
+
+class GenerativeRecipe:
+    """LoRA on a packaged causal LM (SmolLM2) answering yes/no per candidate; ``quantize`` = ``4bit`` /
+    ``8bit`` loads the frozen base through bitsandbytes (CUDA only)."""
+
+    kind = "generative"
+
+    def __init__(self, base_model: str = "SmolLM2-135M-Instruct", quantize: str | None = None) -> None:
+        self.base_model, self.quantize = base_model, quantize
+
+    def build(self, task: SelectorTask, lora: LoraSpec | None, cpu: bool) -> None:
+        self.task = task
+        self.model, self.llm = build_generative(self.base_model, lora, self.quantize, "cpu" if cpu else "auto")
+        self.make_batch, self.loss_fn = generative_batcher(task), generative_loss(self.llm, task)
+
+    def scorer(self, model) -> Scorer:
+        return generative_scorer(self.llm)
+
+    def exported_scorer(self, best) -> Scorer:
+        return generative_scorer(self.llm)  # the trained model in memory: the adapter is the one exported
+
+
 # --- evaluation ------------------------------------------------------------------------------------
 
 

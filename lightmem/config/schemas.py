@@ -57,7 +57,9 @@ class MemoryConfig:
 
 def logger_field() -> Any:
     """The ``logger`` node of a run's schema: a ``_target_`` MetricLogger, NullLogger unless chosen."""
-    return field(default_factory=lambda: {"_target_": "lightmem.metric_logger.NullLogger"})
+    from lightmem.metric_logger import NULL_LOGGER
+
+    return field(default_factory=lambda: {"_target_": NULL_LOGGER})
 
 
 def _role(target: str) -> Any:

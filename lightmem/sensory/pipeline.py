@@ -144,6 +144,14 @@ def topic_label(turns: Sequence[Processed], n: int = 3) -> str:
     return ", ".join(w for w, _ in counts.most_common(n)) or "chat"
 
 
+def _packaged_classifier(**kwargs: Any) -> Any:
+    """The trained token classifier of checkpoints/compressor on int8 ONNX Runtime (as conf/sensory/lightmem.yaml)."""
+    from lightmem.models.registry import checkpoint_path
+    from lightmem.sensory.compressor import TokenClassifierCompressor
+
+    return TokenClassifierCompressor(str(checkpoint_path("compressor")), device="cpu", backend="onnx_int8", **kwargs)
+
+
 class WritePath:
     """Runs the sensory stages and both buffers for every user of a Memory.
 
@@ -184,17 +192,12 @@ class WritePath:
         seg = spec.segment
         needs_encoder = seg.enabled and seg.method != "similarity"
         if compressor is None and (spec.compress.enabled or needs_encoder):
-            from lightmem.models.registry import checkpoint_path
-
-            compressor = TokenClassifierCompressor(str(checkpoint_path("compressor")), rate=spec.compress.rate, device="cpu",
-                                                   backend="onnx_int8")
+            compressor = _packaged_classifier(rate=spec.compress.rate)
         segmenter = None
         if seg.enabled:
             encoder = compressor if isinstance(compressor, TokenClassifierCompressor) else None
             if needs_encoder and encoder is None:
-                from lightmem.models.registry import checkpoint_path
-
-                encoder = TokenClassifierCompressor(str(checkpoint_path("compressor")), device="cpu", backend="onnx_int8")
+                encoder = _packaged_classifier()
             attention = encoder.attention_fn(seg.layers) if encoder is not None and needs_encoder else None
             segmenter = TopicSegmenter(encoder.model if encoder else None, encoder.tok if encoder else None, seg.tau, seg.method,
                                        seg.layers, seg.sink, seg.buffer_tokens, seg.shift, attention=attention)

@@ -274,15 +274,24 @@ class Memory:
     def get_all(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0) -> list[MemoryItem]:
         return self.store.list(check_user_id(user_id), include_archived, limit, offset)
 
-    def update(self, item_id: str, user_id: str, text: str | None = None, **fields: Any) -> MemoryItem:
-        """Change an item's text (re-embedded) or metadata; the change is kept in history."""
+    def update(self, item_id: str, user_id: str, text: str | None = None, keep_history: bool = False,
+               **fields: Any) -> MemoryItem:
+        """Change an item's text (re-embedded) or metadata.
+
+        A new text replaces the old one for good unless ``keep_history=True``: then the old text
+        stays readable in ``history``. Without it, no earlier text of the item stays in its
+        history (the events do), so an update can redact a memory.
+        """
         user_id = check_user_id(user_id)
+        if not isinstance(keep_history, bool):
+            raise InvalidInputError(f"keep_history must be True or False, got {keep_history!r}")
         if text is not None:
             if not isinstance(text, str) or not text.strip():
                 raise InvalidInputError("text must be a non-empty string")
             fields.update(text=text, n_tokens=self.counter.count([text])[0])
-            return self.store.update(user_id, item_id, self.clock(), vector=self.embedder.encode([text])[0], **fields)
-        return self.store.update(user_id, item_id, self.clock(), **fields)
+            return self.store.update(user_id, item_id, self.clock(), vector=self.embedder.encode([text])[0],
+                                     keep_history=keep_history, **fields)
+        return self.store.update(user_id, item_id, self.clock(), keep_history=keep_history, **fields)
 
     def archive(self, item_id: str, user_id: str) -> MemoryItem:
         """Hide an item from search without deleting it (``restore`` brings it back)."""
@@ -291,9 +300,13 @@ class Memory:
     def restore(self, item_id: str, user_id: str) -> MemoryItem:
         return self.store.set_archived(check_user_id(user_id), item_id, False, self.clock())
 
-    def delete(self, item_id: str, user_id: str) -> None:
-        """Delete one item from SQLite, FAISS and BM25; it is never returned again."""
-        self.store.delete(check_user_id(user_id), item_id, self.clock())
+    def delete(self, item_id: str, user_id: str) -> dict[str, int]:
+        """Erase one item: it is never returned again and its text is gone from the store.
+
+        Removes the item (row, vector, terms), the texts of its history (the events stay) and
+        the turns it was written from that no other item cites. Returns ``{"items": 1, "turns": n}``.
+        """
+        return self.store.delete(check_user_id(user_id), item_id, self.clock())
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Erase everything of a user: turns, items and history."""

@@ -91,15 +91,25 @@ def test_readding_the_same_turn_ids_is_idempotent(memory):
     assert _count(memory) == (3, 3)
 
 
-def test_update_reembeds_and_keeps_history(memory):
+def test_update_reembeds_and_keeps_history_when_asked(memory):
     item = memory.add("Ava lives in Porto", user_id="u")[0]
-    memory.update(item.id, "u", text="Ava lives in Lisbon")
+    memory.update(item.id, "u", text="Ava lives in Lisbon", keep_history=True)
     assert memory.search("Lisbon", "u", k=1)[0].item.id == item.id
     assert memory.search("Lisbon", "u", k=1)[0].scores["bm25"] > 0
     events = [(e.event, e.old_text, e.new_text) for e in memory.history(item.id, "u")]
     assert events == [("ADD", None, "user: Ava lives in Porto"), ("UPDATE", "user: Ava lives in Porto", "Ava lives in Lisbon")]
     with pytest.raises(InvalidInputError):
         memory.update(item.id, "u", colour="blue")
+    with pytest.raises(InvalidInputError):
+        memory.update(item.id, "u", text="Ava lives in Faro", keep_history="yes")
+
+
+def test_update_without_history_keeps_no_earlier_text(memory):
+    item = memory.add("Ava lives in Porto", user_id="u")[0]
+    memory.update(item.id, "u", text="Ava lives in Lisbon")
+    assert memory.get(item.id, "u").text == "Ava lives in Lisbon"
+    assert [(e.event, e.old_text, e.new_text) for e in memory.history(item.id, "u")] == [("ADD", None, None),
+                                                                                       ("UPDATE", None, None)]
 
 
 def test_delete_removes_from_sqlite_faiss_and_bm25(memory):
@@ -112,7 +122,9 @@ def test_delete_removes_from_sqlite_faiss_and_bm25(memory):
     with pytest.raises(ItemNotFoundError):  # the row itself is gone, archived or not
         memory.store.get("u", gone.id, include_archived=True)
     assert [i.id for i in memory.store.list("u", include_archived=True)] == [keep.id]
-    assert memory.store.counts()["u"] == {"turns": 2, "items": 1, "archived": 0, "pending": 0}
+    # the turn only the deleted item came from is erased with it
+    assert memory.store.counts()["u"] == {"turns": 1, "items": 1, "archived": 0, "pending": 0}
+    assert [t.turn_id for t in memory.store.turns("u")] == keep.provenance
     # the vector and BM25 indexes hold the one item left
     assert len(memory.store.search_dense("u", memory.embedder.encode(["Ava likes coffee"])[0], 10, Filters())[0]) == 1
     assert len(memory.store.search_lexical("u", "Ava likes coffee tea", 10, Filters())[0]) == 1

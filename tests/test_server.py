@@ -235,7 +235,7 @@ def test_delete_user_deletes_only_that_user(client):
 def test_patch_then_history(client):
     item = add(client, "alice", ALICE, "I live in Porto")[0]
     r = client.patch(f"/v1/memories/{item['id']}", params={"user_id": "alice"}, headers=auth(ALICE),
-                     json={"text": "Alice: I live in Lisbon now", "metadata": {"source": "correction"}})
+                     json={"text": "Alice: I live in Lisbon now", "metadata": {"source": "correction"}, "keep_history": True})
     assert r.status_code == 200 and r.json()["text"] == "Alice: I live in Lisbon now"
     assert r.json()["metadata"] == {"source": "correction"}
     hits = client.post("/v1/search", headers=auth(ALICE), json={"user_id": "alice", "query": "Lisbon", "k": 1}).json()["hits"]

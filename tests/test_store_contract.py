@@ -145,7 +145,7 @@ def test_bad_writes_are_refused(store):
 def test_update_changes_fields_and_keeps_history(store):
     w = _write(store, "u", ["the cat sleeps", "a dog barks"])
     target = w.items[0]
-    new = store.update("u", target.id, T0 + 10, vector=_vec(99), text="the cat wakes up", utility=2.0)
+    new = store.update("u", target.id, T0 + 10, vector=_vec(99), text="the cat wakes up", utility=2.0, keep_history=True)
     assert new.text == "the cat wakes up" and new.utility == 2.0
     assert store.get("u", target.id) == new
     ids, cos = store.search_dense("u", _vec(99), 1, Filters())
@@ -153,6 +153,9 @@ def test_update_changes_fields_and_keeps_history(store):
     assert int(store.search_lexical("u", "wakes", 1, Filters())[0][0]) == int(ids[0])
     events = store.history("u", target.id)
     assert [(e.event, e.old_text, e.new_text) for e in events][-1] == ("UPDATE", "the cat sleeps", "the cat wakes up")
+    store.update("u", target.id, T0 + 11, vector=_vec(98), text="the cat is out")  # no history asked: no text kept
+    assert [(e.event, e.old_text, e.new_text) for e in store.history("u", target.id)] == [
+        ("ADD", None, None), ("UPDATE", None, None), ("UPDATE", None, None)]
     with pytest.raises(InvalidInputError):
         store.update("u", target.id, T0, text="no vector")
     with pytest.raises(InvalidInputError):
@@ -165,16 +168,18 @@ def test_delete_and_delete_user(store):
     w = _write(store, "u", ["alpha", "beta"])
     _write(store, "v", ["alpha"], seed=50)
     gone = w.items[0]
-    store.delete("u", gone.id, T0 + 5)
+    assert store.delete("u", gone.id, T0 + 5) == {"items": 1, "turns": 1}  # its turn t0: cited by no other item
     with pytest.raises(ItemNotFoundError):
         store.get("u", gone.id, include_archived=True)
     with pytest.raises(ItemNotFoundError):
         store.delete("u", gone.id, T0 + 6)
     ids, _ = store.search_dense("u", w.vectors[0], 5, Filters())
     assert gone.id not in {it.id for it in store.fetch("u", ids.tolist()).values()}
-    assert [e.event for e in store.history("u", gone.id)] == ["ADD", "DELETE"]
+    assert [(e.event, e.old_text, e.new_text) for e in store.history("u", gone.id)] == [("ADD", None, None),
+                                                                                      ("DELETE", None, None)]
+    assert [t.turn_id for t in store.turns("u")] == ["t1"]
     removed = store.delete_user("u")
-    assert removed["items"] == 1 and removed["turns"] == 2
+    assert removed["items"] == 1 and removed["turns"] == 1
     assert store.users() == ["v"] and store.list("u", include_archived=True) == [] and store.size("u") == 0
     assert store.turns("u") == [] and store.history("u", w.items[1].id) == []
     assert [it.text for it in store.list("v")] == ["alpha"]

@@ -157,7 +157,8 @@ def _routes() -> APIRouter:
 
     @r.patch("/v1/memories/{item_id}", tags=["memories"])
     def update(item_id: str, body: UpdateRequest, user_id: QueryUser, caller: Caller, request: Request) -> MemoryOut:
-        """Change a memory's text (re-embedded), topic or metadata; the change is kept in its history."""
+        """Change a memory's text (re-embedded), topic or metadata. A new text replaces the old one for
+        good (the history keeps the event, not the text) unless ``keep_history`` is true."""
         authorize(caller, user_id)
         fields = body.model_dump(exclude_none=True)
         with memory_of(request) as memory:
@@ -165,10 +166,11 @@ def _routes() -> APIRouter:
 
     @r.delete("/v1/memories/{item_id}", tags=["memories"])
     def delete(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> DeletedOut:
+        """Erase a memory: its text, the texts of its history and its source turns no other memory cites."""
         authorize(caller, user_id)
         with memory_of(request) as memory:
-            memory.delete(item_id, user_id)
-        return DeletedOut(id=item_id)
+            removed = memory.delete(item_id, user_id)
+        return DeletedOut(id=item_id, removed=removed)
 
     @r.get("/v1/memories/{item_id}/history", tags=["memories"])
     def history(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> HistoryOut:

@@ -68,9 +68,8 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     @server.tool()
     def delete_memory(memory_id: Annotated[NonBlank, Field(description="The id of a memory, from another tool's result.")]
                       ) -> DeletedOut:
-        """Forget one memory for good."""
-        call(memory.delete, memory_id, user_id)
-        return DeletedOut(id=memory_id)
+        """Forget one memory for good: its text, its history's texts and the messages only it came from."""
+        return DeletedOut(id=memory_id, removed=call(memory.delete, memory_id, user_id))
 
     @server.tool()
     def build_context(

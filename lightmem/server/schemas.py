@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, StringConstraints, model_validator
 
 from lightmem.types import ComposedContext, HistoryEvent, Hit, MemoryItem
 
@@ -58,9 +58,11 @@ class ContextRequest(_Request):
 
 
 class UpdateRequest(_Request):
-    text: Text | None = Field(None, description="New text (re-embedded; the old text goes to history).")
+    text: Text | None = Field(None, description="New text (re-embedded). It replaces the old one for good unless "
+                                                  "keep_history is true.")
     topic: str | None = None
     metadata: dict[str, Any] | None = None
+    keep_history: StrictBool = Field(False, description="Keep the old text readable in the memory's history.")
 
     @model_validator(mode="after")
     def _something_to_change(self) -> "UpdateRequest":
@@ -147,6 +149,8 @@ class HistoryOut(BaseModel):
 class DeletedOut(BaseModel):
     id: str
     deleted: bool = True
+    removed: dict[str, int] = Field(default_factory=dict,
+                                    description="What was erased: the item, and its source turns no other memory cites.")
 
 
 class UserDeletedOut(BaseModel):

@@ -222,13 +222,17 @@ class MemoryStore(Protocol):
         ...
 
     def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None,
-               **fields: Any) -> MemoryItem:
-        """Change an item's fields (a new text needs ``vector``); the old text goes to history."""
+               keep_history: bool = False, **fields: Any) -> MemoryItem:
+        """Change an item's fields (a new text needs ``vector``). A new text keeps the old one in the
+        item's history only with ``keep_history``; otherwise no earlier text of it stays there."""
         ...
 
     def set_archived(self, user_id: str, item_id: str, archived: bool, now: float) -> MemoryItem: ...
 
-    def delete(self, user_id: str, item_id: str, now: float) -> None: ...
+    def delete(self, user_id: str, item_id: str, now: float) -> dict[str, int]:
+        """Erase the item, the texts of its history (the events stay) and its source turns that no
+        other item cites or the write path buffers; returns ``{"items": 1, "turns": n}``."""
+        ...
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Erase the user's items, turns, history, pending marks and consolidation marks; returns counts."""

@@ -249,8 +249,14 @@ class MTMStore:
         """The distinct speakers of a user's turns (names the consolidator must scrub)."""
         return self.sql.speakers(user_id)
 
-    def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None, **fields) -> MemoryItem:
-        """Change an item's fields (text needs ``vector``); the old text goes to history."""
+    def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None,
+               keep_history: bool = False, **fields) -> MemoryItem:
+        """Change an item's fields (text needs ``vector``).
+
+        A new text with ``keep_history=False`` leaves no earlier text of the item in its history
+        (the events stay, their texts are blanked); with ``keep_history=True`` the old text is
+        logged beside the new one.
+        """
         allowed = {"text", "n_tokens", "utility", "topic", "entities", "valid_from", "valid_to", "superseded_by", "metadata",
                    "event_time", "provenance"}
         unknown = set(fields) - allowed
@@ -262,6 +268,7 @@ class MTMStore:
             old = self.get(user_id, item_id, include_archived=True)
             new = replace(old, **fields)
             rid = self.sql.rid_of(user_id, item_id)
+            redact = "text" in fields and fields["text"] != old.text and not keep_history
             with self._transaction() as c:
                 sets = {k: v for k, v in fields.items()}
                 for k in ("entities", "metadata", "provenance"):
@@ -271,7 +278,13 @@ class MTMStore:
                     sets["embedding"] = np.asarray(vector, dtype=np.float32).tobytes()
                 cols = ", ".join(f"{k} = ?" for k in sets)
                 c.execute(f"UPDATE items SET {cols} WHERE user_id = ? AND id = ?", [*sets.values(), user_id, item_id])
-                self.sql.log(c, user_id, item_id, "UPDATE", old.text, new.text, now)
+                if redact:
+                    self.sql.forget_history_texts(c, user_id, item_id)
+                    self.sql.log(c, user_id, item_id, "UPDATE", None, None, now)
+                else:
+                    self.sql.log(c, user_id, item_id, "UPDATE", old.text, new.text, now)
+            if redact:
+                self.sql.erase_log()
             part = self._part(user_id)
             if not new.archived and rid is not None:
                 vec = vector if vector is not None else part.vectors.vecs[part.vectors.row_of(rid)].copy()
@@ -292,18 +305,28 @@ class MTMStore:
             self._parts.pop(user_id, None)  # reload lazily: restore needs the stored vector
             return replace(item, archived=archived)
 
-    def delete(self, user_id: str, item_id: str, now: float) -> None:
-        """Remove one item from SQLite, FAISS and BM25. History keeps only the event."""
+    def delete(self, user_id: str, item_id: str, now: float) -> dict[str, int]:
+        """Erase one item: its row, its vector and terms, the texts of its history (a ``DELETE``
+        event stays), and the turns it came from that no other item cites. Returns the counts."""
         with self._lock:
             rid = self.sql.rid_of(user_id, item_id)
             if rid is None:
                 raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
             with self._transaction() as c:
+                row = c.execute("SELECT provenance FROM items WHERE rid = ?", (rid,)).fetchone()
+                if row is None:  # another process deleted it since
+                    raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
+                provenance = row[0]
                 c.execute("DELETE FROM items WHERE user_id = ? AND rid = ?", (user_id, rid))
+                c.execute("DELETE FROM consolidated WHERE user_id = ? AND item_id = ?", (user_id, item_id))
+                self.sql.forget_history_texts(c, user_id, item_id)
                 self.sql.log(c, user_id, item_id, "DELETE", None, None, now)
+                turns = self.sql.drop_uncited_turns(c, user_id, json.loads(provenance))
             self._access.forget(user_id, rid)
             if user_id in self._parts:
                 self._parts[user_id].remove([rid])
+            self.sql.erase_log()
+            return {"items": 1, "turns": turns}
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Erase a user's turns, items and history everywhere. Returns what was removed."""
@@ -315,6 +338,7 @@ class MTMStore:
                 }
             self._parts.pop(user_id, None)
             self._access.forget(user_id)
+            self.sql.erase_log()
             return counts
 
     # -- reads -----------------------------------------------------------------------------

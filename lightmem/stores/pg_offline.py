@@ -24,6 +24,25 @@ def log(cur: Any, user_id: str, item_id: str, event: str, old: str | None, new: 
                 (item_id, user_id, event, old, new, at))
 
 
+def forget_history_texts(cur: Any, user_id: str, item_id: str) -> None:
+    """Blank the texts of an item's history events; the events themselves stay."""
+    cur.execute("UPDATE history SET old_text = NULL, new_text = NULL WHERE user_id = %s AND item_id = %s", (user_id, item_id))
+
+
+def drop_uncited_turns(cur: Any, user_id: str, turn_ids: list[str]) -> int:
+    """Delete those of ``turn_ids`` that no item of the user (archived ones too) cites and the write
+    path does not still buffer. Returns the number of turns deleted."""
+    ids = sorted(set(turn_ids))
+    if not ids:
+        return 0
+    return cur.execute(
+        "DELETE FROM turns t WHERE t.user_id = %(u)s AND t.turn_id = ANY(%(ids)s) "
+        "AND NOT EXISTS (SELECT 1 FROM items i, jsonb_array_elements_text(i.provenance::jsonb) AS p(turn_id) "
+        "                WHERE i.user_id = %(u)s AND p.turn_id = t.turn_id) "
+        "AND NOT EXISTS (SELECT 1 FROM pending q WHERE q.user_id = %(u)s AND q.turn_id = t.turn_id)",
+        {"u": user_id, "ids": ids}).rowcount
+
+
 def insert_item(cur: Any, item: MemoryItem, vector: np.ndarray, tags: list[str]) -> int:
     (rid,), = cur.execute(
         "INSERT INTO items (id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, "

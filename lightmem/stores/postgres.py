@@ -260,8 +260,10 @@ class PostgresStore:
     def speakers(self, user_id: str) -> list[str]:
         return [r[0] for r in self._query("SELECT DISTINCT speaker FROM turns WHERE user_id = %s ORDER BY 1", (user_id,))]
 
-    def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None, **fields) -> MemoryItem:
-        """Change an item's fields (text needs ``vector``); the old text goes to history."""
+    def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None,
+               keep_history: bool = False, **fields) -> MemoryItem:
+        """Change an item's fields (text needs ``vector``); a new text without ``keep_history``
+        leaves no earlier text of the item in its history (the events stay)."""
         unknown = set(fields) - _UPDATABLE
         if unknown:
             raise InvalidInputError(f"cannot update fields {sorted(unknown)}; updatable: {sorted(_UPDATABLE)}")
@@ -280,7 +282,11 @@ class PostgresStore:
                 sets["embedding"] = np.asarray(vector, dtype=np.float32)
             cols = ", ".join(f"{k} = %s" for k in sets)
             cur.execute(f"UPDATE items SET {cols} WHERE user_id = %s AND id = %s", [*sets.values(), user_id, item_id])
-            pg_offline.log(cur, user_id, item_id, "UPDATE", old.text, new.text, now)
+            if "text" in fields and fields["text"] != old.text and not keep_history:
+                pg_offline.forget_history_texts(cur, user_id, item_id)
+                pg_offline.log(cur, user_id, item_id, "UPDATE", None, None, now)
+            else:
+                pg_offline.log(cur, user_id, item_id, "UPDATE", old.text, new.text, now)
         return new
 
     def set_archived(self, user_id: str, item_id: str, archived: bool, now: float) -> MemoryItem:
@@ -293,14 +299,21 @@ class PostgresStore:
             pg_offline.log(cur, user_id, item_id, "ARCHIVE" if archived else "RESTORE", item.text, item.text, now)
         return replace(item, archived=archived)
 
-    def delete(self, user_id: str, item_id: str, now: float) -> None:
-        """Remove one item. History keeps only the event."""
+    def delete(self, user_id: str, item_id: str, now: float) -> dict[str, int]:
+        """Erase one item: its row, the texts of its history (a ``DELETE`` event stays) and the turns it
+        came from that no other item cites. Returns the counts. (Dead row versions stay in the table
+        files until PostgreSQL vacuums them.)"""
         with self._transaction(user_id) as cur:
-            row = cur.execute("DELETE FROM items WHERE user_id = %s AND id = %s RETURNING rid", (user_id, item_id)).fetchone()
+            row = cur.execute("DELETE FROM items WHERE user_id = %s AND id = %s RETURNING rid, provenance",
+                              (user_id, item_id)).fetchone()
             if row is None:
                 raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
+            cur.execute("DELETE FROM consolidated WHERE user_id = %s AND item_id = %s", (user_id, item_id))
+            pg_offline.forget_history_texts(cur, user_id, item_id)
             pg_offline.log(cur, user_id, item_id, "DELETE", None, None, now)
+            turns = pg_offline.drop_uncited_turns(cur, user_id, json.loads(row[1]))
         self._access.forget(user_id, int(row[0]))
+        return {"items": 1, "turns": turns}
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Erase a user's turns, items, history, pending and consolidation marks, and its change log."""

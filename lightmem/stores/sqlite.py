@@ -133,6 +133,9 @@ class SQLiteStore:
                                          timeout=_BUSY_TIMEOUT_S)
             _retry_busy(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
             self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            # Deleted rows are overwritten with zeros, not left in free space: a deleted memory's text
+            # must not stay readable in the file (see ``erase_log``).
+            self._conn.execute("PRAGMA secure_delete=ON")
             self._conn.execute("PRAGMA foreign_keys=ON")
             with self.transaction() as c:  # one process creates or upgrades the schema; others wait
                 version = c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() if _has_meta(c) else None
@@ -198,6 +201,22 @@ class SQLiteStore:
                 c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('changes_pruned_through', ?)", (str(through),))
             return n
 
+    def erase_log(self) -> bool:
+        """Copy the write-ahead log into the database and truncate it.
+
+        With ``secure_delete`` on, a deleted row's bytes are zeroed in the database, but the log
+        still holds older copies of its pages until a checkpoint. Waits at most two seconds for
+        other processes' readers; when they hold on longer the old frames stay until the next
+        full checkpoint (every process's close makes one). Returns True when the log was emptied.
+        """
+        with self.lock:
+            self._conn.execute("PRAGMA busy_timeout = 2000")
+            try:
+                busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+        return busy == 0
+
     def get_meta(self, key: str) -> str | None:
         rows = self.query("SELECT value FROM meta WHERE key = ?", (key,))
         return rows[0][0] if rows else None
@@ -247,6 +266,30 @@ class SQLiteStore:
             "INSERT INTO history (item_id, user_id, event, old_text, new_text, at) VALUES (?, ?, ?, ?, ?, ?)",
             (item_id, user_id, event, old, new, at),
         )
+
+    @staticmethod
+    def forget_history_texts(c: sqlite3.Connection, user_id: str, item_id: str) -> None:
+        """Blank the texts of an item's history events; the events themselves stay."""
+        c.execute("UPDATE history SET old_text = NULL, new_text = NULL WHERE user_id = ? AND item_id = ?",
+                  (user_id, item_id))
+
+    @staticmethod
+    def drop_uncited_turns(c: sqlite3.Connection, user_id: str, turn_ids: Sequence[str]) -> int:
+        """Delete those of ``turn_ids`` that no item of the user (archived ones too) cites and the
+        write path does not still buffer. Returns the number of turns deleted."""
+        ids = sorted(set(turn_ids))
+        if not ids:
+            return 0
+        marks = ",".join("?" * len(ids))
+        cited = {r[0] for r in c.execute(
+            f"SELECT DISTINCT j.value FROM items, json_each(items.provenance) AS j "
+            f"WHERE items.user_id = ? AND j.value IN ({marks})", [user_id, *ids])}
+        drop = [t for t in ids if t not in cited]
+        if not drop:
+            return 0
+        marks = ",".join("?" * len(drop))
+        return c.execute(f"DELETE FROM turns WHERE user_id = ? AND turn_id IN ({marks}) AND turn_id NOT IN "
+                         "(SELECT turn_id FROM pending WHERE user_id = ?)", [user_id, *drop, user_id]).rowcount
 
     # -- reads -----------------------------------------------------------------------------
     def item_rows(self, user_id: str, where: str = "", params: Sequence[Any] = (), order: str = "rid") -> list[tuple]:

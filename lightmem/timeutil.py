@@ -9,7 +9,7 @@ from datetime import date, datetime, timezone
 
 from dateutil import parser as dateparser
 
-from lightmem.errors import InvalidInputError
+from lightmem.errors import InvalidInputError, shown
 
 # LoCoMo: "1:56 pm on 8 May, 2023"; LongMemEval: "2023/05/23 (Tue) 19:11".
 _LOCOMO = re.compile(r"^\s*(\d{1,2}:\d{2}\s*[ap]m)\s+on\s+(\d{1,2}\s+\w+,?\s+\d{4})\s*$", re.I)
@@ -33,7 +33,7 @@ def parse_timestamp(value: object) -> float:
             that is not a date.
     """
     if isinstance(value, bool) or value is None:
-        raise InvalidInputError(f"timestamp must be a datetime, epoch seconds or a date string, got {_shown(value)}")
+        raise InvalidInputError(f"timestamp must be a datetime, epoch seconds or a date string, got {shown(value)}")
     if isinstance(value, datetime):
         dt = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
         return _in_window(dt.timestamp(), dt.isoformat())
@@ -44,26 +44,20 @@ def parse_timestamp(value: object) -> float:
             v = float(value)
         except (OverflowError, ValueError):  # an int beyond float range: float(10**309) raises
             v = math.inf
-        return _in_window(v, _shown(value))
+        return _in_window(v, shown(value))
     if isinstance(value, str):
         return _parse_string(value)
     raise InvalidInputError(f"timestamp must be a datetime, epoch seconds or a date string, got {type(value).__name__}")
 
 
-def _in_window(seconds: float, shown: str) -> float:
+def _in_window(seconds: float, what: str) -> float:
     """``seconds`` when it lies in the years 1900-3000 (NaN and infinities do not)."""
     if not (math.isfinite(seconds) and _MIN_EPOCH <= seconds <= _MAX_EPOCH):
         raise InvalidInputError(
-            f"timestamp {shown} is outside the years 1900-3000: give Unix seconds (not milliseconds), "
+            f"timestamp {what} is outside the years 1900-3000: give Unix seconds (not milliseconds), "
             "an ISO 8601 date or a datetime"
         )
     return seconds
-
-
-def _shown(value: object, limit: int = 40) -> str:
-    """``repr(value)``, cut short: a 400-digit number or a long string stays readable in a message."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _parse_string(text: str) -> float:
@@ -77,13 +71,13 @@ def _parse_string(text: str) -> float:
     try:
         dt = dateparser.parse(s, default=datetime(2000, 1, 1))
     except (ValueError, OverflowError) as exc:
-        raise InvalidInputError(f"cannot parse timestamp {_shown(text)}: {str(exc)[:80]}") from exc
+        raise InvalidInputError(f"cannot parse timestamp {shown(text)}: {str(exc)[:80]}") from exc
     if dt is None:
-        raise InvalidInputError(f"cannot parse timestamp {_shown(text)}")
+        raise InvalidInputError(f"cannot parse timestamp {shown(text)}")
     try:
         return parse_timestamp(dt)
     except InvalidInputError as exc:
-        raise InvalidInputError(f"{exc} (parsed from {_shown(text)})") from exc
+        raise InvalidInputError(f"{exc} (parsed from {shown(text)})") from exc
 
 
 def now() -> float:

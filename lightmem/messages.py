@@ -1,4 +1,4 @@
-"""Validation of what callers pass to ``Memory.add``: everything is checked before any write."""
+"""Validation of what callers pass to ``Memory``: everything is checked before any write or search."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lightmem.errors import InvalidInputError
+from lightmem.errors import InvalidInputError, shown
 from lightmem.timeutil import now, parse_timestamp
 from lightmem.types import Turn
 
@@ -15,6 +15,10 @@ _SPEAKER_KEYS = ("speaker", "role", "name")
 _ID_KEYS = ("turn_id", "id", "dia_id")
 _CAPTION_KEYS = ("caption", "blip_caption")
 _KNOWN = {*_TEXT_KEYS, *_SPEAKER_KEYS, *_ID_KEYS, *_CAPTION_KEYS, "timestamp", "session_id", "metadata"}
+# Bounds of the numbers a search takes: far above any real use, far below where arithmetic on
+# them overflows a float (k=10**400 did), so a caller's typo is an error, never a crash.
+MAX_K = 10_000
+MAX_BUDGET = 10_000_000  # tokens: beyond the context of any model
 
 
 def check_user_id(user_id: object) -> str:
@@ -147,3 +151,38 @@ def to_turns(
     if len(set(ids)) != len(ids):
         raise InvalidInputError("two messages share a turn id")
     return turns
+
+
+def check_k(k: object) -> int:
+    """Return ``k`` when it is a whole number of hits in 1..``MAX_K``.
+
+    Raises:
+        InvalidInputError: ``k`` is not an int (a bool is not), or is out of range.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidInputError(f"k must be a whole number of hits from 1 to {MAX_K}, got {shown(k)}")
+    return k
+
+
+def check_budget(budget: object) -> int | None:
+    """Return ``budget`` (``None`` allowed) when it is a number of tokens in 1..``MAX_BUDGET``.
+
+    Raises:
+        InvalidInputError: ``budget`` is not an int (a bool is not), or is out of range.
+    """
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_BUDGET):
+        raise InvalidInputError(f"budget must be a positive number of tokens up to {MAX_BUDGET}, got {shown(budget)}")
+    return budget
+
+
+def check_stm(stm: object) -> list[str]:
+    """Return the recent turns of a search or a context (``stm``) as a list when all are strings.
+
+    Raises:
+        InvalidInputError: ``stm`` is a lone string or not a list, or holds something else than strings.
+    """
+    if isinstance(stm, (str, bytes, Mapping)) or not isinstance(stm, Sequence):
+        raise InvalidInputError(f"stm must be a list of the conversation's recent turns (strings), got {type(stm).__name__}")
+    if not all(isinstance(line, str) for line in stm):
+        raise InvalidInputError("stm must be a list of strings: the conversation's recent turns, oldest first")
+    return list(stm)

@@ -68,20 +68,49 @@ def test_blank_user_id_is_refused_with_what_to_do(memory, user_id):
     assert memory.store.users() == ["u"] and _count(memory) == (1, 1)
 
 
-@pytest.mark.parametrize("k", [0, -1, 2.5, True, "3"])
+@pytest.mark.parametrize("k", [0, -1, 2.5, True, "3", 10_001, pytest.param(10**400, id="10**400")])
 def test_bad_k_is_refused(memory, k):
     memory.add("something", user_id="u")
     with pytest.raises(InvalidInputError):
         memory.search("something", "u", k=k)
 
 
-@pytest.mark.parametrize("filters", [{"user_id": "v"}, {"time_from": "not a date"}, {"kinds": ["nope"]}, {"tags": "solo"}, "x"])
+@pytest.mark.parametrize("filters", [
+    {"user_id": "v"}, {"time_from": "not a date"}, {"kinds": ["nope"]}, {"tags": "solo"}, "x",
+    {"time_from": 10**400}, {"time_to": float("-inf")}, {"time_from": True}, {"kinds": 3}, {"kinds": "episodic"},
+    {"tags": 7}, {"tags": ["a", 1]}, {1: "x", "a": 2}, {"include_superseded": "yes"},
+    {"time_from": "2024-01-01", "time_to": "2023-01-01"}, Filters(time_from=float("nan")),
+])
 def test_bad_filters_and_queries_are_refused(memory, filters):
     memory.add("something", user_id="u")
     with pytest.raises(InvalidInputError):
         memory.search("something", "u", filters=filters)
     with pytest.raises(InvalidInputError):
         memory.search("   ", "u")
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"budget": 10**400}, "budget"), ({"budget": 10_000_001}, "budget"), ({"budget": 0}, "budget"), ({"budget": True}, "budget"),
+    ({"now": 10**309}, "outside the years 1900-3000"), ({"now": True}, "timestamp"),
+    ({"stm": "one line"}, "stm"), ({"stm": [1, 2]}, "stm"),
+])
+def test_search_numbers_out_of_range_are_refused_not_crashes(memory, kwargs, says):
+    memory.add("something", user_id="u")
+    with pytest.raises(InvalidInputError, match=says):
+        memory.search("something", "u", **kwargs)
+    if "now" not in kwargs:  # build_context checks its budget and stm also when k is given (no Stage-2 fill)
+        with pytest.raises(InvalidInputError, match=says):
+            memory.build_context("something", "u", k=3, **kwargs)
+
+
+def test_filters_keep_their_meaning_and_name_the_bad_field(memory):
+    assert Filters.from_mapping({"kinds": ["episodic"], "tags": ["rome"], "time_from": None}) == Filters(
+        kinds=(Filters.from_mapping({"kinds": ["episodic"]}).kinds[0],), tags=("rome",))
+    assert Filters.from_mapping({"kinds": [], "tags": []}).is_trivial
+    with pytest.raises(InvalidInputError, match=r"filters\.time_from: timestamp .* outside the years 1900-3000"):
+        Filters.from_mapping({"time_from": 10**400})
+    with pytest.raises(InvalidInputError, match="swap them"):
+        Filters.from_mapping({"time_from": "2024-01-01", "time_to": "2023-01-01"})
 
 
 def test_readding_the_same_turn_ids_is_idempotent(memory):

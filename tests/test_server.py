@@ -164,6 +164,25 @@ def test_malformed_search_and_context_get_422(client, path, body, field):
     assert r.status_code == 422 and field in r.json()["message"], r.text
 
 
+BIG = "1" + "0" * 309  # an integer JSON number beyond float range (10**309)
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/v1/memories", '{"user_id": "alice", "messages": [{"speaker": "A", "text": "hi", "timestamp": %s}]}' % BIG, "timestamp"),
+    ("/v1/memories", '{"user_id": "alice", "messages": [{"speaker": "A", "text": "hi", "timestamp": -%s}]}' % BIG, "timestamp"),
+    ("/v1/memories", '{"user_id": "alice", "messages": [{"speaker": "A", "text": "hi", "timestamp": 1e400}]}', "timestamp"),
+    ("/v1/search", '{"user_id": "alice", "query": "x", "filters": {"time_from": 1%s}}' % ("0" * 400), "time_from"),
+    ("/v1/search", '{"user_id": "alice", "query": "x", "filters": {"time_to": -1e400}}', "time_to"),
+    ("/v1/search", '{"user_id": "alice", "query": "x", "budget": 1%s}' % ("0" * 400), "budget"),
+    ("/v1/context", '{"user_id": "alice", "query": "x", "budget": 1%s}' % ("0" * 40), "budget"),
+])
+def test_numbers_beyond_float_range_get_422_not_500(client, path, body, field):
+    r = client.post(path, headers={**auth(ALICE), "Content-Type": "application/json"}, content=body.encode())
+    assert r.status_code == 422, r.text
+    assert field in r.json()["message"] and len(r.text) < 1000  # the 400 digits are not echoed back
+    assert client.get("/v1/memories", params={"user_id": "alice"}, headers=auth(ALICE)).json()["items"] == []
+
+
 def test_a_body_that_is_not_json_gets_422(client):
     r = client.post("/v1/search", headers={**auth(ALICE), "Content-Type": "application/json"}, content=b'{"user_id": ')
     assert r.status_code == 422 and "not valid JSON" in r.json()["message"]

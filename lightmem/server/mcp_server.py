@@ -11,8 +11,8 @@ from pydantic import Field
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.memory import Memory
-from lightmem.messages import check_user_id
-from lightmem.server.schemas import MAX_K, ContextOut, DeletedOut, HitOut, HitsOut, ItemsOut, MemoryOut
+from lightmem.messages import MAX_BUDGET, check_user_id
+from lightmem.server.schemas import MAX_K, MAX_OFFSET, ContextOut, DeletedOut, HitOut, HitsOut, ItemsOut, MemoryOut
 from lightmem.server.settings import open_memory
 
 T = TypeVar("T")
@@ -60,7 +60,7 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     @server.tool()
     def get_memories(
         limit: Annotated[int, Field(ge=1, le=1000, description="At most this many memories.")] = 50,
-        offset: Annotated[int, Field(ge=0, description="Skip this many first.")] = 0,
+        offset: Annotated[int, Field(ge=0, le=MAX_OFFSET, description="Skip this many first.")] = 0,
     ) -> ItemsOut:
         """List the stored memories, oldest first."""
         return ItemsOut(items=[MemoryOut.of(i) for i in call(memory.get_all, user_id, limit=limit, offset=offset)])
@@ -75,7 +75,7 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     @server.tool()
     def build_context(
         query: Annotated[NonBlank, Field(description="The question the context is for.")],
-        budget: Annotated[int | None, Field(ge=1, description="Prompt budget in tokens; defaults to the memory's.")] = None,
+        budget: Annotated[int | None, Field(ge=1, le=MAX_BUDGET, description="Prompt budget in tokens; defaults to the memory's.")] = None,
         stm: Annotated[list[str] | None, Field(description="Recent turns of the conversation, oldest first.")] = None,
     ) -> ContextOut:
         """Compose a prompt: the query, then recent turns, then the best memories, within the token budget."""

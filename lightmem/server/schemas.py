@@ -5,9 +5,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, StringConstraints, model_validator
 
+from lightmem.messages import MAX_BUDGET
 from lightmem.types import ComposedContext, HistoryEvent, Hit, MemoryItem
 
 MAX_K = 200
+MAX_OFFSET = 2**31 - 1  # a listing's offset: more items than any store holds, less than any database's integer
 
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
 USER_DOC = "The user whose memories these are: the partition, never a filter."
@@ -47,13 +49,14 @@ class SearchRequest(_Request):
     query: Text
     k: int | None = Field(None, ge=1, le=MAX_K, description="How many hits (default: the server's K).")
     filters: SearchFilters | None = None
-    budget: int | None = Field(None, ge=1, description="Tokens of memory text: the best set that fits, instead of K hits.")
+    budget: int | None = Field(None, ge=1, le=MAX_BUDGET,
+                               description="Tokens of memory text: the best set that fits, instead of K hits.")
 
 
 class ContextRequest(_Request):
     user_id: UserId = Field(description=USER_DOC, examples=["alice"])
     query: Text
-    budget: int | None = Field(None, ge=1, description="Prompt budget in tokens (default: the server's).")
+    budget: int | None = Field(None, ge=1, le=MAX_BUDGET, description="Prompt budget in tokens (default: the server's).")
     stm: list[str] = Field(default_factory=list, description="Recent turns of the conversation, oldest first.")
 
 

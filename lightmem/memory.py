@@ -9,7 +9,7 @@ from typing import Any
 
 from lightmem.errors import InvalidInputError
 from lightmem.ltm import CycleReport, LTMOptions, LTMRuntime
-from lightmem.messages import check_budget, check_k, check_stm, check_user_id, to_turns
+from lightmem.messages import check_budget, check_item_fields, check_k, check_stm, check_user_id, to_turns
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
 from lightmem.retrieval.composer import ContextComposer
@@ -275,7 +275,7 @@ class Memory:
 
     def update(self, item_id: str, user_id: str, text: str | None = None, **fields: Any) -> MemoryItem:
         """Change an item's text (re-embedded) or metadata; the change is kept in history."""
-        user_id = check_user_id(user_id)
+        user_id, fields = check_user_id(user_id), check_item_fields(fields)
         if text is not None:
             if not isinstance(text, str) or not text.strip():
                 raise InvalidInputError("text must be a non-empty string")

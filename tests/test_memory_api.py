@@ -38,6 +38,9 @@ def test_add_writes_one_item_per_turn_with_provenance_and_caption(memory):
         ({"text": "ok", "speaker": 7}, {}),
         ({"text": "ok", "metadata": {"f": object()}}, {}),
         ({"text": "ok", "metadata": "not a dict"}, {}),
+        ({"text": "ok", "metadata": {"x": float("nan")}}, {}),
+        ({"text": "ok", "metadata": {"x": [1, float("-inf")]}}, {}),
+        ({"text": "ok", "score": float("inf")}, {}),  # an extra key is metadata too
         ([{"text": "a", "id": "x"}, {"text": "b", "id": "x"}], {}),
         ("ok", {"timestamp": "the day after never"}),
         ("ok", {"timestamp": float("nan")}),
@@ -129,6 +132,36 @@ def test_update_reembeds_and_keeps_history(memory):
     assert events == [("ADD", None, "user: Ava lives in Porto"), ("UPDATE", "user: Ava lives in Porto", "Ava lives in Lisbon")]
     with pytest.raises(InvalidInputError):
         memory.update(item.id, "u", colour="blue")
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"metadata": {"x": float("nan")}}, "finite numbers"),
+    ({"metadata": {"x": {"y": float("inf")}}}, "finite numbers"),
+    ({"metadata": "not a dict"}, "metadata"),
+    ({"metadata": {"x": object()}}, "JSON-serialisable"),
+    ({"topic": 5}, "topic"),
+    ({"entities": "Ava"}, "entities"),
+    ({"utility": float("nan")}, "utility"),
+    ({"utility": 10**400}, "utility"),
+    ({"n_tokens": -1}, "n_tokens"),
+    ({"event_time": True}, "event_time"),
+    ({"valid_to": 10**309}, "valid_to"),
+    ({"nonsense": 1}, "cannot update"),
+])
+def test_bad_update_fields_are_refused_and_change_nothing(memory, fields, says):
+    item = memory.add("Ava lives in Porto", user_id="u")[0]
+    with pytest.raises(InvalidInputError, match=says):
+        memory.update(item.id, "u", **fields)
+    with pytest.raises(InvalidInputError, match=says):  # also together with a new text: nothing re-embedded
+        memory.update(item.id, "u", text="Ava lives in Lisbon", **fields)
+    assert memory.get(item.id, "u") == item and [e.event for e in memory.history(item.id, "u")] == ["ADD"]
+
+
+def test_update_keeps_finite_metadata_exactly(memory):
+    item = memory.add("Ava lives in Porto", user_id="u")[0]
+    meta = {"score": 1e308, "big": 10**30, "nested": {"list": [0.5, -2]}}
+    assert memory.update(item.id, "u", metadata=meta).metadata == meta
+    assert memory.get(item.id, "u").metadata == meta
 
 
 def test_delete_removes_from_sqlite_faiss_and_bm25(memory):

@@ -267,6 +267,18 @@ def test_patch_then_history(client):
     assert client.get(f"/v1/memories/{item['id']}", params={"user_id": "alice"}, headers=auth(ALICE)).status_code == 404
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
+def test_patch_refuses_non_finite_metadata(client, number):
+    item = add(client, "alice", ALICE, "I live in Porto")[0]
+    r = client.patch(f"/v1/memories/{item['id']}", params={"user_id": "alice"},
+                     headers={**auth(ALICE), "Content-Type": "application/json"},
+                     content=('{"metadata": {"x": %s}, "text": "Alice: I live in Lisbon"}' % number).encode())
+    assert r.status_code == 422, r.text
+    assert "metadata" in r.json()["message"] and "finite numbers" in r.json()["message"]
+    kept = client.get(f"/v1/memories/{item['id']}", params={"user_id": "alice"}, headers=auth(ALICE)).json()
+    assert kept["metadata"] == item["metadata"] and kept["text"] == item["text"]
+
+
 def test_key_files_are_checked():
     with pytest.raises(KeyFileError, match="shorter than 16"):
         KeyRing({"short": ["alice"]})

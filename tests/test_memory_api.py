@@ -45,6 +45,8 @@ def test_add_writes_one_item_per_turn_with_provenance_and_caption(memory):
         ("ok", {"timestamp": "the day after never"}),
         ("ok", {"timestamp": float("nan")}),
         ("ok", {"timestamp": True}),
+        ({"text": "ok", "timestamp": False}, {}),
+        ([{"text": "ok", "timestamp": True}], {"timestamp": 1_700_000_000}),
         ("ok", {"user_id": ""}),
         ("ok", {"user_id": "   "}),
         ("ok", {"user_id": "\t\n"}),

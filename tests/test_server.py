@@ -183,6 +183,19 @@ def test_numbers_beyond_float_range_get_422_not_500(client, path, body, field):
     assert client.get("/v1/memories", params={"user_id": "alice"}, headers=auth(ALICE)).json()["items"] == []
 
 
+@pytest.mark.parametrize("path, body, field", [
+    ("/v1/memories", {"user_id": "alice", "messages": [{"speaker": "A", "text": "hi", "timestamp": True}]}, "timestamp"),
+    ("/v1/search", {"user_id": "alice", "query": "x", "filters": {"time_from": False}}, "time_from"),
+    ("/v1/search", {"user_id": "alice", "query": "x", "k": True}, "k"),
+    ("/v1/search", {"user_id": "alice", "query": "x", "budget": True}, "budget"),
+    ("/v1/context", {"user_id": "alice", "query": "x", "budget": True}, "budget"),
+])
+def test_booleans_are_not_numbers(client, path, body, field):
+    r = client.post(path, headers=auth(ALICE), json=body)
+    assert r.status_code == 422 and field in r.json()["message"], r.text
+    assert client.get("/v1/memories", params={"user_id": "alice"}, headers=auth(ALICE)).json()["items"] == []
+
+
 def test_a_body_that_is_not_json_gets_422(client):
     r = client.post("/v1/search", headers={**auth(ALICE), "Content-Type": "application/json"}, content=b'{"user_id": ')
     assert r.status_code == 422 and "not valid JSON" in r.json()["message"]

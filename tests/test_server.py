@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -302,6 +303,35 @@ def test_key_files_are_checked():
     ring = KeyRing({ADMIN: "*", ALICE: ["alice"]})
     assert ring.identify(ADMIN).may_act_for("zed") and not ring.identify(ALICE).may_act_for("zed")
     assert ring.identify("") is None and ring.identify(ALICE.upper()) is None
+
+
+@pytest.mark.parametrize("bad, why", [
+    (" " + ALICE, "starts or ends with whitespace"),
+    (ALICE + "\n", "starts or ends with whitespace"),
+    ("alice key 000000001", "has whitespace (character 6)"),
+    ("clé-secrète-0000000001", "has a non-ASCII character (character 3)"),
+    ("alice-key-\x00000000001", "has a control character (character 11)"),
+    ("alice-key-\x7f000000001", "has a control character (character 11)"),
+    (12345678901234567890, "is not a string"),
+])
+def test_a_key_no_client_could_send_is_refused_by_position_never_shown(tmp_path, bad, why):
+    with pytest.raises(KeyFileError) as err:
+        KeyRing({ADMIN: ["*"], bad: ["alice"]})
+    message = str(err.value)
+    assert message.startswith(f"key #2 {why}") and str(bad).strip() not in message
+    if isinstance(bad, str):  # the same from a keys file, which also says why
+        assert "could never authenticate" in message
+        (tmp_path / "keys.json").write_text(json.dumps({ADMIN: ["*"], bad: ["alice"]}), encoding="utf-8")
+        with pytest.raises(KeyFileError, match=re.escape(f"key #2 {why}")):
+            KeyRing.load(tmp_path / "keys.json")
+
+
+def test_every_visible_ascii_character_can_be_in_a_key(tmp_path):
+    key = "".join(chr(c) for c in range(0x21, 0x7F))  # ! to ~: what check_key allows
+    app = create_app(lambda: _open(tmp_path / "store"), KeyRing({key: ["alice"]}))
+    with TestClient(app) as c:
+        assert c.get("/v1/memories", params={"user_id": "alice"}, headers=auth(key)).status_code == 200
+        assert c.get("/v1/memories", params={"user_id": "alice"}, headers=auth(key[:-1])).status_code == 401
 
 
 def test_serve_refuses_a_bad_keys_file_before_starting(tmp_path, capsys):

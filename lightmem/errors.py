@@ -35,3 +35,9 @@ class ItemNotFoundError(LightMemError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else "item not found"
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """``repr(value)`` for an error message, cut short: a 400-digit number or a long text stays readable."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

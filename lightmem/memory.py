@@ -9,7 +9,7 @@ from typing import Any
 
 from lightmem.errors import InvalidInputError
 from lightmem.ltm import CycleReport, LTMOptions, LTMRuntime
-from lightmem.messages import check_user_id, to_turns
+from lightmem.messages import check_budget, check_item_fields, check_k, check_stm, check_user_id, to_turns
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
 from lightmem.retrieval.composer import ContextComposer
@@ -58,7 +58,7 @@ class Memory:
         self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
         self.controller = controller or PassthroughController()
         self.counter = counter or embedder.token_counter()
-        self.k = _check_k(k)
+        self.k = check_k(k)
         self.ltm = ltm
         self._write = WritePipeline(store, embedder, self.counter, writer or TurnWriter(compact=True), clock,
                                     write_path=write_path, maintainer=maintainer, ltm=ltm)
@@ -237,9 +237,7 @@ class Memory:
         user_id = check_user_id(user_id)
         if not isinstance(query, str) or not query.strip():
             raise InvalidInputError("query must be a non-empty string")
-        k = self.k if k is None else _check_k(k)
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
-            raise InvalidInputError(f"budget must be a positive number of tokens, got {budget!r}")
+        k, budget, stm = self.k if k is None else check_k(k), check_budget(budget), check_stm(stm)
         at = self.clock() if now is None else parse_timestamp(now)
         t0 = time.perf_counter()
         plan = self.controller.plan(query, k, Filters.from_mapping(filters), stm, at)
@@ -263,6 +261,7 @@ class Memory:
         Without ``k``, Stage 2 fills the budget with the best of its candidates (budget-aware set);
         with ``k``, the best ``k`` are packed.
         """
+        budget, stm = check_budget(budget), check_stm(stm)
         fill = (self.composer.budget if budget is None else budget) if k is None else None
         hits = self.search(query, user_id, k, filters, stm, now, fill)
         return self.composer.compose(query, stm, [h.item for h in hits], budget)
@@ -282,7 +281,7 @@ class Memory:
         stays readable in ``history``. Without it, no earlier text of the item stays in its
         history (the events do), so an update can redact a memory.
         """
-        user_id = check_user_id(user_id)
+        user_id, fields = check_user_id(user_id), check_item_fields(fields)
         if not isinstance(keep_history, bool):
             raise InvalidInputError(f"keep_history must be True or False, got {keep_history!r}")
         if text is not None:
@@ -343,10 +342,3 @@ class Memory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _check_k(k: object) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise InvalidInputError(f"k must be a positive integer, got {k!r}")
-    return k
-

@@ -1,12 +1,13 @@
-"""Validation of what callers pass to ``Memory.add``: everything is checked before any write."""
+"""Validation of what callers pass to ``Memory``: everything is checked before any write or search."""
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lightmem.errors import InvalidInputError
+from lightmem.errors import InvalidInputError, shown
 from lightmem.timeutil import now, parse_timestamp
 from lightmem.types import Turn
 
@@ -15,6 +16,10 @@ _SPEAKER_KEYS = ("speaker", "role", "name")
 _ID_KEYS = ("turn_id", "id", "dia_id")
 _CAPTION_KEYS = ("caption", "blip_caption")
 _KNOWN = {*_TEXT_KEYS, *_SPEAKER_KEYS, *_ID_KEYS, *_CAPTION_KEYS, "timestamp", "session_id", "metadata"}
+# Bounds of the numbers a search takes: far above any real use, far below where arithmetic on
+# them overflows a float (k=10**400 did), so a caller's typo is an error, never a crash.
+MAX_K = 10_000
+MAX_BUDGET = 10_000_000  # tokens: beyond the context of any model
 
 
 def check_user_id(user_id: object) -> str:
@@ -48,16 +53,29 @@ def _pick(msg: Mapping[str, Any], keys: Sequence[str], what: str, required: bool
     return None
 
 
+def check_json(value: object, what: str) -> None:
+    """Refuse what cannot be stored as standard JSON: objects, NaN and infinities.
+
+    SQLite would keep ``NaN`` as text that standard JSON readers refuse, and the API would
+    return it as ``null``: a silent change of the caller's data.
+
+    Raises:
+        InvalidInputError: ``value`` is not JSON-serialisable, or holds a non-finite number.
+    """
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        reason = "NaN and infinity are not JSON numbers" if "Out of range float" in str(exc) else str(exc)[:120]
+        raise InvalidInputError(f"{what} must be JSON-serialisable with finite numbers ({reason})") from exc
+
+
 def _metadata(msg: Mapping[str, Any]) -> dict[str, Any]:
     """The ``metadata`` dict merged over unknown keys, checked to be JSON-serialisable."""
     meta = msg.get("metadata") or {}
     if not isinstance(meta, Mapping):
         raise InvalidInputError(f"field 'metadata' must be an object (dict), got {type(meta).__name__}")
     meta = {**{k: v for k, v in msg.items() if k not in _KNOWN}, **meta}
-    try:
-        json.dumps(meta)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"field 'metadata' (with the extra fields) must be JSON-serialisable ({exc})") from exc
+    check_json(meta, "field 'metadata' (with the extra fields)")
     return dict(meta)
 
 
@@ -147,3 +165,87 @@ def to_turns(
     if len(set(ids)) != len(ids):
         raise InvalidInputError("two messages share a turn id")
     return turns
+
+
+def check_k(k: object) -> int:
+    """Return ``k`` when it is a whole number of hits in 1..``MAX_K``.
+
+    Raises:
+        InvalidInputError: ``k`` is not an int (a bool is not), or is out of range.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidInputError(f"k must be a whole number of hits from 1 to {MAX_K}, got {shown(k)}")
+    return k
+
+
+def check_budget(budget: object) -> int | None:
+    """Return ``budget`` (``None`` allowed) when it is a number of tokens in 1..``MAX_BUDGET``.
+
+    Raises:
+        InvalidInputError: ``budget`` is not an int (a bool is not), or is out of range.
+    """
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_BUDGET):
+        raise InvalidInputError(f"budget must be a positive number of tokens up to {MAX_BUDGET}, got {shown(budget)}")
+    return budget
+
+
+def check_stm(stm: object) -> list[str]:
+    """Return the recent turns of a search or a context (``stm``) as a list when all are strings.
+
+    Raises:
+        InvalidInputError: ``stm`` is a lone string or not a list, or holds something else than strings.
+    """
+    if isinstance(stm, (str, bytes, Mapping)) or not isinstance(stm, Sequence):
+        raise InvalidInputError(f"stm must be a list of the conversation's recent turns (strings), got {type(stm).__name__}")
+    if not all(isinstance(line, str) for line in stm):
+        raise InvalidInputError("stm must be a list of strings: the conversation's recent turns, oldest first")
+    return list(stm)
+
+
+def check_item_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Check the fields ``Memory.update`` sets besides the text, before the store is touched.
+
+    Names the store does not update are passed on: the store refuses them, listing what it updates.
+
+    Raises:
+        InvalidInputError: a field of the wrong type, metadata that is not a JSON object of
+            finite numbers, or a time outside the years 1900-3000.
+    """
+    out = dict(fields)
+    for key in ("topic", "superseded_by"):
+        if out.get(key) is not None and not isinstance(out[key], str):
+            raise InvalidInputError(f"field {key!r} must be a string or None, got {type(out[key]).__name__}")
+    for key in ("entities", "provenance"):
+        if key in out and (not isinstance(out[key], (list, tuple)) or not all(isinstance(v, str) for v in out[key])):
+            raise InvalidInputError(f"field {key!r} must be a list of strings")
+        if key in out:
+            out[key] = list(out[key])
+    if "metadata" in out:
+        if not isinstance(out["metadata"], Mapping):
+            raise InvalidInputError(f"field 'metadata' must be an object (dict), got {type(out['metadata']).__name__}")
+        out["metadata"] = dict(out["metadata"])
+        check_json(out["metadata"], "field 'metadata'")
+    for key, required in (("event_time", True), ("valid_from", False), ("valid_to", False)):
+        if key in out and (required or out[key] is not None):
+            try:
+                out[key] = parse_timestamp(out[key])
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"field {key!r}: {exc}") from exc
+    if "utility" in out:
+        out["utility"] = _finite(out["utility"], "utility")
+    if "n_tokens" in out:
+        n = out["n_tokens"]
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**31:  # a store's INTEGER column
+            raise InvalidInputError(f"field 'n_tokens' must be a whole number from 0 to {2**31 - 1}, got {shown(n)}")
+    return out
+
+
+def _finite(value: object, key: str) -> float:
+    """``value`` as a float when it is a finite number (not a bool, not 10**400)."""
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:  # an int beyond float range
+        ok = False
+    if not ok:
+        raise InvalidInputError(f"field {key!r} must be a finite number, got {shown(value)}")
+    return float(value)

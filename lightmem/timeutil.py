@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import time
 from datetime import date, datetime, timezone
 
 from dateutil import parser as dateparser
 
-from lightmem.errors import InvalidInputError
+from lightmem.errors import InvalidInputError, shown
 
 # LoCoMo: "1:56 pm on 8 May, 2023"; LongMemEval: "2023/05/23 (Tue) 19:11".
 _LOCOMO = re.compile(r"^\s*(\d{1,2}:\d{2}\s*[ap]m)\s+on\s+(\d{1,2}\s+\w+,?\s+\d{4})\s*$", re.I)
@@ -22,27 +23,41 @@ def parse_timestamp(value: object) -> float:
 
     Accepts ``datetime``/``date``, int/float epoch seconds, ISO-8601 strings, LoCoMo
     session dates ("1:56 pm on 8 May, 2023") and LongMemEval dates
-    ("2023/05/23 (Tue) 19:11").
+    ("2023/05/23 (Tue) 19:11"). Whatever the form, the time must fall in the years
+    1900-3000: outside them a number is almost surely a unit mistake (milliseconds)
+    and a date cannot be shown back (``iso``, ``spoken_date``).
 
     Raises:
-        InvalidInputError: ``None``, ``bool``, NaN, out-of-range numbers, or a string
+        InvalidInputError: ``None``, ``bool``, NaN, infinity, an integer beyond the range
+            of a float (``10**309``), a time outside the years 1900-3000, or a string
             that is not a date.
     """
     if isinstance(value, bool) or value is None:
-        raise InvalidInputError(f"timestamp must be a datetime, epoch seconds or a date string, got {value!r}")
+        raise InvalidInputError(f"timestamp must be a datetime, epoch seconds or a date string, got {shown(value)}")
     if isinstance(value, datetime):
         dt = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return dt.timestamp()
+        return _in_window(dt.timestamp(), dt.isoformat())
     if isinstance(value, date):
-        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc).timestamp()
-    if isinstance(value, (int, float)):
-        v = float(value)
-        if math.isnan(v) or not (_MIN_EPOCH <= v <= _MAX_EPOCH):
-            raise InvalidInputError(f"timestamp {value!r} is not plausible epoch seconds (years 1900-3000)")
-        return v
+        return _in_window(datetime(value.year, value.month, value.day, tzinfo=timezone.utc).timestamp(), value.isoformat())
+    if isinstance(value, numbers.Real):  # int, float and their numpy kin
+        try:
+            v = float(value)
+        except (OverflowError, ValueError):  # an int beyond float range: float(10**309) raises
+            v = math.inf
+        return _in_window(v, shown(value))
     if isinstance(value, str):
         return _parse_string(value)
     raise InvalidInputError(f"timestamp must be a datetime, epoch seconds or a date string, got {type(value).__name__}")
+
+
+def _in_window(seconds: float, what: str) -> float:
+    """``seconds`` when it lies in the years 1900-3000 (NaN and infinities do not)."""
+    if not (math.isfinite(seconds) and _MIN_EPOCH <= seconds <= _MAX_EPOCH):
+        raise InvalidInputError(
+            f"timestamp {what} is outside the years 1900-3000: give Unix seconds (not milliseconds), "
+            "an ISO 8601 date or a datetime"
+        )
+    return seconds
 
 
 def _parse_string(text: str) -> float:
@@ -56,10 +71,13 @@ def _parse_string(text: str) -> float:
     try:
         dt = dateparser.parse(s, default=datetime(2000, 1, 1))
     except (ValueError, OverflowError) as exc:
-        raise InvalidInputError(f"cannot parse timestamp {text!r}: {exc}") from exc
+        raise InvalidInputError(f"cannot parse timestamp {shown(text)}: {str(exc)[:80]}") from exc
     if dt is None:
-        raise InvalidInputError(f"cannot parse timestamp {text!r}")
-    return parse_timestamp(dt)
+        raise InvalidInputError(f"cannot parse timestamp {shown(text)}")
+    try:
+        return parse_timestamp(dt)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{exc} (parsed from {shown(text)})") from exc
 
 
 def now() -> float:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from lightmem.errors import InvalidInputError
@@ -190,38 +190,55 @@ class Filters:
     def from_mapping(cls, filters: Filters | Mapping[str, Any] | None) -> Filters:
         """Accept a Filters, a plain dict or None; a dict naming a user or an unknown key is refused.
 
+        A key set to ``None`` is left out. A ``Filters`` built by hand is checked like a dict.
+
         Raises:
-            InvalidInputError: an unknown key (``user_id`` among them), or a value of the wrong type.
+            InvalidInputError: an unknown key (``user_id`` among them), a value of the wrong type,
+                a time outside the years 1900-3000, or ``time_from`` after ``time_to``.
         """
         if filters is None:
             return cls()
         if isinstance(filters, Filters):
-            return filters
+            filters = {f.name: getattr(filters, f.name) for f in fields(cls)}
         if not isinstance(filters, Mapping):
             raise InvalidInputError(f"filters must be a dict or Filters, got {type(filters).__name__}")
         unknown = set(filters) - FILTER_KEYS
         if unknown:
             hint = " (the user is chosen by user_id, never by a filter)" if "user_id" in unknown else ""
-            raise InvalidInputError(f"unknown filter keys {sorted(unknown)}; allowed: {sorted(FILTER_KEYS)}{hint}")
+            names = sorted(repr(k) for k in unknown)  # repr: keys need not be strings, nor comparable
+            raise InvalidInputError(f"unknown filter keys [{', '.join(names)}]; allowed: {sorted(FILTER_KEYS)}{hint}")
         kw: dict[str, Any] = {}
         for key in ("time_from", "time_to"):
             if filters.get(key) is not None:
-                kw[key] = parse_timestamp(filters[key])
-        if filters.get("kinds"):
-            try:
-                kw["kinds"] = tuple(ItemKind(k) for k in filters["kinds"])
-            except ValueError as exc:
-                raise InvalidInputError(f"kinds must be among {[k.value for k in ItemKind]}") from exc
-        if filters.get("tags"):
-            tags = filters["tags"]
-            if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
-                raise InvalidInputError("tags must be a list of strings")
-            kw["tags"] = tuple(tags)
-        if "include_superseded" in filters:
+                try:
+                    kw[key] = parse_timestamp(filters[key])
+                except InvalidInputError as exc:
+                    raise InvalidInputError(f"filters.{key}: {exc}") from exc
+        if "time_from" in kw and "time_to" in kw and kw["time_from"] > kw["time_to"]:
+            raise InvalidInputError("filters.time_from is after filters.time_to: no time can match; swap them")
+        if filters.get("kinds") is not None:
+            names = _strings(filters["kinds"], "kinds")
+            allowed = [k.value for k in ItemKind]
+            bad = [n for n in names if n not in allowed]
+            if bad:
+                raise InvalidInputError(f"filters.kinds: {bad[0]!r} is not a kind; kinds must be among {allowed}")
+            kw["kinds"] = tuple(ItemKind(n) for n in names) or None
+        if filters.get("tags") is not None:
+            kw["tags"] = _strings(filters["tags"], "tags") or None
+        if filters.get("include_superseded") is not None:
             if not isinstance(filters["include_superseded"], bool):
-                raise InvalidInputError("include_superseded must be a bool")
+                raise InvalidInputError("filters.include_superseded must be true or false")
             kw["include_superseded"] = filters["include_superseded"]
         return cls(**kw)
+
+
+def _strings(value: object, key: str) -> tuple[str, ...]:
+    """A filter's list of names as a tuple; a lone string is refused (it would be read letter by letter)."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise InvalidInputError(f"filters.{key} must be a list of strings, got {type(value).__name__}")
+    if not all(isinstance(v, str) for v in value):
+        raise InvalidInputError(f"filters.{key} must be a list of strings")
+    return tuple(value)
 
 
 FILTER_KEYS = frozenset({"time_from", "time_to", "kinds", "tags", "include_superseded"})

@@ -145,3 +145,18 @@ def test_bad_lines_write_nothing_unless_skipped(tmp_path, capsys):
     assert users["me"]["turns"] == 3 and users["other"] == before["other"]
     assert main(["search", "green tea", "--user", "me", "--store", store, "-k", "3", "--selector", "none", "--json"]) == 0
     assert "I like green tea" in {h["text"].split(": ", 1)[-1] for h in json.loads(capsys.readouterr().out)}
+
+
+@pytest.mark.parametrize("raw", ["1e400", "1" + "0" * 309, "-1" + "0" * 309],
+                         ids=["1e400", "int-10**309", "int--10**309"])
+def test_a_timestamp_beyond_float_range_is_a_clear_error_or_a_skipped_line(tmp_path, capsys, raw):
+    line = '{"speaker": "a", "text": "x", "timestamp": ' + raw + "}"
+    f = _chat(tmp_path / "chat.jsonl", [_turn("I parked on level 3"), line])
+    store = str(tmp_path / "s")
+    assert main(["ingest", str(f), "--store", store, "--user", "me", "--encoder", "hashing", "-q"]) == 2
+    err = _err(capsys)
+    assert "line 2: field 'timestamp': timestamp" in err and "outside the years 1900-3000" in err
+    assert "Traceback" not in err and not (tmp_path / "s").exists()
+    assert main(["ingest", str(f), "--store", store, "--user", "me", "--encoder", "hashing", "-q", "--skip-bad-lines"]) == 0
+    err = _err(capsys)
+    assert "skipped 1 bad line(s)" in err and "line 2: field 'timestamp'" in err and "1 turns read, 1 items written" in err

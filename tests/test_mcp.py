@@ -98,6 +98,25 @@ def test_bad_input_is_an_error_result_and_the_server_goes_on(server, tool, args,
     assert not good.is_error
 
 
+@pytest.mark.parametrize("tool, args, says", [
+    ("add_memory", {"text": "hi", "timestamp": True}, "timestamp"),
+    ("add_memory", {"text": "hi", "timestamp": False}, "timestamp"),
+    ("add_memory", {"text": "hi", "timestamp": 10**309}, "timestamp"),
+    ("search_memories", {"query": "x", "k": True}, "k"),
+    ("build_context", {"query": "x", "budget": True}, "budget"),
+    ("build_context", {"query": "x", "budget": 10**400}, "budget"),
+    ("get_memories", {"limit": True}, "limit"),
+    ("get_memories", {"offset": 2**63}, "offset"),
+])
+def test_booleans_are_not_numbers_and_huge_numbers_are_refused(memory, server, tool, args, says):
+    async def calls(c):
+        return await c.call_tool(tool, args)
+
+    bad = run(server, calls)
+    assert bad.is_error and says in bad.content[0].text, bad.content[0].text
+    assert memory.get_all("alice") == []  # no memory dated 1970
+
+
 def test_stdio_round_trip(tmp_path):
     params = StdioServerParameters(command=sys.executable, args=[
         "-m", "lightmem.cli", "mcp", "--store", str(tmp_path / "store"), "--user", "alice",

@@ -38,10 +38,15 @@ def test_add_writes_one_item_per_turn_with_provenance_and_caption(memory):
         ({"text": "ok", "speaker": 7}, {}),
         ({"text": "ok", "metadata": {"f": object()}}, {}),
         ({"text": "ok", "metadata": "not a dict"}, {}),
+        ({"text": "ok", "metadata": {"x": float("nan")}}, {}),
+        ({"text": "ok", "metadata": {"x": [1, float("-inf")]}}, {}),
+        ({"text": "ok", "score": float("inf")}, {}),  # an extra key is metadata too
         ([{"text": "a", "id": "x"}, {"text": "b", "id": "x"}], {}),
         ("ok", {"timestamp": "the day after never"}),
         ("ok", {"timestamp": float("nan")}),
         ("ok", {"timestamp": True}),
+        ({"text": "ok", "timestamp": False}, {}),
+        ([{"text": "ok", "timestamp": True}], {"timestamp": 1_700_000_000}),
         ("ok", {"user_id": ""}),
         ("ok", {"user_id": "   "}),
         ("ok", {"user_id": "\t\n"}),
@@ -68,20 +73,49 @@ def test_blank_user_id_is_refused_with_what_to_do(memory, user_id):
     assert memory.store.users() == ["u"] and _count(memory) == (1, 1)
 
 
-@pytest.mark.parametrize("k", [0, -1, 2.5, True, "3"])
+@pytest.mark.parametrize("k", [0, -1, 2.5, True, "3", 10_001, pytest.param(10**400, id="10**400")])
 def test_bad_k_is_refused(memory, k):
     memory.add("something", user_id="u")
     with pytest.raises(InvalidInputError):
         memory.search("something", "u", k=k)
 
 
-@pytest.mark.parametrize("filters", [{"user_id": "v"}, {"time_from": "not a date"}, {"kinds": ["nope"]}, {"tags": "solo"}, "x"])
+@pytest.mark.parametrize("filters", [
+    {"user_id": "v"}, {"time_from": "not a date"}, {"kinds": ["nope"]}, {"tags": "solo"}, "x",
+    {"time_from": 10**400}, {"time_to": float("-inf")}, {"time_from": True}, {"kinds": 3}, {"kinds": "episodic"},
+    {"tags": 7}, {"tags": ["a", 1]}, {1: "x", "a": 2}, {"include_superseded": "yes"},
+    {"time_from": "2024-01-01", "time_to": "2023-01-01"}, Filters(time_from=float("nan")),
+])
 def test_bad_filters_and_queries_are_refused(memory, filters):
     memory.add("something", user_id="u")
     with pytest.raises(InvalidInputError):
         memory.search("something", "u", filters=filters)
     with pytest.raises(InvalidInputError):
         memory.search("   ", "u")
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"budget": 10**400}, "budget"), ({"budget": 10_000_001}, "budget"), ({"budget": 0}, "budget"), ({"budget": True}, "budget"),
+    ({"now": 10**309}, "outside the years 1900-3000"), ({"now": True}, "timestamp"),
+    ({"stm": "one line"}, "stm"), ({"stm": [1, 2]}, "stm"),
+])
+def test_search_numbers_out_of_range_are_refused_not_crashes(memory, kwargs, says):
+    memory.add("something", user_id="u")
+    with pytest.raises(InvalidInputError, match=says):
+        memory.search("something", "u", **kwargs)
+    if "now" not in kwargs:  # build_context checks its budget and stm also when k is given (no Stage-2 fill)
+        with pytest.raises(InvalidInputError, match=says):
+            memory.build_context("something", "u", k=3, **kwargs)
+
+
+def test_filters_keep_their_meaning_and_name_the_bad_field(memory):
+    assert Filters.from_mapping({"kinds": ["episodic"], "tags": ["rome"], "time_from": None}) == Filters(
+        kinds=(Filters.from_mapping({"kinds": ["episodic"]}).kinds[0],), tags=("rome",))
+    assert Filters.from_mapping({"kinds": [], "tags": []}).is_trivial
+    with pytest.raises(InvalidInputError, match=r"filters\.time_from: timestamp .* outside the years 1900-3000"):
+        Filters.from_mapping({"time_from": 10**400})
+    with pytest.raises(InvalidInputError, match="swap them"):
+        Filters.from_mapping({"time_from": "2024-01-01", "time_to": "2023-01-01"})
 
 
 def test_readding_the_same_turn_ids_is_idempotent(memory):
@@ -110,6 +144,36 @@ def test_update_without_history_keeps_no_earlier_text(memory):
     assert memory.get(item.id, "u").text == "Ava lives in Lisbon"
     assert [(e.event, e.old_text, e.new_text) for e in memory.history(item.id, "u")] == [("ADD", None, None),
                                                                                        ("UPDATE", None, None)]
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"metadata": {"x": float("nan")}}, "finite numbers"),
+    ({"metadata": {"x": {"y": float("inf")}}}, "finite numbers"),
+    ({"metadata": "not a dict"}, "metadata"),
+    ({"metadata": {"x": object()}}, "JSON-serialisable"),
+    ({"topic": 5}, "topic"),
+    ({"entities": "Ava"}, "entities"),
+    ({"utility": float("nan")}, "utility"),
+    ({"utility": 10**400}, "utility"),
+    ({"n_tokens": -1}, "n_tokens"),
+    ({"event_time": True}, "event_time"),
+    ({"valid_to": 10**309}, "valid_to"),
+    ({"nonsense": 1}, "cannot update"),
+])
+def test_bad_update_fields_are_refused_and_change_nothing(memory, fields, says):
+    item = memory.add("Ava lives in Porto", user_id="u")[0]
+    with pytest.raises(InvalidInputError, match=says):
+        memory.update(item.id, "u", **fields)
+    with pytest.raises(InvalidInputError, match=says):  # also together with a new text: nothing re-embedded
+        memory.update(item.id, "u", text="Ava lives in Lisbon", **fields)
+    assert memory.get(item.id, "u") == item and [e.event for e in memory.history(item.id, "u")] == ["ADD"]
+
+
+def test_update_keeps_finite_metadata_exactly(memory):
+    item = memory.add("Ava lives in Porto", user_id="u")[0]
+    meta = {"score": 1e308, "big": 10**30, "nested": {"list": [0.5, -2]}}
+    assert memory.update(item.id, "u", metadata=meta).metadata == meta
+    assert memory.get(item.id, "u").metadata == meta
 
 
 def test_delete_removes_from_sqlite_faiss_and_bm25(memory):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -164,6 +165,38 @@ def test_malformed_search_and_context_get_422(client, path, body, field):
     assert r.status_code == 422 and field in r.json()["message"], r.text
 
 
+BIG = "1" + "0" * 309  # an integer JSON number beyond float range (10**309)
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/v1/memories", '{"user_id": "alice", "messages": [{"speaker": "A", "text": "hi", "timestamp": %s}]}' % BIG, "timestamp"),
+    ("/v1/memories", '{"user_id": "alice", "messages": [{"speaker": "A", "text": "hi", "timestamp": -%s}]}' % BIG, "timestamp"),
+    ("/v1/memories", '{"user_id": "alice", "messages": [{"speaker": "A", "text": "hi", "timestamp": 1e400}]}', "timestamp"),
+    ("/v1/search", '{"user_id": "alice", "query": "x", "filters": {"time_from": 1%s}}' % ("0" * 400), "time_from"),
+    ("/v1/search", '{"user_id": "alice", "query": "x", "filters": {"time_to": -1e400}}', "time_to"),
+    ("/v1/search", '{"user_id": "alice", "query": "x", "budget": 1%s}' % ("0" * 400), "budget"),
+    ("/v1/context", '{"user_id": "alice", "query": "x", "budget": 1%s}' % ("0" * 40), "budget"),
+])
+def test_numbers_beyond_float_range_get_422_not_500(client, path, body, field):
+    r = client.post(path, headers={**auth(ALICE), "Content-Type": "application/json"}, content=body.encode())
+    assert r.status_code == 422, r.text
+    assert field in r.json()["message"] and len(r.text) < 1000  # the 400 digits are not echoed back
+    assert client.get("/v1/memories", params={"user_id": "alice"}, headers=auth(ALICE)).json()["items"] == []
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/v1/memories", {"user_id": "alice", "messages": [{"speaker": "A", "text": "hi", "timestamp": True}]}, "timestamp"),
+    ("/v1/search", {"user_id": "alice", "query": "x", "filters": {"time_from": False}}, "time_from"),
+    ("/v1/search", {"user_id": "alice", "query": "x", "k": True}, "k"),
+    ("/v1/search", {"user_id": "alice", "query": "x", "budget": True}, "budget"),
+    ("/v1/context", {"user_id": "alice", "query": "x", "budget": True}, "budget"),
+])
+def test_booleans_are_not_numbers(client, path, body, field):
+    r = client.post(path, headers=auth(ALICE), json=body)
+    assert r.status_code == 422 and field in r.json()["message"], r.text
+    assert client.get("/v1/memories", params={"user_id": "alice"}, headers=auth(ALICE)).json()["items"] == []
+
+
 def test_a_body_that_is_not_json_gets_422(client):
     r = client.post("/v1/search", headers={**auth(ALICE), "Content-Type": "application/json"}, content=b'{"user_id": ')
     assert r.status_code == 422 and "not valid JSON" in r.json()["message"]
@@ -248,6 +281,18 @@ def test_patch_then_history(client):
     assert client.get(f"/v1/memories/{item['id']}", params={"user_id": "alice"}, headers=auth(ALICE)).status_code == 404
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
+def test_patch_refuses_non_finite_metadata(client, number):
+    item = add(client, "alice", ALICE, "I live in Porto")[0]
+    r = client.patch(f"/v1/memories/{item['id']}", params={"user_id": "alice"},
+                     headers={**auth(ALICE), "Content-Type": "application/json"},
+                     content=('{"metadata": {"x": %s}, "text": "Alice: I live in Lisbon"}' % number).encode())
+    assert r.status_code == 422, r.text
+    assert "metadata" in r.json()["message"] and "finite numbers" in r.json()["message"]
+    kept = client.get(f"/v1/memories/{item['id']}", params={"user_id": "alice"}, headers=auth(ALICE)).json()
+    assert kept["metadata"] == item["metadata"] and kept["text"] == item["text"]
+
+
 def test_key_files_are_checked():
     with pytest.raises(KeyFileError, match="shorter than 16"):
         KeyRing({"short": ["alice"]})
@@ -258,6 +303,35 @@ def test_key_files_are_checked():
     ring = KeyRing({ADMIN: "*", ALICE: ["alice"]})
     assert ring.identify(ADMIN).may_act_for("zed") and not ring.identify(ALICE).may_act_for("zed")
     assert ring.identify("") is None and ring.identify(ALICE.upper()) is None
+
+
+@pytest.mark.parametrize("bad, why", [
+    (" " + ALICE, "starts or ends with whitespace"),
+    (ALICE + "\n", "starts or ends with whitespace"),
+    ("alice key 000000001", "has whitespace (character 6)"),
+    ("clé-secrète-0000000001", "has a non-ASCII character (character 3)"),
+    ("alice-key-\x00000000001", "has a control character (character 11)"),
+    ("alice-key-\x7f000000001", "has a control character (character 11)"),
+    (12345678901234567890, "is not a string"),
+])
+def test_a_key_no_client_could_send_is_refused_by_position_never_shown(tmp_path, bad, why):
+    with pytest.raises(KeyFileError) as err:
+        KeyRing({ADMIN: ["*"], bad: ["alice"]})
+    message = str(err.value)
+    assert message.startswith(f"key #2 {why}") and str(bad).strip() not in message
+    if isinstance(bad, str):  # the same from a keys file, which also says why
+        assert "could never authenticate" in message
+        (tmp_path / "keys.json").write_text(json.dumps({ADMIN: ["*"], bad: ["alice"]}), encoding="utf-8")
+        with pytest.raises(KeyFileError, match=re.escape(f"key #2 {why}")):
+            KeyRing.load(tmp_path / "keys.json")
+
+
+def test_every_visible_ascii_character_can_be_in_a_key(tmp_path):
+    key = "".join(chr(c) for c in range(0x21, 0x7F))  # ! to ~: what check_key allows
+    app = create_app(lambda: _open(tmp_path / "store"), KeyRing({key: ["alice"]}))
+    with TestClient(app) as c:
+        assert c.get("/v1/memories", params={"user_id": "alice"}, headers=auth(key)).status_code == 200
+        assert c.get("/v1/memories", params={"user_id": "alice"}, headers=auth(key[:-1])).status_code == 401
 
 
 def test_serve_refuses_a_bad_keys_file_before_starting(tmp_path, capsys):

@@ -4,7 +4,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,10 @@ from typing import Any
 from lightmem.datasets.catalog import missing_file_error
 from lightmem.errors import InvalidInputError
 from lightmem.messages import message_to_turn
+from lightmem.timeutil import parse_timestamp
 from lightmem.types import Turn
 
+log = logging.getLogger(__name__)
 MAX_LISTED = 20  # bad lines named in one error; the rest are counted
 FORMATS = ("auto", "locomo", "longmemeval", "jsonl")
 
@@ -168,6 +171,61 @@ def detect_format(data: Any) -> str:
 
 
 _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+_REQUIRED = object()
+
+
+def json_type(value: object) -> str:
+    """What a parsed JSON value is, as a message says it: "an object", "null"..."""
+    return _JSON_TYPES.get(type(value), "null" if value is None else type(value).__name__)
+
+
+def expect(value: object, kinds: type | tuple[type, ...], where: str, what: str) -> Any:
+    """``value`` when it is one of ``kinds`` (a bool is not an int unless ``kinds`` names bool).
+
+    Raises:
+        InvalidInputError: "{where}: expected {what}, got an array" (and the like).
+    """
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise InvalidInputError(f"{where}: expected {what}, got {json_type(value)}")
+    return value
+
+
+def field_of(record: Mapping[str, Any], key: str, kinds: type | tuple[type, ...], where: str, what: str,
+             default: Any = _REQUIRED) -> Any:
+    """``record[key]``, checked to be one of ``kinds``; ``default`` when it is absent or null.
+
+    The loaders of dataset files read every field through this, so a bad file is an
+    ``InvalidInputError`` naming the place and the field, never a ``KeyError`` or ``TypeError``.
+
+    Raises:
+        InvalidInputError: "{where}: missing field 'speaker'" (no ``default``), or
+            "{where}: field 'speaker' must be a string, got a number".
+    """
+    value = record.get(key)
+    if value is None:
+        if default is _REQUIRED:
+            raise InvalidInputError(f"{where}: missing field {key!r}")
+        return default
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise InvalidInputError(f"{where}: field {key!r} must be {what}, got {json_type(value)}")
+    return value
+
+
+def timestamp_at(value: object, where: str) -> float:
+    """``parse_timestamp(value)``, its error prefixed with where the value is."""
+    try:
+        return parse_timestamp(value)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{where}: {exc}") from exc
+
+
+def warn_skipped(empty: Sequence[str], fmt: str) -> None:
+    """One warning naming the turns a loader skipped because they hold nothing to remember."""
+    if empty:
+        log.warning("%s: skipped %d turn(s) with no text (and no image caption): nothing to remember\n%s",
+                    fmt, len(empty), describe_bad_rows(empty))
 
 
 def _row_turn(row: Row, index: int) -> Turn:
@@ -176,7 +234,7 @@ def _row_turn(row: Row, index: int) -> Turn:
     if row.error:
         raise InvalidInputError(row.error)
     if not isinstance(row.value, dict):
-        got = _JSON_TYPES.get(type(row.value), "null")
+        got = json_type(row.value)
         raise InvalidInputError(f"expected a JSON object {{speaker, text, timestamp}}, got {got}")
     turn = message_to_turn(row.value, base_ts=None)
     if "id" not in row.value and "turn_id" not in row.value and "dia_id" not in row.value:

@@ -4,43 +4,80 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lightmem.datasets.formats import Conversation, QAItem, Session, read_json
+from lightmem.datasets.formats import Conversation, QAItem, Session, expect, field_of, read_json, timestamp_at, warn_skipped
 from lightmem.errors import InvalidInputError
-from lightmem.timeutil import parse_timestamp
 from lightmem.types import Turn
+
+_ID = (str, int)
 
 
 def parse_longmemeval(instances: list[dict[str, Any]]) -> list[Conversation]:
-    out = []
-    for inst in instances:
-        try:
-            qid = str(inst["question_id"])
-            sessions_raw, dates, sids = inst["haystack_sessions"], inst["haystack_dates"], inst["haystack_session_ids"]
-        except KeyError as exc:
-            raise InvalidInputError(f"LongMemEval item lacks {exc}") from exc
-        if not (len(sessions_raw) == len(dates) == len(sids)):
-            raise InvalidInputError(f"{qid}: haystack_sessions, haystack_dates and haystack_session_ids differ in length")
-        sessions, evidence = [], []
-        for sid, date, turns_raw in zip(sids, dates, sessions_raw):
-            ts = parse_timestamp(date)
-            turns = []
-            for i, t in enumerate(turns_raw):
-                content = t.get("content") or ""
-                if not content.strip():
-                    continue
-                tid = f"{sid}:{i}"
-                if t.get("has_answer"):
-                    evidence.append(tid)
-                turns.append(Turn(tid, str(t.get("role", "user")), content, ts, str(sid), None, {"has_answer": bool(t.get("has_answer"))}))
-            sessions.append(Session(str(sid), ts, turns))
-        qa = [
-            QAItem(
-                str(inst.get("question", "")), str(inst.get("answer", "")), evidence, str(inst.get("question_type", "")),
-                {"question_date": inst.get("question_date"), "answer_session_ids": inst.get("answer_session_ids", [])},
-            )
-        ]
-        out.append(Conversation(qid, sessions, qa, ("user", "assistant")))
-    return out
+    """LongMemEval instances as conversations; every field used is checked before anything is returned.
+
+    Errors name the place: ``instance 3 (e47becba), session 2 (answer_280352e9), turn 5: missing
+    field 'content'``. An instance is counted from 0 in the file (the index ``--conversations``
+    takes); sessions and turns count from 1. A turn with empty content is skipped, with one
+    warning naming every such turn (see ``parse_locomo``).
+
+    Raises:
+        InvalidInputError: a missing field, a field of the wrong type, lists of sessions, dates
+            and session ids of different lengths, or a bad date.
+    """
+    empty: list[str] = []
+    convs = [_instance(i, inst, empty) for i, inst in enumerate(instances)]
+    warn_skipped(empty, "LongMemEval")
+    return convs
+
+
+def _instance(index: int, raw: object, empty: list[str]) -> Conversation:
+    where = f"instance {index}"
+    inst = expect(raw, dict, where, "an object (a LongMemEval instance)")
+    qid = str(field_of(inst, "question_id", _ID, where, "a string"))
+    where = f"instance {index} ({qid})"
+    sessions_raw = field_of(inst, "haystack_sessions", list, where, "a list of sessions")
+    dates = field_of(inst, "haystack_dates", list, where, "a list of dates")
+    sids = field_of(inst, "haystack_session_ids", list, where, "a list of session ids")
+    if not (len(sessions_raw) == len(dates) == len(sids)):
+        raise InvalidInputError(f"{where}: haystack_sessions, haystack_dates and haystack_session_ids differ in length "
+                                f"({len(sessions_raw)}, {len(dates)}, {len(sids)})")
+    sessions, evidence = [], []
+    for n, (sid, date, turns_raw) in enumerate(zip(sids, dates, sessions_raw), 1):
+        sid = str(expect(sid, _ID, f"{where}, haystack_session_ids item {n}", "a session id (a string)"))
+        at = f"{where}, session {n} ({sid})"
+        ts = timestamp_at(expect(date, (str, int, float), f"{at}, date", "a date string"), f"{at}, date")
+        turns = []
+        for i, t in enumerate(expect(turns_raw, list, at, "a list of turns")):
+            turn = _turn(t, f"{at}, turn {i + 1}", f"{sid}:{i}", sid, ts, empty)
+            if turn is not None:
+                turns.append(turn)
+                if turn.metadata["has_answer"]:
+                    evidence.append(turn.turn_id)
+        sessions.append(Session(sid, ts, turns))
+    question_date = field_of(inst, "question_date", (str, int, float), where, "a date string", None)
+    if question_date is not None:
+        timestamp_at(question_date, f"{where}, question_date")  # checked now; the evaluation parses it again
+    answer_sids = field_of(inst, "answer_session_ids", list, where, "a list of session ids", [])
+    if not all(isinstance(s, _ID) and not isinstance(s, bool) for s in answer_sids):
+        raise InvalidInputError(f"{where}: field 'answer_session_ids' must be a list of session ids (strings)")
+    qa = QAItem(field_of(inst, "question", str, where, "a string", ""),
+                str(field_of(inst, "answer", (str, int, float), where, "a string", "")), evidence,
+                field_of(inst, "question_type", str, where, "a string", ""),
+                {"question_date": question_date, "answer_session_ids": answer_sids})
+    return Conversation(qid, sessions, [qa], ("user", "assistant"))
+
+
+def _turn(raw: object, where: str, turn_id: str, sid: str, ts: float, empty: list[str]) -> Turn | None:
+    """One turn, or None for a turn with empty content (listed in ``empty``)."""
+    t = expect(raw, dict, where, "an object (a turn)")
+    role = field_of(t, "role", str, where, "a string ('user' or 'assistant')")
+    if not role.strip():
+        raise InvalidInputError(f"{where}: field 'role' is empty")
+    content = field_of(t, "content", str, where, "a string")
+    has_answer = field_of(t, "has_answer", bool, where, "true or false", False)
+    if not content.strip():
+        empty.append(where)
+        return None
+    return Turn(turn_id, role, content, ts, sid, None, {"has_answer": has_answer})
 
 
 def load_longmemeval(path: str | Path) -> list[Conversation]:

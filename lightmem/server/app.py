@@ -22,6 +22,7 @@ from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.memory import Memory
 from lightmem.server.auth import KeyRing, Principal
 from lightmem.server.schemas import (
+    MAX_OFFSET,
     USER_DOC,
     AddRequest,
     ContextOut,
@@ -142,7 +143,7 @@ def _routes() -> APIRouter:
 
     @r.get("/v1/memories", tags=["memories"])
     def list_items(user_id: QueryUser, caller: Caller, request: Request,
-                   limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Annotated[int, Query(ge=0)] = 0,
+                   limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
                    include_archived: bool = False) -> ItemsOut:
         authorize(caller, user_id)
         with memory_of(request) as memory:

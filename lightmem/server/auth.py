@@ -16,7 +16,8 @@ _KEY_HINT = "make one with `python -c 'import secrets; print(secrets.token_urlsa
 
 
 class KeyFileError(LightMemError):
-    """A keys file is missing, not JSON, or maps a key to something other than a list of user ids."""
+    """A keys file is missing, not JSON, holds a key no client could send, or maps a key to
+    something other than a list of user ids."""
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,14 @@ class KeyRing:
         keys: API key -> the user ids it may act for; ``"*"`` (alone or in the list) makes it an admin key.
 
     Raises:
-        KeyFileError: a key shorter than 16 characters, or a value that is not a list of user ids.
+        KeyFileError: a key shorter than 16 characters or with a character an ``Authorization: Bearer``
+            header cannot carry (see ``check_key``), or a value that is not a list of user ids.
     """
 
     def __init__(self, keys: Mapping[str, Sequence[str] | str]) -> None:
         self._entries: list[tuple[bytes, Principal]] = []
         for n, (key, users) in enumerate(keys.items(), 1):
-            if not isinstance(key, str) or len(key) < MIN_KEY_LENGTH:
-                raise KeyFileError(f"key #{n} is shorter than {MIN_KEY_LENGTH} characters: {_KEY_HINT}")
+            check_key(key, n)
             if isinstance(users, str):
                 users = [users]
             if not isinstance(users, Sequence) or not users or not all(isinstance(u, str) and u.strip() for u in users):
@@ -85,6 +86,36 @@ class KeyRing:
             if hmac.compare_digest(presented, digest):
                 found = principal
         return found
+
+
+def check_key(key: object, n: int) -> None:
+    """Refuse a key that could never authenticate; the message names its position ``n``, never the key.
+
+    A key travels as ``Authorization: Bearer <key>``: servers strip the spaces around a header
+    value, HTTP clients send only ASCII (and the server would read other bytes as Latin-1, not
+    UTF-8), and a bearer token (RFC 6750) has no spaces or control characters. So a key is 16 or
+    more visible ASCII characters, ``!`` to ``~``; anything else would get 401 on every request.
+
+    Raises:
+        KeyFileError: ``key`` is not a string, is too short, or holds another character.
+    """
+    if not isinstance(key, str):
+        raise KeyFileError(f"key #{n} is not a string: {_KEY_HINT}")
+    if len(key) < MIN_KEY_LENGTH:
+        raise KeyFileError(f"key #{n} is shorter than {MIN_KEY_LENGTH} characters: {_KEY_HINT}")
+    bad = next(((i, c) for i, c in enumerate(key, 1) if not "!" <= c <= "~"), None)
+    if bad is not None:
+        i, c = bad
+        if c.isspace() and (i == 1 or i == len(key)):
+            why = "starts or ends with whitespace, which HTTP servers strip from the header"
+        elif c.isspace():
+            why = f"has whitespace (character {i}), which a bearer token cannot hold"
+        elif not c.isascii():
+            why = f"has a non-ASCII character (character {i}), which HTTP clients cannot send in a header"
+        else:
+            why = f"has a control character (character {i}), which an HTTP header cannot carry"
+        raise KeyFileError(f"key #{n} {why}, so it could never authenticate: use only the visible ASCII "
+                           f"characters ! to ~ (letters, digits, - _ . ~ + / =); {_KEY_HINT}")
 
 
 def _digest(key: str) -> bytes:

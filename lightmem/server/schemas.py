@@ -5,15 +5,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, StringConstraints, model_validator
 
+from lightmem.messages import MAX_BUDGET
 from lightmem.types import ComposedContext, HistoryEvent, Hit, MemoryItem
 
 MAX_K = 200
+MAX_OFFSET = 2**31 - 1  # a listing's offset: more items than any store holds, less than any database's integer
 
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
 USER_DOC = "The user whose memories these are: the partition, never a filter."
 Text = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 # A Unix time (seconds) or a date string lightmem parses ("1:56 pm on 8 May, 2023", ISO 8601...).
+# Strict: a boolean is neither (pydantic's lax mode would read true as 1970-01-01T00:00:01).
 Timestamp = StrictStr | StrictInt | StrictFloat
+# A count (k, budget...): strict too, or true would be read as 1.
+Count = StrictInt
 
 
 class _Request(BaseModel):
@@ -45,15 +50,16 @@ class SearchFilters(_Request):
 class SearchRequest(_Request):
     user_id: UserId = Field(description=USER_DOC, examples=["alice"])
     query: Text
-    k: int | None = Field(None, ge=1, le=MAX_K, description="How many hits (default: the server's K).")
+    k: Count | None = Field(None, ge=1, le=MAX_K, description="How many hits (default: the server's K).")
     filters: SearchFilters | None = None
-    budget: int | None = Field(None, ge=1, description="Tokens of memory text: the best set that fits, instead of K hits.")
+    budget: Count | None = Field(None, ge=1, le=MAX_BUDGET,
+                                 description="Tokens of memory text: the best set that fits, instead of K hits.")
 
 
 class ContextRequest(_Request):
     user_id: UserId = Field(description=USER_DOC, examples=["alice"])
     query: Text
-    budget: int | None = Field(None, ge=1, description="Prompt budget in tokens (default: the server's).")
+    budget: Count | None = Field(None, ge=1, le=MAX_BUDGET, description="Prompt budget in tokens (default: the server's).")
     stm: list[str] = Field(default_factory=list, description="Recent turns of the conversation, oldest first.")
 
 

@@ -200,6 +200,35 @@ def test_booleans_are_not_numbers(client, path, body, field):
 def test_a_body_that_is_not_json_gets_422(client):
     r = client.post("/v1/search", headers={**auth(ALICE), "Content-Type": "application/json"}, content=b'{"user_id": ')
     assert r.status_code == 422 and "not valid JSON" in r.json()["message"]
+    for body, why in ((b'{"user_id": "\xff"}', "not UTF-8 text"), (b"[" * 1500 + b"]" * 1500, "nested too deep")):
+        r = client.post("/v1/search", headers={**auth(ALICE), "Content-Type": "application/json"}, content=body)
+        assert r.status_code == 422 and r.json()["message"] == f"malformed request: the body is not valid JSON ({why})"
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"user_id": "alice", "query": "x", "k": "5"}, "k"),
+    ({"user_id": "alice", "query": "x", "budget": 2.5}, "budget"),
+    ({"user_id": "alice", "query": "x", "filters": {"include_superseded": "yes"}}, "filters.include_superseded"),
+    ({"user_id": "alice", "query": "x", "filters": {"tags": "solo"}}, "filters.tags"),
+    ({"user_id": 5, "query": "x"}, "user_id"),
+])
+def test_a_value_of_another_json_type_is_refused_not_coerced(client, body, field):
+    r = client.post("/v1/search", headers=auth(ALICE), json=body)
+    assert r.status_code == 422 and field in r.json()["message"], r.text
+
+
+def test_a_whole_number_written_as_a_float_is_a_count(client):
+    add(client, "alice", ALICE, "I adopted a puppy named Rex")
+    r = client.post("/v1/search", headers=auth(ALICE), json={"user_id": "alice", "query": "puppy", "k": 1.0, "budget": 500.0})
+    assert r.status_code == 200 and len(r.json()["hits"]) == 1
+
+
+def test_the_openapi_schema_documents_every_error_answer(client):
+    paths = client.get("/openapi.json").json()["paths"]
+    assert set(paths["/v1/memories"]["post"]["responses"]) == {"201", "401", "403", "413", "422"}
+    assert set(paths["/v1/memories/{item_id}"]["patch"]["responses"]) == {"200", "401", "403", "404", "413", "422"}
+    error = paths["/v1/search"]["post"]["responses"]["422"]["content"]["application/json"]["schema"]
+    assert error == {"$ref": "#/components/schemas/ErrorOut"}
 
 
 def test_oversized_body_gets_413_and_writes_nothing(client):

@@ -12,9 +12,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import lightmem
@@ -22,12 +24,14 @@ from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.memory import Memory
 from lightmem.server.auth import KeyRing, Principal
 from lightmem.server.schemas import (
+    MAX_LIMIT,
     MAX_OFFSET,
     USER_DOC,
     AddRequest,
     ContextOut,
     ContextRequest,
     DeletedOut,
+    ErrorOut,
     HistoryEventOut,
     HistoryOut,
     HitOut,
@@ -75,6 +79,7 @@ def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int
     app.state.memory_lock = threading.Lock()
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_exception_handler(RequestValidationError, _malformed)
+    app.add_exception_handler(StarletteHTTPException, _unreadable_body)
     app.add_exception_handler(InvalidInputError, _invalid)
     app.add_exception_handler(ItemNotFoundError, _not_found)
     app.include_router(_routes())
@@ -109,14 +114,29 @@ def memory_of(request: Request) -> Iterator[Memory]:
 
 
 # -- routes (sync functions: FastAPI runs them in its threadpool) -------------------------------
+_ERRORS = {
+    401: "No key, or not a key of the keys file.",
+    403: "The key may not act for this user.",
+    404: "This user has no such memory.",
+    413: "The request body is over the server's limit.",
+    422: "A malformed or invalid request: `message` names each bad field.",
+}
+
+
+def _errors(*codes: int) -> dict[int | str, dict]:
+    """The OpenAPI entries of the error answers a route gives, so clients (and fuzzers) know them."""
+    return {code: {"model": ErrorOut, "description": _ERRORS[code]} for code in codes}
+
+
 def _routes() -> APIRouter:
     r = APIRouter()
+    write, read, item = _errors(401, 403, 413, 422), _errors(401, 403, 422), _errors(401, 403, 404, 422)
 
     @r.get("/healthz", tags=["ops"])
     def healthz() -> dict[str, str]:
         return {"status": "ok", "version": lightmem.__version__}
 
-    @r.post("/v1/memories", status_code=201, tags=["memories"])
+    @r.post("/v1/memories", status_code=201, tags=["memories"], responses=write)
     def add(body: AddRequest, caller: Caller, request: Request) -> ItemsOut:
         """Remember messages; answers once the turns and their items are committed."""
         authorize(caller, body.user_id)
@@ -125,7 +145,7 @@ def _routes() -> APIRouter:
             items = memory.add(msgs, user_id=body.user_id, session_id=body.session_id)
         return ItemsOut(items=[MemoryOut.of(i) for i in items])
 
-    @r.post("/v1/search", tags=["memories"])
+    @r.post("/v1/search", tags=["memories"], responses=write)
     def search(body: SearchRequest, caller: Caller, request: Request) -> HitsOut:
         authorize(caller, body.user_id)
         filters = body.filters.model_dump(exclude_none=True) if body.filters else None
@@ -133,7 +153,7 @@ def _routes() -> APIRouter:
             hits = memory.search(body.query, body.user_id, k=body.k, filters=filters, budget=body.budget)
         return HitsOut(hits=[HitOut.of(h) for h in hits])
 
-    @r.post("/v1/context", tags=["memories"])
+    @r.post("/v1/context", tags=["memories"], responses=write)
     def context(body: ContextRequest, caller: Caller, request: Request) -> ContextOut:
         """A prompt: query > recent turns (``stm``) > memories, within ``budget`` tokens."""
         authorize(caller, body.user_id)
@@ -141,22 +161,22 @@ def _routes() -> APIRouter:
             ctx = memory.build_context(body.query, body.user_id, stm=body.stm, budget=body.budget)
         return ContextOut.of(ctx)
 
-    @r.get("/v1/memories", tags=["memories"])
+    @r.get("/v1/memories", tags=["memories"], responses=read)
     def list_items(user_id: QueryUser, caller: Caller, request: Request,
-                   limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+                   limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100, offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
                    include_archived: bool = False) -> ItemsOut:
         authorize(caller, user_id)
         with memory_of(request) as memory:
             items = memory.get_all(user_id, include_archived=include_archived, limit=limit, offset=offset)
         return ItemsOut(items=[MemoryOut.of(i) for i in items])
 
-    @r.get("/v1/memories/{item_id}", tags=["memories"])
+    @r.get("/v1/memories/{item_id}", tags=["memories"], responses=item)
     def get(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> MemoryOut:
         authorize(caller, user_id)
         with memory_of(request) as memory:
             return MemoryOut.of(memory.get(item_id, user_id, include_archived=True))
 
-    @r.patch("/v1/memories/{item_id}", tags=["memories"])
+    @r.patch("/v1/memories/{item_id}", tags=["memories"], responses=_errors(401, 403, 404, 413, 422))
     def update(item_id: str, body: UpdateRequest, user_id: QueryUser, caller: Caller, request: Request) -> MemoryOut:
         """Change a memory's text (re-embedded), topic or metadata. A new text replaces the old one for
         good (the history keeps the event, not the text) unless ``keep_history`` is true."""
@@ -165,7 +185,7 @@ def _routes() -> APIRouter:
         with memory_of(request) as memory:
             return MemoryOut.of(memory.update(item_id, user_id, **fields))
 
-    @r.delete("/v1/memories/{item_id}", tags=["memories"])
+    @r.delete("/v1/memories/{item_id}", tags=["memories"], responses=item)
     def delete(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> DeletedOut:
         """Erase a memory: its text, the texts of its history and its source turns no other memory cites."""
         authorize(caller, user_id)
@@ -173,7 +193,7 @@ def _routes() -> APIRouter:
             removed = memory.delete(item_id, user_id)
         return DeletedOut(id=item_id, removed=removed)
 
-    @r.get("/v1/memories/{item_id}/history", tags=["memories"])
+    @r.get("/v1/memories/{item_id}/history", tags=["memories"], responses=item)
     def history(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> HistoryOut:
         authorize(caller, user_id)
         with memory_of(request) as memory:
@@ -182,7 +202,7 @@ def _routes() -> APIRouter:
             raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
         return HistoryOut(id=item_id, events=[HistoryEventOut.of(e) for e in events])
 
-    @r.delete("/v1/users/{user_id}", tags=["users"])
+    @r.delete("/v1/users/{user_id}", tags=["users"], responses=read)
     def delete_user(user_id: Annotated[UserId, Path(description=USER_DOC)], caller: Caller, request: Request) -> UserDeletedOut:
         """Erase everything of a user: turns, memories and history."""
         authorize(caller, user_id)
@@ -206,6 +226,15 @@ def _describe(error: dict) -> str:
     if error["type"] == "json_invalid":
         return f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'decode error')} at character {error['loc'][-1]})"
     return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+
+
+async def _unreadable_body(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """422, like any malformed request, for a body FastAPI cannot decode (its 400); others unchanged."""
+    if exc.status_code != 400:
+        return await http_exception_handler(request, exc)
+    why = {UnicodeDecodeError: "not UTF-8 text", RecursionError: "nested too deep"}.get(type(exc.__cause__), "unreadable")
+    message = f"malformed request: the body is not valid JSON ({why})"
+    return JSONResponse({"detail": message, "message": message}, status_code=422)
 
 
 async def _invalid(request: Request, exc: InvalidInputError) -> JSONResponse:

@@ -11,17 +11,18 @@ from pydantic import Field
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.memory import Memory
-from lightmem.messages import MAX_BUDGET, check_user_id
+from lightmem.messages import check_user_id
 from lightmem.server.schemas import (
-    MAX_K,
-    MAX_OFFSET,
+    Budget,
     ContextOut,
-    Count,
     DeletedOut,
     HitOut,
     HitsOut,
     ItemsOut,
+    K,
+    Limit,
     MemoryOut,
+    Offset,
     Timestamp,
 )
 from lightmem.server.settings import open_memory
@@ -63,15 +64,15 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     @server.tool()
     def search_memories(
         query: Annotated[NonBlank, Field(description="What to look for, as a question or keywords.")],
-        k: Annotated[Count, Field(ge=1, le=MAX_K, description="How many memories to return.")] = 5,
+        k: Annotated[K, Field(description="How many memories to return.")] = 5,
     ) -> HitsOut:
         """Find the memories most relevant to a query, best first, with their scores and source turns."""
         return HitsOut(hits=[HitOut.of(h) for h in call(memory.search, query, user_id, k=k)])
 
     @server.tool()
     def get_memories(
-        limit: Annotated[Count, Field(ge=1, le=1000, description="At most this many memories.")] = 50,
-        offset: Annotated[Count, Field(ge=0, le=MAX_OFFSET, description="Skip this many first.")] = 0,
+        limit: Annotated[Limit, Field(description="At most this many memories.")] = 50,
+        offset: Annotated[Offset, Field(description="Skip this many first.")] = 0,
     ) -> ItemsOut:
         """List the stored memories, oldest first."""
         return ItemsOut(items=[MemoryOut.of(i) for i in call(memory.get_all, user_id, limit=limit, offset=offset)])
@@ -85,7 +86,7 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     @server.tool()
     def build_context(
         query: Annotated[NonBlank, Field(description="The question the context is for.")],
-        budget: Annotated[Count | None, Field(ge=1, le=MAX_BUDGET, description="Prompt budget in tokens; defaults to the memory's.")] = None,
+        budget: Annotated[Budget | None, Field(description="Prompt budget in tokens; defaults to the memory's.")] = None,
         stm: Annotated[list[str] | None, Field(description="Recent turns of the conversation, oldest first.")] = None,
     ) -> ContextOut:
         """Compose a prompt: the query, then recent turns, then the best memories, within the token budget."""

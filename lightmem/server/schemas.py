@@ -3,12 +3,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    model_validator,
+)
 
 from lightmem.messages import MAX_BUDGET
 from lightmem.types import ComposedContext, HistoryEvent, Hit, MemoryItem
 
 MAX_K = 200
+MAX_LIMIT = 1000  # memories in one listing
 MAX_OFFSET = 2**31 - 1  # a listing's offset: more items than any store holds, less than any database's integer
 
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
@@ -17,12 +29,28 @@ Text = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 # A Unix time (seconds) or a date string lightmem parses ("1:56 pm on 8 May, 2023", ISO 8601...).
 # Strict: a boolean is neither (pydantic's lax mode would read true as 1970-01-01T00:00:01).
 Timestamp = StrictStr | StrictInt | StrictFloat
-# A count (k, budget...): strict too, or true would be read as 1.
-Count = StrictInt
+
+
+def _whole_number(value: object) -> object:
+    """A count as JSON may write it (5 or 5.0), never a boolean: lax int reads true as 1."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number: give a whole number")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# Counts, bounded (the bounds are in the OpenAPI schema: the validator comes after them).
+K = Annotated[int, Field(ge=1, le=MAX_K), BeforeValidator(_whole_number)]
+Budget = Annotated[int, Field(ge=1, le=MAX_BUDGET), BeforeValidator(_whole_number)]
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT), BeforeValidator(_whole_number)]
+Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET), BeforeValidator(_whole_number)]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not silently ignored
+    # extra="forbid": a misspelt field is an error, not silently ignored. strict: a value of
+    # another JSON type than the schema's is refused, not coerced ("yes" is no boolean, "5" no number).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Message(_Request):
@@ -50,16 +78,15 @@ class SearchFilters(_Request):
 class SearchRequest(_Request):
     user_id: UserId = Field(description=USER_DOC, examples=["alice"])
     query: Text
-    k: Count | None = Field(None, ge=1, le=MAX_K, description="How many hits (default: the server's K).")
+    k: K | None = Field(None, description="How many hits (default: the server's K).")
     filters: SearchFilters | None = None
-    budget: Count | None = Field(None, ge=1, le=MAX_BUDGET,
-                                 description="Tokens of memory text: the best set that fits, instead of K hits.")
+    budget: Budget | None = Field(None, description="Tokens of memory text: the best set that fits, instead of K hits.")
 
 
 class ContextRequest(_Request):
     user_id: UserId = Field(description=USER_DOC, examples=["alice"])
     query: Text
-    budget: Count | None = Field(None, ge=1, le=MAX_BUDGET, description="Prompt budget in tokens (default: the server's).")
+    budget: Budget | None = Field(None, description="Prompt budget in tokens (default: the server's).")
     stm: list[str] = Field(default_factory=list, description="Recent turns of the conversation, oldest first.")
 
 
@@ -75,6 +102,14 @@ class UpdateRequest(_Request):
         if self.text is None and self.topic is None and self.metadata is None:
             raise ValueError("give at least one of text, topic, metadata")
         return self
+
+
+class ErrorOut(BaseModel):
+    """The body of every error answer (401, 403, 404, 413, 422)."""
+
+    detail: str | list[dict[str, Any]] = Field(
+        description="What is wrong: a sentence, or for a malformed body the list of bad fields (loc, msg, type).")
+    message: str | None = Field(None, description="422: one line naming each bad field, and what to do.")
 
 
 class MemoryOut(BaseModel):

@@ -13,10 +13,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from lightmem.build import ENCODERS
-from lightmem.errors import LightMemError
+from lightmem.errors import LightMemError, StoreFullError
 
 console = Console(stderr=True)
 STORE_HELP = "store folder (created if missing) or postgresql://user:password@host/db (pip install 'lightmem-slm[postgres]')"
+EXIT_ERROR, EXIT_STORE_FULL = 2, 3
+EXIT_STATUS = (
+    "Exit status: 0 done; 1 nothing done (a question answered no); 2 an error: bad input, or a store that cannot be "
+    "used (the message says why: missing, read-only, corrupt, not a lightmem database); 3 a full disk (the "
+    "store's, or a backup's): nothing of the write that hit it was stored, what was stored before is intact; "
+    "free space and run the command again."
+)
 
 
 def _open(store: str, encoder: str | None = None, must_exist: bool = False, selector: str = "none", ltm=None):
@@ -27,8 +34,8 @@ def _open(store: str, encoder: str | None = None, must_exist: bool = False, sele
     from lightmem.roles.selector import Stage1Selector, default_selector
     from lightmem.stores.factory import describe, stored_embedder
 
-    if must_exist and stored_embedder(store) is None:
-        raise LightMemError(f"no lightmem store at {describe(store)}; create one with "
+    if must_exist and stored_embedder(store) is None:  # a file that is there but unusable raised, saying why
+        raise LightMemError(f"no lightmem store at {describe(store)} yet; create one with "
                             f"`lightmem ingest FILE --store {describe(store)}`")
     embedder = resolve_embedder(store, encoder)
     return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),
@@ -240,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lightmem",
         description="Long-term memory for LLM agents: ingest conversations into a per-user store, search it, consolidate it into a knowledge graph.",
-        epilog="Example: lightmem ingest locomo.json --store mem/ && lightmem search 'When did Caroline go to the support group?' --user conv-26 --store mem/",
+        epilog="Example: lightmem ingest locomo.json --store mem/ && lightmem search 'When did Caroline go to the support group?' "
+               f"--user conv-26 --store mem/. {EXIT_STATUS}",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = p.add_subparsers(dest="command", required=True)
@@ -338,9 +346,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_user(args)
         return args.func(args)
+    except StoreFullError as exc:
+        resume = " A rerun of the same `lightmem ingest` skips the turns already stored." if args.command == "ingest" else ""
+        console.print(f"[red]error:[/red] {escape(str(exc) + resume)}", soft_wrap=True)
+        return EXIT_STORE_FULL
     except (LightMemError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        return 2
+        # soft_wrap: the terminal wraps the line, so the commands and paths a message gives copy whole
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

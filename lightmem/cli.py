@@ -206,6 +206,30 @@ def cmd_delete_user(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    from lightmem.stores.backup import backup
+
+    summary = backup(args.store, args.out, force=args.force)
+    console.print(escape(f"backed up {_shown(args.store)} to {summary.path}: {summary}"))
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from lightmem.stores.backup import restore
+
+    summary = restore(args.backup, args.store, force=args.force)
+    console.print(escape(f"restored {_shown(args.store)} from {args.backup}: {summary}"))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from lightmem.stores.backup import check
+
+    summary = check(args.store)
+    console.print(escape(f"{summary.path}: integrity ok; {summary}"))
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from lightmem.server.serve import serve
     from lightmem.server.settings import ServeSettings
@@ -305,6 +329,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--store", required=True, help=STORE_HELP)
     s.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     s.set_defaults(func=cmd_delete_user)
+
+    s = sub.add_parser("backup", help="copy a consistent snapshot of a store to a file, while others may write",
+                       epilog="The backup is itself a store (--store OUT opens it). A postgresql:// store is backed up "
+                              "with pg_dump: the command prints the one to run.")
+    s.add_argument("out", metavar="OUT", help="backup file (.sqlite), or a folder to hold lightmem.sqlite")
+    s.add_argument("--store", required=True, help=STORE_HELP)
+    s.add_argument("--force", action="store_true", help="replace an existing OUT")
+    s.set_defaults(func=cmd_backup)
+
+    s = sub.add_parser("restore", help="replace a store by a backup (checked first; written atomically)",
+                       epilog="Stop every process using the store first (a server: stop it, restore, start it).")
+    s.add_argument("backup", metavar="BACKUP", help="a file made by `lightmem backup`")
+    s.add_argument("--store", required=True, help="store folder or .sqlite file to replace or create")
+    s.add_argument("--force", action="store_true", help="replace a store that holds data or cannot be read")
+    s.set_defaults(func=cmd_restore)
+
+    s = sub.add_parser("check", help="check a store's file for corruption (SQLite's integrity check)")
+    s.add_argument("--store", required=True, help="store folder or .sqlite file")
+    s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("serve", help="serve stores over HTTP to many agents (API keys scoped to users; OpenAPI at /docs)",
                        epilog='KEYS.json: {"<key>": ["alice", "bob"], "<admin key>": ["*"]}')

@@ -34,7 +34,10 @@ class StoreSummary:
     size: int
 
     def __str__(self) -> str:
-        return f"{self.users} users, {self.turns} turns, {self.items} items ({self.size / 1e6:.1f} MB)"
+        def n(count: int, what: str) -> str:
+            return f"{count} {what}{'' if count == 1 else 's'}"
+
+        return f"{n(self.users, 'user')}, {n(self.turns, 'turn')}, {n(self.items, 'item')} ({self.size / 1e6:.1f} MB)"
 
 
 def backup(location: str | Path, out: str | Path, force: bool = False) -> StoreSummary:

@@ -4,7 +4,11 @@ from lightmem.errors import (
     ItemNotFoundError,
     LightMemError,
     ModelPackageMissingError,
+    NotAStoreError,
+    StoreCorruptError,
     StoreError,
+    StoreFullError,
+    StoreReadOnlyError,
 )
 from lightmem.memory import Memory
 from lightmem.types import ComposedContext, Filters, Hit, ItemKind, MemoryItem, RetrievalPlan, Turn
@@ -24,4 +28,8 @@ __all__ = [
     "ItemNotFoundError",
     "ModelPackageMissingError",
     "StoreError",
+    "StoreFullError",
+    "StoreReadOnlyError",
+    "StoreCorruptError",
+    "NotAStoreError",
 ]

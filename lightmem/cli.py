@@ -13,10 +13,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from lightmem.build import ENCODERS
-from lightmem.errors import LightMemError
+from lightmem.errors import LightMemError, StoreFullError
 
 console = Console(stderr=True)
 STORE_HELP = "store folder (created if missing) or postgresql://user:password@host/db (pip install 'lightmem-slm[postgres]')"
+EXIT_ERROR, EXIT_STORE_FULL = 2, 3
+EXIT_STATUS = (
+    "Exit status: 0 done; 1 nothing done (a question answered no); 2 an error: bad input, or a store that cannot be "
+    "used (the message says why: missing, read-only, corrupt, not a lightmem database); 3 a full disk (the "
+    "store's, or a backup's): nothing of the write that hit it was stored, what was stored before is intact; "
+    "free space and run the command again."
+)
 
 
 def _open(store: str, encoder: str | None = None, must_exist: bool = False, selector: str = "none", ltm=None):
@@ -27,8 +34,8 @@ def _open(store: str, encoder: str | None = None, must_exist: bool = False, sele
     from lightmem.roles.selector import Stage1Selector, default_selector
     from lightmem.stores.factory import describe, stored_embedder
 
-    if must_exist and stored_embedder(store) is None:
-        raise LightMemError(f"no lightmem store at {describe(store)}; create one with "
+    if must_exist and stored_embedder(store) is None:  # a file that is there but unusable raised, saying why
+        raise LightMemError(f"no lightmem store at {describe(store)} yet; create one with "
                             f"`lightmem ingest FILE --store {describe(store)}`")
     embedder = resolve_embedder(store, encoder)
     return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),
@@ -199,6 +206,30 @@ def cmd_delete_user(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    from lightmem.stores.backup import backup
+
+    summary = backup(args.store, args.out, force=args.force)
+    console.print(escape(f"backed up {_shown(args.store)} to {summary.path}: {summary}"))
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from lightmem.stores.backup import restore
+
+    summary = restore(args.backup, args.store, force=args.force)
+    console.print(escape(f"restored {_shown(args.store)} from {args.backup}: {summary}"))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from lightmem.stores.backup import check
+
+    summary = check(args.store)
+    console.print(escape(f"{summary.path}: integrity ok; {summary}"))
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from lightmem.server.serve import serve
     from lightmem.server.settings import ServeSettings
@@ -240,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lightmem",
         description="Long-term memory for LLM agents: ingest conversations into a per-user store, search it, consolidate it into a knowledge graph.",
-        epilog="Example: lightmem ingest locomo.json --store mem/ && lightmem search 'When did Caroline go to the support group?' --user conv-26 --store mem/",
+        epilog="Example: lightmem ingest locomo.json --store mem/ && lightmem search 'When did Caroline go to the support group?' "
+               f"--user conv-26 --store mem/. {EXIT_STATUS}",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = p.add_subparsers(dest="command", required=True)
@@ -298,6 +330,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     s.set_defaults(func=cmd_delete_user)
 
+    s = sub.add_parser("backup", help="copy a consistent snapshot of a store to a file, while others may write",
+                       epilog="The backup is itself a store (--store OUT opens it). A postgresql:// store is backed up "
+                              "with pg_dump: the command prints the one to run.")
+    s.add_argument("out", metavar="OUT", help="backup file (.sqlite), or a folder to hold lightmem.sqlite")
+    s.add_argument("--store", required=True, help=STORE_HELP)
+    s.add_argument("--force", action="store_true", help="replace an existing OUT")
+    s.set_defaults(func=cmd_backup)
+
+    s = sub.add_parser("restore", help="replace a store by a backup (checked first; written atomically)",
+                       epilog="Stop every process using the store first (a server: stop it, restore, start it).")
+    s.add_argument("backup", metavar="BACKUP", help="a file made by `lightmem backup`")
+    s.add_argument("--store", required=True, help="store folder or .sqlite file to replace or create")
+    s.add_argument("--force", action="store_true", help="replace a store that holds data or cannot be read")
+    s.set_defaults(func=cmd_restore)
+
+    s = sub.add_parser("check", help="check a store's file for corruption (SQLite's integrity check)")
+    s.add_argument("--store", required=True, help="store folder or .sqlite file")
+    s.set_defaults(func=cmd_check)
+
     s = sub.add_parser("serve", help="serve stores over HTTP to many agents (API keys scoped to users; OpenAPI at /docs)",
                        epilog='KEYS.json: {"<key>": ["alice", "bob"], "<admin key>": ["*"]}')
     s.add_argument("--store", required=True, help=STORE_HELP)
@@ -338,9 +389,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_user(args)
         return args.func(args)
+    except StoreFullError as exc:
+        resume = " A rerun of the same `lightmem ingest` skips the turns already stored." if args.command == "ingest" else ""
+        console.print(f"[red]error:[/red] {escape(str(exc) + resume)}", soft_wrap=True)
+        return EXIT_STORE_FULL
     except (LightMemError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        return 2
+        # soft_wrap: the terminal wraps the line, so the commands and paths a message gives copy whole
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

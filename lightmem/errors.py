@@ -30,6 +30,29 @@ class StoreError(LightMemError):
     """The store on disk cannot be opened or used as asked (schema or embedder mismatch...)."""
 
 
+class StoreFullError(StoreError):
+    """The disk (or database server) holding the store is out of space.
+
+    The write that hit it was rolled back whole; everything committed before is intact, and the
+    same write succeeds once space is freed. The CLI exits with status 3, the HTTP API answers 507.
+    """
+
+
+class StoreReadOnlyError(StoreError):
+    """The store is on a read-only file system or lacks write permission: it can be read, not written."""
+
+
+class StoreCorruptError(StoreError):
+    """The store's file is damaged (a corrupt page, a truncated file, a garbage header).
+
+    The message says how to check it (``lightmem check``) and how to recover (``lightmem restore``).
+    """
+
+
+class NotAStoreError(StoreError):
+    """The location holds a file that is not a lightmem database (another SQLite database, or not SQLite)."""
+
+
 class ItemNotFoundError(LightMemError, KeyError):
     """No memory item with this id exists for this user."""
 

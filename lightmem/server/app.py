@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import lightmem
-from lightmem.errors import InvalidInputError, ItemNotFoundError
+from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError, StoreFullError
 from lightmem.memory import Memory
 from lightmem.server.auth import KeyRing, Principal
 from lightmem.server.schemas import (
@@ -82,6 +82,8 @@ def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int
     app.add_exception_handler(StarletteHTTPException, _unreadable_body)
     app.add_exception_handler(InvalidInputError, _invalid)
     app.add_exception_handler(ItemNotFoundError, _not_found)
+    app.add_exception_handler(StoreFullError, _store_full)
+    app.add_exception_handler(StoreError, _store_unavailable)
     app.include_router(_routes())
     return app
 
@@ -243,6 +245,19 @@ async def _invalid(request: Request, exc: InvalidInputError) -> JSONResponse:
 
 async def _not_found(request: Request, exc: ItemNotFoundError) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
+async def _store_full(request: Request, exc: StoreFullError) -> JSONResponse:
+    """507 Insufficient Storage: nothing of the request was stored; the same request succeeds once space is freed."""
+    log.error("507 %s %s: %s", request.method, request.url.path, exc)
+    return JSONResponse({"detail": str(exc)}, status_code=507)
+
+
+async def _store_unavailable(request: Request, exc: StoreError) -> JSONResponse:
+    """503: the store cannot serve this (read-only, corrupt...), which no change to the request fixes; an
+    operator must (the message says how), so it is not a 500 (a bug) and clients may retry later."""
+    log.error("503 %s %s: %s", request.method, request.url.path, exc)
+    return JSONResponse({"detail": str(exc)}, status_code=503)
 
 
 class BodyLimit:

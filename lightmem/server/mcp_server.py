@@ -9,7 +9,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from lightmem.errors import InvalidInputError, ItemNotFoundError
+from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.memory import Memory
 from lightmem.messages import check_user_id
 from lightmem.server.schemas import (
@@ -47,7 +47,7 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
         try:
             with lock:
                 return fn(*args, **kwargs)
-        except (InvalidInputError, ItemNotFoundError) as exc:
+        except (InvalidInputError, ItemNotFoundError, StoreError) as exc:  # a full disk, a corrupt store: say so
             raise ToolError(str(exc)) from exc
 
     @server.tool()

@@ -450,16 +450,21 @@ class MTMStore:
                 self.flush()
 
     def flush(self) -> None:
-        """Write buffered access statistics."""
+        """Write buffered access statistics (a read-only store drops them: it was opened saying so)."""
         with self._lock:
-            if self._access:
+            if self._access and self.sql.read_only:
+                self._access.drain()
+            elif self._access:
                 with self.sql.transaction() as c:
                     self._access.write(c)
 
     def close(self) -> None:
-        self.flush()
-        self.sql.prune_changes(self._keep_changes)
-        self.sql.close()
+        """Write what is buffered and close; the database closes even when that write fails (a full disk)."""
+        try:
+            self.flush()
+            self.sql.prune_changes(self._keep_changes)
+        finally:
+            self.sql.close()
 
     @staticmethod
     def new_id() -> str:

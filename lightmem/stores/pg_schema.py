@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from lightmem.errors import StoreError
+from lightmem.errors import StoreError, StoreFullError
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,24 @@ def _psycopg() -> Any:
     except ImportError as exc:
         raise StoreError("a postgresql:// store needs psycopg and pgvector: pip install 'lightmem-slm[postgres]'") from exc
     return psycopg
+
+
+DISK_FULL = "53100"  # SQLSTATE disk_full (psycopg.errors.DiskFull)
+
+
+@contextmanager
+def named_faults(location: str) -> Iterator[None]:
+    """Raise the server's "disk full" (SQLSTATE 53100) as ``StoreFullError``; the transaction was rolled back."""
+    try:
+        yield
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) == DISK_FULL:
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else "disk full"
+            raise StoreFullError(
+                f"the disk of the PostgreSQL server holding the lightmem store at {location} is full ({first_line}): "
+                f"nothing of this write was stored, and everything stored before is intact. Free space on the "
+                f"database server, then retry.") from exc
+        raise
 
 
 def connect(uri: str) -> Any:

@@ -156,7 +156,7 @@ class PostgresStore:
 
     # -- plumbing ------------------------------------------------------------------------------
     def _query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[tuple]:
-        with self._mutex:
+        with self._mutex, pg_schema.named_faults(self.location):
             return self._conn.execute(sql, params).fetchall()
 
     @contextmanager
@@ -165,7 +165,8 @@ class PostgresStore:
         with self._mutex:
             if self._lock.active:
                 raise StoreError("a store write inside `with store.lock:` (a read snapshot); write outside it")
-            with self._conn.transaction(), self._conn.cursor() as cur:
+            # named_faults is outermost: it also sees an error of the COMMIT that closing the transaction runs.
+            with pg_schema.named_faults(self.location), self._conn.transaction(), self._conn.cursor() as cur:
                 if user_id is not None:
                     cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (pg_schema.USER_LOCK_CLASS, user_id))
                 yield cur

@@ -12,6 +12,7 @@ data_version`` (microseconds) and replays only the rows that changed.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -22,11 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from lightmem.errors import StoreError
+from lightmem.errors import NotAStoreError, StoreError, StoreReadOnlyError
+from lightmem.stores import sqlite_faults
 from lightmem.types import HistoryEvent, ItemKind, MemoryItem, Turn
 
+log = logging.getLogger(__name__)
+
 SCHEMA_VERSION = "3"
-_MIGRATABLE = {"1", "2"}  # older versions this code upgrades in place (every change is additive)
+MIGRATABLE = {"1", "2"}  # older versions this code upgrades in place (every change is additive)
 _BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
@@ -126,11 +130,19 @@ class SQLiteStore:
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.label = store_label(self.path)
         self.lock = threading.RLock()
+        self._read_only = sqlite_faults.read_only_reason(self.path)
+        if self._read_only is not None:
+            self._open_read_only()
+            return
         try:
-            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
-                                         timeout=_BUSY_TIMEOUT_S)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the folder of the lightmem store at {self.path}: {exc}") from exc
+        self._conn = sqlite_faults.connect(self.path, self.label, _BUSY_TIMEOUT_S)
+        try:
+            schema_version(self._conn, self.path)  # first, before WAL mode writes to another application's database
             _retry_busy(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
             self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
             # Deleted rows are overwritten with zeros, not left in free space: a deleted memory's text
@@ -138,29 +150,74 @@ class SQLiteStore:
             self._conn.execute("PRAGMA secure_delete=ON")
             self._conn.execute("PRAGMA foreign_keys=ON")
             with self.transaction() as c:  # one process creates or upgrades the schema; others wait
-                version = c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() if _has_meta(c) else None
-                if version is not None and version[0] != SCHEMA_VERSION and version[0] not in _MIGRATABLE:
-                    raise StoreError(f"{self.path} has schema version {version[0]}; this lightmem reads {SCHEMA_VERSION}")
+                version = schema_version(c, self.path)
+                if version is not None and version != SCHEMA_VERSION and version not in MIGRATABLE:
+                    raise StoreError(f"{self.path} has schema version {version}; this lightmem reads {SCHEMA_VERSION}")
                 for stmt in _statements(_SCHEMA):
                     c.execute(stmt)
                 c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path} is not a usable lightmem database: {exc}") from exc
+        except BaseException as exc:
+            self._conn.close()
+            if isinstance(exc, sqlite3.DatabaseError):  # the file's own faults are named already (sqlite_faults)
+                raise StoreError(f"{self.path} is not a usable lightmem database: {exc}") from exc
+            raise
+
+    def _open_read_only(self) -> None:
+        """Open a store this process may not write: reads work, every write is refused up front."""
+        if not self.path.is_file():
+            raise StoreReadOnlyError(f"cannot create a lightmem store at {self.path}: {self._read_only}; "
+                                     f"give a --store on a writable disk")
+        self._conn = sqlite_faults.open_read_only(self.path, self.label, _BUSY_TIMEOUT_S)
+        try:
+            version = schema_version(self._conn, self.path)
+            if version != SCHEMA_VERSION:
+                raise StoreReadOnlyError(
+                    f"the lightmem store at {self.path} has schema version {version or 'none'} and is read-only "
+                    f"({self._read_only}); this lightmem reads version {SCHEMA_VERSION} after an upgrade that writes: "
+                    f"open it once where it can be written")
+        except BaseException:
+            self._conn.close()
+            raise
+        log.info("opened %s read-only (%s): writes are refused and access statistics are not recorded",
+                 self.path, self._read_only)
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened read-only (a read-only file system or no write permission)."""
+        return self._read_only is not None
 
     # -- plumbing -----------------------------------------------------------------------
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One atomic write batch: everything inside commits together or not at all."""
+        """One atomic write batch: everything inside commits together or not at all.
+
+        Raises:
+            StoreReadOnlyError: the store was opened read-only.
+            StoreFullError: the disk filled up; nothing of the batch was written.
+        """
         with self.lock:
+            if self._read_only is not None:
+                raise StoreReadOnlyError(sqlite_faults.read_only_message(self.path, self.label, self._read_only))
             # BEGIN IMMEDIATE takes the write lock up front (no deadlocking upgrade later); the busy
             # timeout waits for another process's transaction, and a retry covers a longer one.
             _retry_busy(lambda: self._conn.execute("BEGIN IMMEDIATE"))
             try:
                 yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._conn.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback(exc)
                 raise
-            self._conn.execute("COMMIT")
+
+    def _rollback(self, cause: BaseException) -> None:
+        """Undo the open transaction unless SQLite already has: it rolls back by itself on a full
+        disk, an I/O error or no memory, and a ROLLBACK then fails and would hide ``cause``."""
+        if not self._conn.in_transaction:
+            return
+        try:
+            self._conn.execute("ROLLBACK")
+        except (sqlite3.Error, StoreError) as exc:
+            log.error("rolling back a failed write to %s failed too: %s", self.path, exc)
+            cause.add_note(f"rolling back afterwards failed too: {exc}")
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -193,7 +250,10 @@ class SQLiteStore:
 
     def prune_changes(self, keep: int = 100_000) -> int:
         """Drop all but the newest ``keep`` changes. A process that had not read the dropped ones
-        rebuilds its indexes from the tables instead (it sees the gap). Returns rows dropped."""
+        rebuilds its indexes from the tables instead (it sees the gap). Returns rows dropped
+        (none from a read-only store)."""
+        if self.read_only:
+            return 0
         with self.transaction() as c:
             through = self.last_change(c) - keep
             n = c.execute("DELETE FROM item_changes WHERE seq <= ?", (through,)).rowcount
@@ -391,19 +451,53 @@ def database_path(path: str | Path) -> Path:
     return p if p.suffix in {".sqlite", ".db"} else p / DB_NAME
 
 
+def store_label(db: Path) -> str:
+    """The store's location as a user gives it (``--store``): the folder of a ``lightmem.sqlite``, else the file."""
+    return str(db.parent) if db.name == DB_NAME else str(db)
+
+
 def stored_embedder(path: str | Path) -> str | None:
-    """The name of the embedder that wrote the store at ``path`` (read-only), or None when there is no store."""
+    """The name of the embedder that wrote the store at ``path`` (read-only), or None when there is no store.
+
+    Raises:
+        StoreError: a file is there but cannot be read as a lightmem store; the subclass says why
+            (``StoreCorruptError``, ``NotAStoreError``, ``StoreReadOnlyError``).
+    """
     db = database_path(path)
-    if not db.is_file():
+    if not db.exists():
         return None
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    con = sqlite_faults.open_read_only(db, store_label(db))
     try:
+        if schema_version(con, db) is None:
+            return None
         row = con.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
-    except sqlite3.DatabaseError:
-        return None
     finally:
         con.close()
     return row[0] if row else None
+
+
+def schema_version(c: sqlite3.Connection, db: Path) -> str | None:
+    """The lightmem schema version of the database, or None when it holds no tables yet.
+
+    Raises:
+        NotAStoreError: it holds tables, but not a lightmem store's (another application's database).
+    """
+    tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+    if not tables:
+        return None
+    row = None
+    if {"meta", "turns"} <= tables:
+        try:
+            row = c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.OperationalError as exc:  # a `meta` table of another shape: not ours
+            log.debug("%s: meta is not lightmem's: %s", db, exc)
+    if row is None:
+        shown = ", ".join(sorted(tables)[:6]) + (", ..." if len(tables) > 6 else "")
+        raise NotAStoreError(
+            f"cannot open the lightmem store at {db}: it is a SQLite database, but not a lightmem one (its tables: "
+            f"{shown}). Check --store: lightmem does not write into another application's database; a new store "
+            f"needs a new folder or file.")
+    return row[0]
 
 
 def _retry_busy(fn, attempts: int = 5):
@@ -416,10 +510,6 @@ def _retry_busy(fn, attempts: int = 5):
                 raise
             time.sleep(0.05 * 2**i)
     return None
-
-
-def _has_meta(c: sqlite3.Connection) -> bool:
-    return c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is not None
 
 
 def _statements(script: str) -> list[str]:

@@ -275,7 +275,7 @@ class Memory:
 
     def update(self, item_id: str, user_id: str, text: str | None = None, **fields: Any) -> MemoryItem:
         """Change an item's text (re-embedded) or metadata; the change is kept in history."""
-        user_id, fields = check_user_id(user_id), check_item_fields(fields)
+        user_id, fields = check_user_id(user_id), check_item_fields(fields, text)
         if text is not None:
             if not isinstance(text, str) or not text.strip():
                 raise InvalidInputError("text must be a non-empty string")

@@ -281,7 +281,7 @@ class Memory:
         stays readable in ``history``. Without it, no earlier text of the item stays in its
         history (the events do), so an update can redact a memory.
         """
-        user_id, fields = check_user_id(user_id), check_item_fields(fields)
+        user_id, fields = check_user_id(user_id), check_item_fields(fields, text)
         if not isinstance(keep_history, bool):
             raise InvalidInputError(f"keep_history must be True or False, got {keep_history!r}")
         if text is not None:

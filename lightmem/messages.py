@@ -37,7 +37,24 @@ def check_user_id(user_id: object) -> str:
             f"user_id is empty or only whitespace ({user_id!r}): pass the id of the user whose memories these are, "
             "e.g. user_id='alice'"
         )
-    return user_id
+    return check_unicode(user_id, "user_id")
+
+
+def check_unicode(text: str, what: str) -> str:
+    """Return ``text`` when it can be stored as UTF-8.
+
+    JSON's ``"\\ud800"`` decodes to a lone surrogate, which Python keeps in a ``str`` but no store
+    (SQLite, PostgreSQL) nor HTTP answer can encode.
+
+    Raises:
+        InvalidInputError: ``text`` holds a lone surrogate.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"{what} is not valid Unicode text: character {exc.start + 1} is a lone surrogate "
+                                f"({text[exc.start]!r}), half of a pair; send the whole character") from exc
+    return text
 
 
 def _pick(msg: Mapping[str, Any], keys: Sequence[str], what: str, required: bool) -> str | None:
@@ -46,7 +63,7 @@ def _pick(msg: Mapping[str, Any], keys: Sequence[str], what: str, required: bool
             v = msg[k]
             if not isinstance(v, str):
                 raise InvalidInputError(f"field {k!r} must be a string, got {type(v).__name__}")
-            return v
+            return check_unicode(v, f"field {k!r}")
     if required:
         names = " or ".join(repr(k) for k in keys)
         raise InvalidInputError(f"missing field {names} (the {what})")
@@ -54,18 +71,24 @@ def _pick(msg: Mapping[str, Any], keys: Sequence[str], what: str, required: bool
 
 
 def check_json(value: object, what: str) -> None:
-    """Refuse what cannot be stored as standard JSON: objects, NaN and infinities.
+    """Refuse what cannot be stored as standard JSON: objects, NaN and infinities, lone surrogates.
 
     SQLite would keep ``NaN`` as text that standard JSON readers refuse, and the API would
-    return it as ``null``: a silent change of the caller's data.
+    return it as ``null``: a silent change of the caller's data. A lone surrogate could be
+    stored escaped, but no HTTP answer could carry it back.
 
     Raises:
-        InvalidInputError: ``value`` is not JSON-serialisable, or holds a non-finite number.
+        InvalidInputError: ``value`` is not JSON-serialisable, holds a non-finite number or a lone surrogate.
     """
     try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        reason = "NaN and infinity are not JSON numbers" if "Out of range float" in str(exc) else str(exc)[:120]
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        if isinstance(exc, UnicodeEncodeError):
+            reason = "a lone surrogate is no Unicode text"
+        elif "Out of range float" in str(exc):
+            reason = "NaN and infinity are not JSON numbers"
+        else:
+            reason = str(exc)[:120]
         raise InvalidInputError(f"{what} must be JSON-serialisable with finite numbers ({reason})") from exc
 
 
@@ -118,6 +141,8 @@ def message_to_turn(
     sid = msg.get("session_id", session_id)
     if sid is not None and not isinstance(sid, str):
         raise InvalidInputError(f"field 'session_id' must be a string, got {type(sid).__name__}")
+    if sid is not None:
+        check_unicode(sid, "field 'session_id'")
     ts = _timestamp(msg, base_ts)
     return Turn(turn_id, speaker.strip() or default_speaker, text, ts, sid, caption, _metadata(msg))
 
@@ -202,24 +227,35 @@ def check_stm(stm: object) -> list[str]:
     return list(stm)
 
 
-def check_item_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Check the fields ``Memory.update`` sets besides the text, before the store is touched.
+def check_item_fields(fields: Mapping[str, Any], text: object = None) -> dict[str, Any]:
+    """Check what ``Memory.update`` changes (``text``, and ``fields``) before the store is touched.
 
     Names the store does not update are passed on: the store refuses them, listing what it updates.
 
+    Returns:
+        ``fields``, with lists as lists and times as Unix seconds.
+
     Raises:
-        InvalidInputError: a field of the wrong type, metadata that is not a JSON object of
-            finite numbers, or a time outside the years 1900-3000.
+        InvalidInputError: nothing to change, an empty text, a field of the wrong type, metadata that
+            is not a JSON object of finite numbers, a lone surrogate, or a time outside the years 1900-3000.
     """
+    if text is None and not fields:
+        raise InvalidInputError("nothing to update: give a new text, or fields such as metadata={...} or topic='...'")
+    if text is not None:
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("text must be a non-empty string")
+        check_unicode(text, "text")
     out = dict(fields)
     for key in ("topic", "superseded_by"):
         if out.get(key) is not None and not isinstance(out[key], str):
             raise InvalidInputError(f"field {key!r} must be a string or None, got {type(out[key]).__name__}")
+        if out.get(key) is not None:
+            check_unicode(out[key], f"field {key!r}")
     for key in ("entities", "provenance"):
         if key in out and (not isinstance(out[key], (list, tuple)) or not all(isinstance(v, str) for v in out[key])):
             raise InvalidInputError(f"field {key!r} must be a list of strings")
         if key in out:
-            out[key] = list(out[key])
+            out[key] = [check_unicode(v, f"field {key!r}") for v in out[key]]
     if "metadata" in out:
         if not isinstance(out["metadata"], Mapping):
             raise InvalidInputError(f"field 'metadata' must be an object (dict), got {type(out['metadata']).__name__}")

@@ -45,6 +45,7 @@ def _set(key: str, value: object):
     ((0, "session_1", 3), _set("text", 5), "session_1, turn 3 (D1:3): field 'text' must be a string, got a number"),
     ((0, "session_1", 4), _set("blip_caption", ["x"]), "turn 4 (D1:4): field 'blip_caption' must be a string, got an array"),
     ((0, "session_1", 3), _set("dia_id", True), "session_1, turn 3: field 'dia_id' must be a string, got a boolean"),
+    ((0, "session_1", 3), _set("text", "a\ud800"), "turn 3 (D1:3): field 'text' is not valid Unicode text: character 2 is a lone"),
 ])
 def test_a_bad_locomo_turn_is_named_by_conversation_session_and_turn(tmp_path, where, change, says):
     data = copy.deepcopy(LOCOMO)

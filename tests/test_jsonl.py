@@ -54,6 +54,7 @@ def test_line_numbers_count_blank_lines_and_gzip(tmp_path):
         ({"text": "hi", "timestamp": "the day after never"}, "field 'timestamp': cannot parse"),
         ({"text": "hi", "timestamp": [2024]}, "field 'timestamp'"),
         ({"text": "hi", "timestamp": True}, "field 'timestamp': timestamp must be"),
+        ({"text": "hi \ud800", "timestamp": "2024-03-01"}, "field 'text' is not valid Unicode text: character 4 is a lone surrogate"),
         ({"text": "hi", "timestamp": 10**309}, "field 'timestamp': timestamp 1000"),
         ({"text": "hi", "timestamp": float("inf")}, "field 'timestamp': timestamp inf is outside the years 1900-3000"),
         ({"text": "hi", "timestamp": "2024-03-01", "metadata": {"x": float("nan")}},

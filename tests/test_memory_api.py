@@ -169,6 +169,35 @@ def test_bad_update_fields_are_refused_and_change_nothing(memory, fields, says):
     assert memory.get(item.id, "u") == item and [e.event for e in memory.history(item.id, "u")] == ["ADD"]
 
 
+def test_update_with_nothing_to_change_is_refused(memory):
+    item = memory.add("Ava lives in Porto", user_id="u")[0]
+    with pytest.raises(InvalidInputError, match="nothing to update"):
+        memory.update(item.id, "u")  # was an SQL syntax error
+    assert memory.get(item.id, "u") == item
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.add("I live in \ud800 Porto", user_id="u"),
+    lambda m: m.add({"text": "hi", "speaker": "A\udfff"}, user_id="u"),
+    lambda m: m.add({"text": "hi", "id": "\ud800"}, user_id="u"),
+    lambda m: m.add("hi", user_id="u", session_id="s\ud800"),
+    lambda m: m.add({"text": "hi", "metadata": {"note": "\udc80"}}, user_id="u"),
+    lambda m: m.add("hi", user_id="u\ud800"),
+    lambda m: m.get_all("\ud800"),
+    lambda m: m.update(m.get_all("u")[0].id, "u", text="new \ud800 text"),
+    lambda m: m.update(m.get_all("u")[0].id, "u", topic="\ud800"),
+    lambda m: m.update(m.get_all("u")[0].id, "u", entities=["\ud800"]),
+], ids=["text", "speaker", "id", "session_id", "metadata", "user_id", "get_all", "update-text", "update-topic",
+        "update-entities"])
+def test_a_lone_surrogate_is_refused_before_the_store_sees_it(memory, call):
+    """JSON's "\\ud800" decodes to half a character no store can encode: InvalidInputError, not UnicodeEncodeError."""
+    memory.add("an existing memory", user_id="u")
+    before = _count(memory), memory.get_all("u")
+    with pytest.raises(InvalidInputError, match="lone surrogate"):
+        call(memory)
+    assert (_count(memory), memory.get_all("u")) == before
+
+
 def test_update_keeps_finite_metadata_exactly(memory):
     item = memory.add("Ava lives in Porto", user_id="u")[0]
     meta = {"score": 1e308, "big": 10**30, "nested": {"list": [0.5, -2]}}

@@ -12,7 +12,7 @@ from typing import Any
 
 from lightmem.datasets.catalog import missing_file_error
 from lightmem.errors import InvalidInputError
-from lightmem.messages import message_to_turn
+from lightmem.messages import check_unicode, message_to_turn
 from lightmem.timeutil import parse_timestamp
 from lightmem.types import Turn
 
@@ -210,6 +210,11 @@ def field_of(record: Mapping[str, Any], key: str, kinds: type | tuple[type, ...]
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         raise InvalidInputError(f"{where}: field {key!r} must be {what}, got {json_type(value)}")
+    if isinstance(value, str):
+        try:
+            check_unicode(value, f"field {key!r}")
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{where}: {exc}") from exc
     return value
 
 

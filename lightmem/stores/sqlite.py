@@ -217,7 +217,8 @@ class SQLiteStore:
             self._conn.execute("ROLLBACK")
         except (sqlite3.Error, StoreError) as exc:
             log.error("rolling back a failed write to %s failed too: %s", self.path, exc)
-            cause.add_note(f"rolling back afterwards failed too: {exc}")
+            if hasattr(cause, "add_note"):  # Python 3.11+
+                cause.add_note(f"rolling back afterwards failed too: {exc}")
 
     @property
     def connection(self) -> sqlite3.Connection:

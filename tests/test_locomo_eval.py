@@ -54,6 +54,11 @@ def test_run_writes_results_and_scores_evidence(tmp_path, capsys):
     # answer coverage reads the packed context: "Biscuit" is there exactly when its evidence turn was packed
     assert puppy["coverage"] == puppy["recall"]["@budget"]["all"]
     assert 0.0 <= overall["answer_coverage@budget"] <= 1.0
+    # the Stage-1 pool (3K candidates at the largest K) bounds what Stage 2 can keep
+    for r in rows:
+        pool = r["candidate_recall"]
+        assert pool["n"] <= 3 * 3 and pool["all"] >= r["recall"]["@3"]["all"] and pool["mean"] >= r["recall"]["@3"]["mean"]
+    assert overall["pool_recall_all"] >= overall["recall_all@3"]
     lisbon = next(r for r in rows if r["question"] == "Which city did Cleo move to?")
     assert lisbon["evidence"] == ["D1:1"]  # "D:1:1" repaired
     assert results["retrieval"]["overall"] == overall

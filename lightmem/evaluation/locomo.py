@@ -51,6 +51,9 @@ class QuestionRecord:
     answer: str = ""
     qa: dict[str, Any] = field(default_factory=dict)  # prediction, f1, bleu1, rouge_l, judge, generate_ms, e2e_ms
     coverage: float | None = None  # answer coverage of the memories packed within the budget (None: no gold answer)
+    # evidence recall of Stage 1's candidate pool at max K (3K candidates by default): what Stage 2 could
+    # at best keep; None for a system without a candidate stage (full context)
+    candidate_recall: dict[str, float] | None = None
 
 
 def sample_questions(conv: Conversation, categories: Sequence[int], max_questions: int | None = None) -> list:
@@ -108,6 +111,9 @@ def evaluate_conversation(
             hits = result.hits
             if k == kmax:
                 search_ms, stage_ms, top_hits = elapsed, dict(result.timings_ms), hits
+                pool = result.candidates
+                candidate_recall = ({**asdict(evidence_recall([h.item.provenance for h in pool], evidence)),
+                                     "n": float(len(pool))} if pool else None)
             recall[f"@{k}"] = asdict(evidence_recall([h.item.provenance for h in hits], evidence))
             recall[f"@{k}"]["precision"] = evidence_precision([h.item.provenance for h in hits], evidence)
             tokens[f"@{k}"] = sum(h.item.n_tokens for h in hits)
@@ -126,7 +132,7 @@ def evaluate_conversation(
         records.append(
             QuestionRecord(conv.conv_id, int(qa.category), qa.question, evidence, recall, tokens,
                            [list(h.item.provenance) for h in hits], search_ms, stage_ms, answer=str(qa.answer),
-                           coverage=coverage)
+                           coverage=coverage, candidate_recall=candidate_recall)
         )
         on_question()
     qa_usage: dict[str, dict[str, float]] = {}
@@ -180,6 +186,9 @@ def aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
         out[f"tokens{cut}"] = float(np.mean([r.tokens[cut] for r in records]))
     cov = [r.coverage for r in records if r.coverage is not None]
     out["answer_coverage@budget"] = float(np.mean(cov)) if cov else float("nan")
+    pools = [r.candidate_recall for r in records if r.candidate_recall is not None]
+    out["pool_recall_all"] = float(np.mean([c["all"] for c in pools])) if pools else float("nan")
+    out["pool_size"] = float(np.mean([c["n"] for c in pools])) if pools else float("nan")
     return out
 
 

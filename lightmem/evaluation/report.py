@@ -21,9 +21,10 @@ def retrieval_table(results: dict[str, Any], ks: list[int], budget: int) -> str:
     """Per-category and overall evidence recall, as a markdown table."""
     ret = results["retrieval"]
     cols = [f"R_all@{k}" for k in ks] + [f"P@{ks[len(ks) // 2]}", f"R_all@{budget}tok", f"R_any@{budget}tok", f"R_mean@{budget}tok",
-                                         f"answer cov.@{budget}tok", f"tokens@{budget}"]
+                                         f"answer cov.@{budget}tok", f"tokens@{budget}", "R_all of Stage-1 pool"]
     keys = [f"recall_all@{k}" for k in ks] + [f"precision@{ks[len(ks) // 2]}", "recall_all@budget", "recall_any@budget",
-                                              "recall_mean@budget", "answer_coverage@budget", "tokens@budget"]
+                                              "recall_mean@budget", "answer_coverage@budget", "tokens@budget",
+                                              "pool_recall_all"]
     lines = ["| category | n | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     rows = list(ret["by_category"].items()) + [("**overall**", ret["overall"])]
     for name, agg in rows:

@@ -129,7 +129,9 @@ def open_read_only(db: Path, store: str, timeout: float = 5.0) -> StoreConnectio
         return con
     except sqlite3.Error as exc:
         con.close()
-        if primary_code(exc) != CANTOPEN or read_only_reason(db) is None:
+        # A folder this user may not write keeps SQLite from making the -shm file: CANTOPEN on a
+        # read-only mount, READONLY (READONLY_CANTINIT) for a folder without write permission.
+        if primary_code(exc) not in (CANTOPEN, READONLY) or read_only_reason(db) is None:
             _raise_named(exc, db, store)
     wal = Path(f"{db}-wal")
     if wal.exists() and wal.stat().st_size > 0:

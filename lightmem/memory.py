@@ -284,9 +284,7 @@ class Memory:
         user_id, fields = check_user_id(user_id), check_item_fields(fields, text)
         if not isinstance(keep_history, bool):
             raise InvalidInputError(f"keep_history must be True or False, got {keep_history!r}")
-        if text is not None:
-            if not isinstance(text, str) or not text.strip():
-                raise InvalidInputError("text must be a non-empty string")
+        if text is not None:  # checked above
             fields.update(text=text, n_tokens=self.counter.count([text])[0])
             return self.store.update(user_id, item_id, self.clock(), vector=self.embedder.encode([text])[0],
                                      keep_history=keep_history, **fields)

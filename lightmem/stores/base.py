@@ -140,6 +140,12 @@ class GraphStore(Protocol):
         ...
 
 
+def forgets_old_text(old_text: str, fields: Mapping[str, Any], keep_history: bool) -> bool:
+    """Whether an update erases the item's earlier texts from its history: it changes the text and
+    the caller did not ask to keep history (the rule of both backends' ``update``)."""
+    return "text" in fields and fields["text"] != old_text and not keep_history
+
+
 @runtime_checkable
 class MemoryStore(Protocol):
     """A per-user memory store: turns, items with vectors, history, search indexes and the LTM graph.

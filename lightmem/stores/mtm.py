@@ -29,7 +29,7 @@ import numpy as np
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.stores import offline
 from lightmem.stores.access import AccessBuffer
-from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit
+from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit, forgets_old_text
 from lightmem.stores.eviction import evict
 from lightmem.stores.factory import stored_embedder
 from lightmem.stores.graph_tables import SQLiteGraph, SQLiteGraphTransaction
@@ -268,7 +268,7 @@ class MTMStore:
             old = self.get(user_id, item_id, include_archived=True)
             new = replace(old, **fields)
             rid = self.sql.rid_of(user_id, item_id)
-            redact = "text" in fields and fields["text"] != old.text and not keep_history
+            redact = forgets_old_text(old.text, fields, keep_history)
             with self._transaction() as c:
                 sets = {k: v for k, v in fields.items()}
                 for k in ("entities", "metadata", "provenance"):

@@ -27,7 +27,7 @@ import numpy as np
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.stores import pg_offline, pg_schema
 from lightmem.stores.access import AccessBuffer
-from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit
+from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit, forgets_old_text
 from lightmem.stores.partition import filter_mask, tags_of
 from lightmem.stores.pg_graph import PostgresGraph, PostgresGraphTransaction, as_array
 from lightmem.stores.pg_lexical import LexicalView, sync
@@ -283,7 +283,7 @@ class PostgresStore:
                 sets["embedding"] = np.asarray(vector, dtype=np.float32)
             cols = ", ".join(f"{k} = %s" for k in sets)
             cur.execute(f"UPDATE items SET {cols} WHERE user_id = %s AND id = %s", [*sets.values(), user_id, item_id])
-            if "text" in fields and fields["text"] != old.text and not keep_history:
+            if forgets_old_text(old.text, fields, keep_history):
                 pg_offline.forget_history_texts(cur, user_id, item_id)
                 pg_offline.log(cur, user_id, item_id, "UPDATE", None, None, now)
             else:

@@ -27,51 +27,34 @@ def primary_code(exc: BaseException) -> int:
     return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
 
 
+def _renaming(name: str) -> Any:
+    """``sqlite3.Cursor.<name>``, with an error about the file raised as the ``StoreError`` it stands for."""
+    base = getattr(sqlite3.Cursor, name)
+
+    def method(self: StoreCursor, *args: Any) -> Any:
+        try:
+            return base(self, *args)
+        except sqlite3.Error as exc:
+            self.connection.rename(exc)
+            raise
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
 class StoreCursor(sqlite3.Cursor):
-    """A cursor whose errors about the file are raised as ``StoreError`` subclasses (see ``translate``)."""
+    """A cursor whose errors about the file are raised as ``StoreError`` subclasses (see ``translate``).
 
-    def execute(self, sql: str, parameters: Any = (), /) -> StoreCursor:
-        try:
-            return super().execute(sql, parameters)
-        except sqlite3.Error as exc:
-            self.connection.rename(exc)
-            raise
+    The fetches are wrapped too: a scan steps through pages as rows are fetched, so a corrupt page
+    can surface there, not in ``execute``.
+    """
 
-    def executemany(self, sql: str, parameters: Any, /) -> StoreCursor:
-        try:
-            return super().executemany(sql, parameters)
-        except sqlite3.Error as exc:
-            self.connection.rename(exc)
-            raise
-
-    # A scan steps through pages as rows are fetched: a corrupt page can surface here, not in execute.
-    def fetchone(self) -> Any:
-        try:
-            return super().fetchone()
-        except sqlite3.Error as exc:
-            self.connection.rename(exc)
-            raise
-
-    def fetchmany(self, size: int | None = None) -> list[Any]:
-        try:
-            return super().fetchmany(self.arraysize if size is None else size)
-        except sqlite3.Error as exc:
-            self.connection.rename(exc)
-            raise
-
-    def fetchall(self) -> list[Any]:
-        try:
-            return super().fetchall()
-        except sqlite3.Error as exc:
-            self.connection.rename(exc)
-            raise
-
-    def __next__(self) -> Any:
-        try:
-            return super().__next__()
-        except sqlite3.Error as exc:
-            self.connection.rename(exc)
-            raise
+    execute = _renaming("execute")
+    executemany = _renaming("executemany")
+    fetchone = _renaming("fetchone")
+    fetchmany = _renaming("fetchmany")
+    fetchall = _renaming("fetchall")
+    __next__ = _renaming("__next__")
 
 
 class StoreConnection(sqlite3.Connection):

@@ -1,8 +1,10 @@
 """The two-stage retrieval engine (paper §3.4, Algorithm 1).
 
-Stage 1 retrieves ⌈2K/n⌉ candidates per hypothetical query by hybrid dense + BM25
+Stage 1 retrieves ⌈cK/n⌉ candidates per hypothetical query by hybrid dense + BM25
 scoring under the plan's filters, unions them (keeping each item's best score) and
-truncates to 2K. Stage 2 hands the candidates to the Selector, which keeps ≤ K.
+truncates to cK (c = ``candidate_factor``: 2 in the paper, 3 by default here). Stage 2
+hands the candidates to the Selector, which keeps ≤ K, or with a token budget packs
+its ranking of all of them.
 """
 from __future__ import annotations
 
@@ -158,7 +160,7 @@ class TwoStageRetriever:
         return out
 
     def stage1(self, plan: RetrievalPlan, user_id: str, qvecs: np.ndarray, now: float) -> list[tuple[Any, Hit]]:
-        """Per-HQ hybrid retrieval with quota ⌈2K/n⌉, union keeping the best score, top 2K.
+        """Per-HQ hybrid retrieval with quota ⌈cK/n⌉, union keeping the best score, top cK.
 
         Returns (key, hit) pairs, best first: the key is the store's row id for an MTM item
         and ``("ltm", node id)`` for an LTM node.

@@ -51,10 +51,11 @@ data: install  ## synthetic (Query, Subgraph, Path) data + supervision distilled
 	$(PY) data_gen/synth.py n_samples=2000 seed=0 out_dir=outputs/data/synth
 	$(PY) data_gen/distill.py out_dir=outputs/data
 
-train: data  ## reproduce checkpoints/{embedder,ranker,selector,complexity,compressor} from scratch on CPU (fresh runs)
-	rm -rf checkpoints/runs/embedder checkpoints/runs/ranker checkpoints/runs/selector checkpoints/runs/complexity checkpoints/runs/compressor
+train: data  ## reproduce checkpoints/{embedder,ranker,slm,selector,complexity,compressor} from scratch on CPU (fresh runs)
+	rm -rf checkpoints/runs/embedder checkpoints/runs/ranker checkpoints/runs/slm checkpoints/runs/selector checkpoints/runs/complexity checkpoints/runs/compressor
 	$(PY) train/embedder.py
 	$(PY) train/ranker.py
+	$(PY) train/slm.py
 	$(PY) train/selector.py
 	$(PY) train/complexity.py
 	$(PY) train/compressor.py

@@ -24,7 +24,7 @@ def _lme(path):
 
 
 @pytest.mark.slow
-def test_data_gen_and_all_five_trainers_run_end_to_end(tmp_path):
+def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
     from data_gen import distill as distill_script
     from data_gen import synth as synth_script
     from train import complexity, compressor
@@ -72,6 +72,16 @@ def test_data_gen_and_all_five_trainers_run_end_to_end(tmp_path):
                                                        f"lme_path={tmp_path / 'lme.json'}", "k=3", f"cache_dir={tmp_path}/rk_cache"]))
     assert again["card"]["training"]["groups_from_cache"]  # the second fit reuses the mined groups
     assert again["card"]["training"]["n_train_groups"] == r["card"]["training"]["n_train_groups"]
+    from train import slm as slm_script
+
+    m = slm_script.run(compose("train_slm", common[:4] + [
+        f"out_dir={tmp_path}/run_slm", f"export_dir={tmp_path}/ck/slm", f"ranker={tmp_path}/ck/rk", "encoder=hashing",
+        f"locomo_path={TINY_LOCOMO}", "locomo_train=0", "locomo_test=1", f"lme_path={tmp_path / 'lme.json'}", "k=3",
+        f"cache_dir={tmp_path}/rk_cache", "stack_share=0.5", "top_ns=[0,4]", "alphas=[1.0]", "task.group_size=4"]))
+    stack = json.loads((tmp_path / "ck/slm/stack.json").read_text())
+    assert stack["top_n"] in (0, 4) and stack["num_layers"] == 3 and stack["alpha"] == 1.0
+    assert {"adapter_config.json", "adapter_model.safetensors", "stack.json", "card.json"} <= {p.name for p in (tmp_path / "ck/slm").iterdir()}
+    assert 0.0 <= m["test"]["test/locomo/slm/overall/recall_all@budget"] <= 1.0 and "test/locomo/gain/ci_low" in m["test"]
 
 
 def test_train_configs_compose_with_every_lora_option_and_the_optuna_search():

@@ -62,6 +62,9 @@ class LongMemEvalDataConfig:
     path: str = "${paths.data}/longmemeval/longmemeval_oracle_dev.json.gz"
     max_instances: int | None = None  # spread evenly over the file (every question type keeps its share)
     types: list[str] | None = None  # keep only these question types
+    # keep only questions of these hash splits of their id (train / val / test, as the trainers split them):
+    # [test] is what no committed checkpoint trained or chose settings on
+    splits: list[str] | None = None
 
 
 @dataclass

@@ -166,6 +166,60 @@ class LearnedRanker:
         return _rank(candidates, scores.tolist(), k, "ranker")
 
 
+class SLMSelector:
+    """SLM-2 stacked on the learned ranker: the ranker orders every candidate, a LoRA-tuned MiniLM
+    cross-encoder (its first few layers, int8 on CPU) reads the (question, candidate) pairs of the
+    ranker's top N, and those N are reordered by ``ranker logit + alpha * cross-encoder logit``;
+    the rest keep the ranker's order. ``train/slm.py`` trains it and chooses N and alpha on
+    held-apart groups (``stack.json`` beside the adapter).
+
+    Args:
+        checkpoint: Folder of the trained adapter (with its head) and ``stack.json``.
+        ranker: Folder of the ranker it was stacked on (``ranker.json``).
+        top_n: Candidates the cross-encoder reads (None: the trained choice); the latency scales with it.
+        alpha: Weight of the cross-encoder logit (None: the trained choice).
+        int8: Dynamic int8 linear layers (CPU).
+        device: ``auto``, ``cpu`` or ``cuda``.
+    """
+
+    def __init__(self, checkpoint: str, ranker: str, top_n: int | None = None, alpha: float | None = None,
+                 int8: bool = True, device: str = "cpu") -> None:
+        import json
+        from pathlib import Path
+
+        path = Path(checkpoint) / "stack.json"
+        if not path.exists():
+            raise FileNotFoundError(f"no trained SLM selector at {checkpoint} (stack.json); train one with "
+                                    "`python train/slm.py` (make train)")
+        stack = json.loads(path.read_text())
+        self.ranker = LearnedRanker(ranker)
+        from lightmem.training.ranker import weights_digest
+
+        if stack.get("ranker_sha") and weights_digest(json.loads((Path(ranker) / "ranker.json").read_text())) != stack["ranker_sha"]:
+            log.warning("the SLM selector at %s was stacked on another ranker than %s: retrain it (`python train/slm.py`)",
+                        checkpoint, ranker)
+        self.top_n = int(stack["top_n"] if top_n is None else top_n)
+        self.alpha = float(stack["alpha"] if alpha is None else alpha)
+        if self.top_n < 0:
+            raise ValueError(f"top_n must be >= 0, got {self.top_n}")
+        self.encoder = CrossEncoderSelector(checkpoint, base_model=stack["base_model"], max_length=int(stack["max_length"]),
+                                            num_layers=int(stack["num_layers"]), int8=int8, device=device)
+
+    def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]:
+        if not candidates:
+            return []
+        ranked = self.ranker.select(plan, candidates, len(candidates))  # every candidate, ranker order, scores["ranker"]
+        top = ranked[: self.top_n]
+        if not top:
+            return ranked[:k]
+        ce = self.encoder.scores([plan.query] * len(top), [candidate_text(h) for h in top])
+        stacked = [h.scores["ranker"] + self.alpha * c for h, c in zip(top, ce)]
+        for h, c in zip(top, ce):
+            h.scores["slm"] = float(c)
+        order = sorted(range(len(top)), key=lambda i: (-stacked[i], i))
+        return ([top[i] for i in order] + ranked[self.top_n :])[:k]
+
+
 def default_selector() -> Selector:
     """The default Stage 2: the learned ranker shipped in checkpoints/ranker (it beat the trained
     cross-encoder within the token budget at 1/100 of its latency; see conf/suite_stage2.yaml).

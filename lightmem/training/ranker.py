@@ -1,12 +1,13 @@
 """The learned Stage-2 ranker: mine Stage-1 candidate groups with their features, fit a linear
 model with the listwise + pointwise ranking loss, and measure recall within the token budget.
 
-A group is one question: the features of its Stage-1 candidates (candidate_factor × K) (``retrieval/features.py``),
-0/1 evidence labels, token costs and the number of evidence turns.
+A group is one question: its text, the texts and features of its Stage-1 candidates (candidate_factor × K)
+(``retrieval/features.py``), 0/1 evidence labels, token costs and the number of evidence turns.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 from lightmem.memory import Memory
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.features import FEATURES, candidate_features, linear_scores
+from lightmem.roles.selector import candidate_text
 from lightmem.training.distill import asked_questions
 from lightmem.training.losses import ranking_loss
 
@@ -28,6 +30,7 @@ def mine_groups(make_memory: Callable[[str], Memory], convs: Sequence[Any], sour
         if not cands:
             continue
         groups.append({
+            "query": qa.question, "texts": [candidate_text(h) for h in cands],  # what a cross-encoder reads
             "features": candidate_features(qa.question, cands).tolist(),
             "labels": [int(bool(evidence & set(h.item.provenance))) for h in cands],
             "provenance": [list(h.item.provenance) for h in cands],
@@ -35,6 +38,57 @@ def mine_groups(make_memory: Callable[[str], Memory], convs: Sequence[Any], sour
             "source": source, "conversation": conv.conv_id, "category": qa.category,
         })
     return groups
+
+
+def mined_groups(cfg: Any, scratch: Path) -> tuple[dict[str, list[dict[str, Any]]], Path, bool]:
+    """``({"train", "test_locomo", "test_longmemeval"}: groups), cache folder, whether it came from the cache``.
+
+    Mining (ingest + Stage 1 for every question, in stores under ``scratch``) is the slow part and does not
+    depend on what is fitted on the groups: they are cached under ``cfg.cache_dir``, keyed by everything that
+    does shape them (pipeline, data, splits, embedder, the feature code). ``train/ranker.py`` and
+    ``train/slm.py`` share them.
+    """
+    import hashlib
+    import json
+    import shutil
+    import sys
+
+    from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
+    from lightmem.datasets import load_locomo, select_conversations
+    from lightmem.datasets.longmemeval import load_longmemeval
+    from lightmem.retrieval import features
+    from lightmem.training import distill
+
+    embedder, shared = build_embedder(cfg), SharedRuntime(cfg)
+    key = {name: to_container(cfg[name]) for name in ("encoder", "store", "retrieval", "controller", "writer", "sensory", "ltm",
+                                                      "memory", "llm")}
+    key["encoder"].pop("adapter", None)  # a machine's path; the embedder's name carries the adapter's fingerprint
+    key.update(embedder=embedder.name, k=cfg.k, data=[Path(str(p)).name for p in (cfg.locomo_path, cfg.lme_path)],
+               splits=[str(cfg.locomo_train), str(cfg.locomo_test), cfg.lme_max],
+               features=hashlib.sha256(Path(features.__file__).read_bytes()).hexdigest(),  # the feature code itself
+               group_format=2)  # 2: groups carry the query and candidate texts
+    cache = Path(cfg.cache_dir) / hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    if (cache / "groups.json").exists():
+        return json.loads((cache / "groups.json").read_text()), cache, True
+    shutil.rmtree(scratch, ignore_errors=True)
+
+    def make_memory(conv_id: str) -> Memory:
+        return build_memory(cfg, scratch / conv_id, embedder=embedder, shared=shared)
+
+    locomo = load_locomo(cfg.locomo_path)
+    lme = load_longmemeval(cfg.lme_path)[: cfg.lme_max]
+    progress = sys.stderr.isatty()
+    mine = lambda convs, source, cats=None: mine_groups(make_memory, convs, source, cfg.k, cats, progress)  # noqa: E731
+    groups = {"train": mine(select_conversations(locomo, cfg.locomo_train), "locomo", (1, 2, 3, 4))
+              + mine([c for c in lme if distill.split_of(c.conv_id) == "train"], "longmemeval"),
+              "test_locomo": mine(select_conversations(locomo, cfg.locomo_test), "locomo", (1, 2, 3, 4)),
+              "test_longmemeval": mine([c for c in lme if distill.split_of(c.conv_id) == "test"], "longmemeval")}
+    shutil.rmtree(scratch, ignore_errors=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / "groups.json.tmp"
+    tmp.write_text(json.dumps(groups))
+    tmp.rename(cache / "groups.json")  # a kill mid-write leaves no half cache
+    return groups, cache, False
 
 
 def _padded(groups: Sequence[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -80,24 +134,43 @@ def _found(group: dict[str, Any], idx: Sequence[int]) -> float:
     return float(set(group["evidence"]) <= {p for i in idx for p in group["provenance"][i]})
 
 
+def weights_digest(weights: dict[str, Any]) -> str:
+    """A short fingerprint of fitted ranker weights (what a stacked model was fitted on top of)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps({k: weights[k] for k in ("features", "mean", "scale", "coef", "intercept")},
+                                     sort_keys=True).encode()).hexdigest()[:16]
+
+
+def ranker_order(group: dict[str, Any], weights: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
+    """The linear ranker's logits of a group's candidates and their order (best first, ties by Stage 1)."""
+    s = linear_scores(np.asarray(group["features"]), np.asarray(weights["mean"]), np.asarray(weights["scale"]),
+                      np.asarray(weights["coef"]), weights["intercept"])
+    return s, sorted(range(len(s)), key=lambda i: (-s[i], i))
+
+
 def evaluate(groups: Sequence[dict[str, Any]], weights: dict[str, Any] | None, k: int, budget: int,
              fill: bool = True) -> dict[str, float]:
-    """recall_all@K and within ``budget`` tokens (packed as the composer packs), overall and per category;
-    ``weights=None`` keeps the Stage-1 order. ``fill`` packs the budget from every ranked candidate, as the
-    engine does by default (``fill_budget``); otherwise from the best K only."""
+    """recall_all@K and within ``budget`` tokens of the ranker's order (``weights=None``: the Stage-1 order)."""
+    orders = [list(range(len(g["labels"]))) if weights is None else ranker_order(g, weights)[1] for g in groups]
+    return evaluate_orders(groups, orders, k, budget, fill)
+
+
+def evaluate_orders(groups: Sequence[dict[str, Any]], orders: Sequence[Sequence[int]], k: int, budget: int,
+                    fill: bool = True, per_group: list[float] | None = None) -> dict[str, float]:
+    """recall_all@K and within ``budget`` tokens (packed as the composer packs), overall and per category,
+    of one candidate order per group. ``fill`` packs the budget from every ranked candidate, as the
+    engine does by default (``fill_budget``); otherwise from the best K only. ``per_group`` (a list)
+    receives each group's 0/1 recall within the budget, for paired comparisons."""
     per: dict[str, list[tuple[float, float]]] = {}
-    for g in groups:
-        n = len(g["labels"])
-        if weights is None:
-            order = list(range(n))
-        else:
-            s = linear_scores(np.asarray(g["features"]), np.asarray(weights["mean"]), np.asarray(weights["scale"]),
-                              np.asarray(weights["coef"]), weights["intercept"])
-            order = sorted(range(n), key=lambda i: (-s[i], i))
-        top = order[:k]
-        pool = order if fill else top
+    for g, order in zip(groups, orders):
+        top = list(order[:k])
+        pool = list(order) if fill else top
         kept = [pool[i] for i in pack_by_budget([g["tokens"][i] for i in pool], budget)]
         scores = tuple(_found(g, idx) for idx in (top, kept))
+        if per_group is not None:
+            per_group.append(scores[1])
         for key in ("overall", f"category_{g['category']}"):
             per.setdefault(key, []).append(scores)
     out: dict[str, float] = {}

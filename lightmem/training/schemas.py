@@ -6,7 +6,7 @@ Hydra composes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
@@ -46,6 +46,27 @@ class RankerTrainConfig(DistillConfig):
     cache_dir: str = "outputs/ranker_groups"  # mined groups, keyed by the pipeline, data and embedder
 
 
+@dataclass
+class SLMTrainConfig(RankerTrainConfig):
+    """train/slm.py: SLM-2 (``selector=slm``), a cross-encoder stacked on the ranker, trained on the groups
+    ``train/ranker.py`` mines (shared cache); ``alpha`` and ``N`` are chosen on training groups it did not fit."""
+
+    ranker: str = "${lightmem_checkpoint:ranker}"  # the ranker it is stacked on (and serves with)
+    base_model: str = "all-MiniLM-L6-v2"
+    stack_locomo: Any = field(default_factory=lambda: ["conv-41"])  # conversations held apart to choose alpha and N
+    stack_share: float = 0.25  # share of the LongMemEval training questions held apart for the same
+    alphas: Any = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0, 4.0])
+    # 0: the ranker alone. The grid stops where the CPU cost does: 10 pairs take ~17 ms with 3 int8 layers (2 cores)
+    top_ns: Any = field(default_factory=lambda: [0, 5, 10])
+    int8: bool = True  # choose and test with the int8 model retrieval serves on CPU
+    task: Any = None  # SLMTask (lightmem/training/slm.py)
+    optim: Any = None  # TrainSpec
+    lora: Any = None
+    logger: Any = None
+    out_dir: str = "checkpoints/runs/slm"
+    export_dir: str | None = "checkpoints/slm"
+
+
 def lora_spec(node: DictConfig | None) -> LoraSpec | None:
     """``conf/lora/*.yaml`` → LoraSpec, or None (full fine-tuning) when ``enabled: false``."""
     from lightmem.training.lora import LoraSpec
@@ -62,7 +83,7 @@ def train_spec(node: DictConfig) -> TrainSpec:
     return TrainSpec(**to_container(node))
 
 
-SCHEMAS = {"schema_distill": DistillConfig, "schema_train_ranker": RankerTrainConfig}
+SCHEMAS = {"schema_distill": DistillConfig, "schema_train_ranker": RankerTrainConfig, "schema_train_slm": SLMTrainConfig}
 
 
 def register_configs() -> None:

@@ -22,7 +22,15 @@ from lightmem.metric_logger import log_results, quiet_third_party_logs
 from lightmem.seeding import seed_everything
 
 
-def select_instances(instances: list[Conversation], max_instances: int | None, types: list[str] | None) -> list[Conversation]:
+def select_instances(instances: list[Conversation], max_instances: int | None, types: list[str] | None,
+                     splits: list[str] | None = None) -> list[Conversation]:
+    if splits:
+        from lightmem.training.distill import split_of
+
+        unknown = set(splits) - {"train", "val", "test"}
+        if unknown:
+            raise ValueError(f"data.splits takes train, val and test, not {sorted(unknown)}")
+        instances = [i for i in instances if split_of(i.conv_id) in set(splits)]
     if types:
         instances = [i for i in instances if str(i.qa[0].category) in set(types)]
     return spread(instances, max_instances)
@@ -38,7 +46,8 @@ def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
     seed_everything(int(cfg.seed))
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    instances = select_instances(load_longmemeval(cfg.data.path), cfg.data.max_instances, cfg.data.types)
+    instances = select_instances(load_longmemeval(cfg.data.path), cfg.data.max_instances, cfg.data.types,
+                                 cfg.data.get("splits"))
     embedder = build_embedder(cfg)
     shared = SharedRuntime(cfg)
     stores = out / "stores"

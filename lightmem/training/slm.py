@@ -1,0 +1,129 @@
+"""SLM-2 stacked on the learned ranker: what ``train/slm.py`` trains and ``SLMSelector`` serves.
+
+The ranker orders every Stage-1 candidate; a LoRA-tuned MiniLM cross-encoder (its first few layers,
+for CPU latency) reads the (question, candidate) pairs of the ranker's top N, and those N are
+reordered by ``ranker logit + alpha * cross-encoder logit``. The rest keep the ranker's order.
+
+Training groups are mined from real dialogues (``training/ranker.py``): every group is one question
+with its Stage-1 candidates, their texts, features and evidence labels. The cross-encoder learns
+from the ranker's own hard negatives (its top M), and ``alpha`` and ``N`` are chosen on groups the
+cross-encoder did not train on.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lightmem.training.ranker import evaluate_orders, ranker_order
+from lightmem.training.selector import pad_groups
+
+Scorer = Callable[[list[str], list[str]], list[float]]
+
+
+@dataclass
+class SLMTask:
+    """How mined groups become training batches."""
+
+    top_m: int = 30  # negatives are drawn from the ranker's top M: the mistakes the stacked model must fix
+    group_size: int = 12  # candidates per group in a step (positives first, then hard negatives)
+    max_pos: int = 4
+    loss: str = "both"  # pointwise | listwise | both | per_positive | both_per_positive
+    listwise_weight: float = 1.0
+    max_length: int = 96  # pair length in tokens
+    num_layers: int = 3  # encoder layers kept (of MiniLM's 6): the CPU cost per pair scales with it
+
+
+def with_ranker(groups: Sequence[dict[str, Any]], weights: dict[str, Any]) -> list[dict[str, Any]]:
+    """The groups with the ranker's logits ``r`` and order ``order`` added (copies; the input is unchanged)."""
+    out = []
+    for g in groups:
+        s, order = ranker_order(g, weights)
+        out.append({**g, "r": s.tolist(), "order": order})
+    return out
+
+
+def sample_hard(group: dict[str, Any], task: SLMTask, rng: random.Random) -> tuple[list[str], list[int]]:
+    """Up to ``max_pos`` positives (wherever Stage 1 put them) and negatives from the ranker's top M."""
+    pos = [i for i, y in enumerate(group["labels"]) if y]
+    neg = [i for i in group["order"][: task.top_m] if not group["labels"][i]]
+    pick = rng.sample(pos, k=min(len(pos), task.max_pos))
+    pick += rng.sample(neg, k=min(len(neg), task.group_size - len(pick)))
+    rng.shuffle(pick)
+    return [group["texts"][i] for i in pick], [group["labels"][i] for i in pick]
+
+
+def batcher(tok, task: SLMTask) -> Callable[[Sequence[dict], random.Random], dict[str, Any]]:
+    def make_batch(groups: Sequence[dict], rng: random.Random) -> dict[str, Any]:
+        sampled = [sample_hard(g, task, rng) for g in groups]
+        queries = [g["query"] for g, (texts, _) in zip(groups, sampled) for _ in texts]
+        texts = [t for texts, _ in sampled for t in texts]
+        enc = tok(queries, texts, truncation=True, max_length=task.max_length, padding=True, return_tensors="pt")
+        labels, mask = pad_groups([y for _, y in sampled])
+        return {**enc, "labels": labels, "mask": mask}
+
+    return make_batch
+
+
+def loss(task: SLMTask) -> Callable[[torch.nn.Module, dict[str, Any]], torch.Tensor]:
+    """The ranking loss of the sampled groups (the cross-encoder recipe's, with this task's settings)."""
+    from lightmem.training.selector import cross_encoder_loss
+
+    return cross_encoder_loss(task)
+
+
+def build_model(base_path: str, num_layers: int, lora) -> tuple[torch.nn.Module, Any]:
+    """MiniLM cut to its first ``num_layers`` layers, a 1-logit head, LoRA per ``lora`` (None: full fine-tuning)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from lightmem.training.lora import apply_lora
+
+    model = AutoModelForSequenceClassification.from_pretrained(base_path, num_labels=1, num_hidden_layers=num_layers)
+    return apply_lora(model, lora, "SEQ_CLS"), AutoTokenizer.from_pretrained(base_path)
+
+
+def top_scores(score: Scorer, groups: Sequence[dict[str, Any]], n: int) -> list[list[float]]:
+    """Cross-encoder logits of each group's ranker top ``n`` (in the ranker's order)."""
+    return [score([g["query"]] * len(g["order"][:n]), [g["texts"][i] for i in g["order"][:n]]) for g in groups]
+
+
+def stacked_order(r: Sequence[float], order: Sequence[int], ce: Sequence[float], alpha: float, n: int) -> list[int]:
+    """The ranker's top ``n`` reordered by ``r + alpha * ce`` (ties: the ranker's order), the rest after them."""
+    top = list(order[:n])
+    pos = {i: j for j, i in enumerate(top)}
+    top.sort(key=lambda i: (-(r[i] + alpha * ce[pos[i]]), pos[i]))
+    return top + list(order[n:])
+
+
+def orders_for(groups: Sequence[dict[str, Any]], ce: Sequence[Sequence[float]], alpha: float, n: int) -> list[list[int]]:
+    return [stacked_order(g["r"], g["order"], c, alpha, n) for g, c in zip(groups, ce)]
+
+
+def fit_stack(groups: Sequence[dict[str, Any]], ce: Sequence[Sequence[float]], alphas: Sequence[float], ns: Sequence[int],
+              k: int, budget: int) -> dict[str, Any]:
+    """The (alpha, N) with the best recall within ``budget`` on ``groups``; a tie goes to the smaller N, then the
+    smaller alpha (cheaper, and closer to the ranker). ``ce`` must cover each group's top ``max(ns)``."""
+    if not groups:
+        raise ValueError("no held-apart groups to choose alpha and N on: check stack_locomo and stack_share")
+    grid = []
+    for n in sorted(ns):
+        for alpha in sorted(alphas):
+            m = evaluate_orders(groups, orders_for(groups, ce, alpha, n), k, budget)
+            grid.append({"alpha": float(alpha), "n": int(n), "recall_all@budget": m["overall/recall_all@budget"]})
+    best = max(grid, key=lambda x: (round(x["recall_all@budget"], 9), -x["n"], -x["alpha"]))
+    return {"alpha": best["alpha"], "top_n": best["n"], "fit_recall_all@budget": best["recall_all@budget"], "grid": grid}
+
+
+def paired_gain(groups: Sequence[dict[str, Any]], base: Sequence[Sequence[int]], new: Sequence[Sequence[int]], k: int,
+                budget: int, seed: int = 0) -> dict[str, float]:
+    """Recall within the budget of ``new`` minus ``base`` over the same groups, with a paired-bootstrap 95% CI."""
+    from lightmem.evaluation.stats import paired_bootstrap
+
+    a: list[float] = []
+    b: list[float] = []
+    evaluate_orders(groups, base, k, budget, per_group=a)
+    evaluate_orders(groups, new, k, budget, per_group=b)
+    return paired_bootstrap(b, a, seed=seed).to_dict()

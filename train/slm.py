@@ -1,0 +1,112 @@
+"""Train SLM-2 stacked on the learned ranker (selector=slm); choose alpha and N on held-apart groups; export
+the adapter, stack.json and a card that scores it against the ranker on the held-out test groups.
+
+    python train/slm.py
+    python train/slm.py task.num_layers=6 "top_ns=[0,10,20,30]"
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from lightmem.config import per_job, to_container
+from lightmem.datasets.catalog import repo_root
+from lightmem.metric_logger import quiet_third_party_logs
+from lightmem.seeding import seed_everything
+from lightmem.training import distill, slm
+from lightmem.training import ranker as rk
+from lightmem.training.job import train_and_export
+from lightmem.training.schemas import lora_spec, register_configs, train_spec
+
+
+def held_apart(group: dict, cfg: DictConfig) -> bool:
+    """Whether a training group chooses alpha and N instead of training the cross-encoder."""
+    if group["source"] == "locomo":
+        return group["conversation"] in set(cfg.stack_locomo)
+    return distill.split_of(f"{group['conversation']}|stack", (1 - cfg.stack_share, cfg.stack_share, 0.0)) == "val"
+
+
+def run(cfg: DictConfig) -> dict:
+    from lightmem.models.registry import ModelRegistry
+    from lightmem.roles.selector import CrossEncoderSelector
+
+    quiet_third_party_logs()
+    t0 = time.perf_counter()
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    groups, cache, cached = rk.mined_groups(cfg, out / "stores")
+    weights = json.loads((Path(cfg.ranker) / "ranker.json").read_text())
+    train_all = slm.with_ranker(groups["train"], weights)
+    stack = [g for g in train_all if held_apart(g, cfg)]
+    fit_groups = [g for g in train_all if not held_apart(g, cfg) and any(g["labels"])]
+    test = {"locomo": slm.with_ranker(groups["test_locomo"], weights),
+            "longmemeval": slm.with_ranker(groups["test_longmemeval"], weights)}
+    mined_s = time.perf_counter() - t0
+
+    seed_everything(cfg.optim.seed)  # the head and the LoRA matrices are drawn when the model is built
+    task = slm.SLMTask(**to_container(cfg.task))
+    model, tok = slm.build_model(str(ModelRegistry().path(cfg.base_model)), task.num_layers, lora_spec(cfg.lora))
+    ns, alphas = [int(n) for n in cfg.top_ns], [float(a) for a in cfg.alphas]
+
+    def choose(score: slm.Scorer) -> dict:
+        return slm.fit_stack(stack, slm.top_scores(score, stack, max(ns)), alphas, ns, cfg.k, cfg.budget)
+
+    def evaluate(m) -> dict[str, float]:
+        best = choose(CrossEncoderSelector.from_objects(m, tok, max_length=task.max_length).scores)
+        return {"stack/recall_all@budget": best["fit_recall_all@budget"], "stack/alpha": best["alpha"], "stack/top_n": best["top_n"]}
+
+    def held_out(best_dir: Path) -> dict[str, float]:
+        """alpha and N chosen with the exported weights as retrieval loads them, then the test groups:
+        the ranker against the ranker + SLM, per category, with a paired-bootstrap CI of the gain."""
+        scorer = CrossEncoderSelector(str(best_dir), base_model=cfg.base_model, max_length=task.max_length,
+                                      num_layers=task.num_layers, int8=cfg.int8, device="cpu").scores
+        chosen = choose(scorer)
+        (best_dir / "stack.json").write_text(json.dumps(
+            {"alpha": chosen["alpha"], "top_n": chosen["top_n"], "base_model": cfg.base_model, "num_layers": task.num_layers,
+             "max_length": task.max_length, "ranker_sha": rk.weights_digest(weights), "stack_grid": chosen["grid"]}, indent=2))
+        metrics: dict[str, float] = {"stack/alpha": chosen["alpha"], "stack/top_n": float(chosen["top_n"])}
+        for source, held in test.items():
+            ce = slm.top_scores(scorer, held, chosen["top_n"])
+            base = [g["order"] for g in held]
+            new = slm.orders_for(held, ce, chosen["alpha"], chosen["top_n"])
+            for name, orders in (("ranker", base), ("slm", new)):
+                metrics.update({f"test/{source}/{name}/{k}": v for k, v in rk.evaluate_orders(held, orders, cfg.k, cfg.budget).items()})
+            metrics.update({f"test/{source}/gain/{k}": v for k, v in slm.paired_gain(held, base, new, cfg.k, cfg.budget).items()})
+        return metrics
+
+    groups_file = out / "slm_groups.jsonl"
+    groups_file.write_text("".join(json.dumps({k: g[k] for k in ("query", "texts", "labels", "source", "conversation")}) + "\n"
+                                   for g in fit_groups))
+    summary = train_and_export(
+        name="slm", model=model, train=fit_groups, make_batch=slm.batcher(tok, task), loss_fn=slm.loss(task),
+        evaluate=evaluate, test=held_out, metric="stack/recall_all@budget", spec=train_spec(cfg.optim), out_dir=out,
+        export_dir=cfg.export_dir, logger_cfg=cfg.logger,
+        config=json.loads(json.dumps(to_container(cfg)).replace(str(repo_root()) + "/", "")),  # no machine paths
+        data_files=[groups_file],
+        card={"name": "lightmem SLM-2 selector (stacked on the ranker)",
+              "task": "cross-encoder reranker of the ranker's top N Stage-1 candidates",
+              "description": "Scores (question, \"[date] memory\") pairs with the first "
+                             f"{task.num_layers} MiniLM layers; SLMSelector adds alpha x its logit to the ranker's "
+                             "(conf/selector/slm.yaml; stack.json holds alpha and N).",
+              "base_model": cfg.base_model, "command": "make train  (python train/slm.py)",
+              "groups": {"fit": len(fit_groups), "stack": len(stack), "from_cache": str(cache) if cached else None,
+                         "mine_seconds": round(mined_s, 1)}},
+    )
+    print(json.dumps({k: round(v, 4) for k, v in summary["test"].items() if "overall" in k or "gain/diff" in k
+                      or k.startswith("stack")}, indent=1))
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train_slm")
+def main(cfg: DictConfig) -> float:
+    cfg = per_job(cfg)
+    return run(cfg)["test"].get("test/locomo/slm/overall/recall_all@budget", float("nan"))
+
+
+if __name__ == "__main__":
+    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
+    main()

@@ -93,7 +93,6 @@ def _hits():
     return hits
 
 
-@pytest.mark.skipif(not (SLM_CKPT / "stack.json").exists(), reason="no committed SLM checkpoint (make train)")
 def test_committed_slm_selector_reorders_only_the_ranker_top_n():
     from lightmem.roles.selector import LearnedRanker, SLMSelector
     from lightmem.types import Filters, HypotheticalQuery, RetrievalPlan
@@ -101,6 +100,10 @@ def test_committed_slm_selector_reorders_only_the_ranker_top_n():
     ranker_dir = str(ROOT / "checkpoints" / "ranker")
     stack = json.loads((SLM_CKPT / "stack.json").read_text())
     assert stack["num_layers"] >= 1 and stack["top_n"] >= 0 and stack["max_length"] > 0
+    assert {p.name for p in SLM_CKPT.iterdir()} == {"adapter_config.json", "adapter_model.safetensors", "stack.json", "card.json",
+                                                    "README.md"}
+    card = json.loads((SLM_CKPT / "card.json").read_text())
+    assert not card["commit"].endswith("+dirty") and card["metrics"]["test/longmemeval/gain/n"] > 0
     q = "What activities does Melanie do with her family?"
     plan = RetrievalPlan(q, (HypotheticalQuery(q),), Filters(), 6)
     ranked = [h.item.id for h in LearnedRanker(ranker_dir).select(plan, _hits(), 6)]
@@ -109,7 +112,7 @@ def test_committed_slm_selector_reorders_only_the_ranker_top_n():
     assert [h.item.id for h in got[3:]] == ranked[3:]  # below N: the ranker's order
     assert {h.item.id for h in got[:3]} == set(ranked[:3])  # the top N among themselves
     assert all("slm" in h.scores for h in got[:3]) and not any("slm" in h.scores for h in got[3:])
-    ce = [h.scores["slm"] for h in got[:3]]
-    assert ce == sorted(ce, reverse=True)  # alpha 100: the cross-encoder decides
+    stacked = [h.scores["ranker"] + 100.0 * h.scores["slm"] for h in got[:3]]
+    assert stacked == sorted(stacked, reverse=True)  # ranker logit + alpha x cross-encoder logit, best first
     assert [h.item.id for h in SLMSelector(str(SLM_CKPT), ranker_dir, top_n=0).select(plan, _hits(), 4)] == ranked[:4]
     assert sel.select(plan, [], 3) == []

@@ -70,6 +70,8 @@ def run(cfg: DictConfig) -> dict:
              "max_length": task.max_length, "ranker_sha": rk.weights_digest(weights), "stack_grid": chosen["grid"]}, indent=2))
         metrics: dict[str, float] = {"stack/alpha": chosen["alpha"], "stack/top_n": float(chosen["top_n"])}
         for source, held in test.items():
+            if not held:  # a split without questions (small data): nothing to compare
+                continue
             ce = slm.top_scores(scorer, held, chosen["top_n"])
             base = [g["order"] for g in held]
             new = slm.orders_for(held, ce, chosen["alpha"], chosen["top_n"])

@@ -21,6 +21,7 @@ from lightmem.training import distill, slm
 from lightmem.training import ranker as rk
 from lightmem.training.job import train_and_export
 from lightmem.training.schemas import lora_spec, register_configs, train_spec
+from lightmem.training.selector import build_cross_encoder, cross_encoder_loss
 
 
 def held_apart(group: dict, cfg: DictConfig) -> bool:
@@ -32,7 +33,7 @@ def held_apart(group: dict, cfg: DictConfig) -> bool:
 
 def run(cfg: DictConfig) -> dict:
     from lightmem.models.registry import ModelRegistry
-    from lightmem.roles.selector import CrossEncoderSelector
+    from lightmem.roles.selector import CrossEncoderSelector, weights_digest
 
     quiet_third_party_logs()
     t0 = time.perf_counter()
@@ -49,7 +50,7 @@ def run(cfg: DictConfig) -> dict:
 
     seed_everything(cfg.optim.seed)  # the head and the LoRA matrices are drawn when the model is built
     task = slm.SLMTask(**to_container(cfg.task))
-    model, tok = slm.build_model(str(ModelRegistry().path(cfg.base_model)), task.num_layers, lora_spec(cfg.lora))
+    model, tok = build_cross_encoder(str(ModelRegistry().path(cfg.base_model)), lora_spec(cfg.lora), task.num_layers)
     ns, alphas = [int(n) for n in cfg.top_ns], [float(a) for a in cfg.alphas]
 
     def choose(score: slm.Scorer) -> dict:
@@ -67,7 +68,7 @@ def run(cfg: DictConfig) -> dict:
         chosen = choose(scorer)
         (best_dir / "stack.json").write_text(json.dumps(
             {"alpha": chosen["alpha"], "top_n": chosen["top_n"], "base_model": cfg.base_model, "num_layers": task.num_layers,
-             "max_length": task.max_length, "ranker_sha": rk.weights_digest(weights), "stack_grid": chosen["grid"]}, indent=2))
+             "max_length": task.max_length, "ranker_sha": weights_digest(weights), "stack_grid": chosen["grid"]}, indent=2))
         metrics: dict[str, float] = {"stack/alpha": chosen["alpha"], "stack/top_n": float(chosen["top_n"])}
         for source, held in test.items():
             if not held:  # a split without questions (small data): nothing to compare
@@ -84,7 +85,7 @@ def run(cfg: DictConfig) -> dict:
     groups_file.write_text("".join(json.dumps({k: g[k] for k in ("query", "texts", "labels", "source", "conversation")}) + "\n"
                                    for g in fit_groups))
     summary = train_and_export(
-        name="slm", model=model, train=fit_groups, make_batch=slm.batcher(tok, task), loss_fn=slm.loss(task),
+        name="slm", model=model, train=fit_groups, make_batch=slm.batcher(tok, task), loss_fn=cross_encoder_loss(task),
         evaluate=evaluate, test=held_out, metric="stack/recall_all@budget", spec=train_spec(cfg.optim), out_dir=out,
         export_dir=cfg.export_dir, logger_cfg=cfg.logger,
         config=json.loads(json.dumps(to_container(cfg)).replace(str(repo_root()) + "/", "")),  # no machine paths

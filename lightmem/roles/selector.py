@@ -133,6 +133,15 @@ class CrossEncoderSelector:
         return _rank(candidates, best, k, "selector")
 
 
+def weights_digest(weights: dict) -> str:
+    """A short fingerprint of a ranker.json's fitted weights (what a stacked model was fitted on top of)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps({k: weights[k] for k in ("features", "mean", "scale", "coef", "intercept")},
+                                     sort_keys=True).encode()).hexdigest()[:16]
+
+
 class LearnedRanker:
     """A linear ranker over cheap candidate features (``retrieval/features.py``), trained listwise
     by ``train/ranker.py`` on Stage-1 candidate groups; ranking 3K = 60 candidates takes ~0.5 ms on 2 CPU cores.
@@ -193,8 +202,6 @@ class SLMSelector:
                                     "`python train/slm.py` (make train)")
         stack = json.loads(path.read_text())
         self.ranker = LearnedRanker(ranker)
-        from lightmem.training.ranker import weights_digest
-
         if stack.get("ranker_sha") and weights_digest(json.loads((Path(ranker) / "ranker.json").read_text())) != stack["ranker_sha"]:
             log.warning("the SLM selector at %s was stacked on another ranker than %s: retrain it (`python train/slm.py`)",
                         checkpoint, ranker)

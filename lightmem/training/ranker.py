@@ -6,6 +6,10 @@ A group is one question: its text, the texts and features of its Stage-1 candida
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,11 +52,6 @@ def mined_groups(cfg: Any, scratch: Path) -> tuple[dict[str, list[dict[str, Any]
     does shape them (pipeline, data, splits, embedder, the feature code). ``train/ranker.py`` and
     ``train/slm.py`` share them.
     """
-    import hashlib
-    import json
-    import shutil
-    import sys
-
     from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
     from lightmem.datasets import load_locomo, select_conversations
     from lightmem.datasets.longmemeval import load_longmemeval
@@ -132,15 +131,6 @@ def fit_linear(groups: Sequence[dict[str, Any]], loss: str = "both", l2: float =
 def _found(group: dict[str, Any], idx: Sequence[int]) -> float:
     """1.0 when the candidates ``idx`` of ``group`` hold every evidence turn."""
     return float(set(group["evidence"]) <= {p for i in idx for p in group["provenance"][i]})
-
-
-def weights_digest(weights: dict[str, Any]) -> str:
-    """A short fingerprint of fitted ranker weights (what a stacked model was fitted on top of)."""
-    import hashlib
-    import json
-
-    return hashlib.sha256(json.dumps({k: weights[k] for k in ("features", "mean", "scale", "coef", "intercept")},
-                                     sort_keys=True).encode()).hexdigest()[:16]
 
 
 def ranker_order(group: dict[str, Any], weights: dict[str, Any]) -> tuple[np.ndarray, list[int]]:

@@ -60,17 +60,26 @@ def unflatten(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 # --- the cross-encoder --------------------------------------------------------------------------
 
 
-def build_cross_encoder(base_path: str, lora: LoraSpec | None):
-    """MiniLM with a one-logit classification head; LoRA on attention when ``lora`` is set."""
+def build_cross_encoder(base_path: str, lora: LoraSpec | None, num_layers: int | None = None):
+    """MiniLM with a one-logit classification head; LoRA on attention when ``lora`` is set;
+    ``num_layers`` keeps only the first layers (None: all)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    model = AutoModelForSequenceClassification.from_pretrained(base_path, num_labels=1)
+    kwargs = {} if num_layers is None else {"num_hidden_layers": num_layers}
+    model = AutoModelForSequenceClassification.from_pretrained(base_path, num_labels=1, **kwargs)
     return apply_lora(model, lora, "SEQ_CLS"), AutoTokenizer.from_pretrained(base_path)
 
 
-def cross_encoder_batcher(tok, task: SelectorTask) -> Callable[[Sequence[dict], random.Random], dict[str, Any]]:
+Sample = Callable[[dict[str, Any], random.Random], tuple[list[str], list[int]]]
+
+
+def cross_encoder_batcher(tok, task: Any, sample: Sample | None = None) -> Callable[[Sequence[dict], random.Random], dict[str, Any]]:
+    """Tokenised (query, candidate) pairs of the sampled groups with their padded labels and mask.
+    ``sample`` draws a group's candidates (default: positives and random negatives, ``sample_group``)."""
+    draw = sample or (lambda g, rng: sample_group(g, task.group_size, task.max_pos, rng))
+
     def make_batch(groups: Sequence[dict], rng: random.Random) -> dict[str, Any]:
-        sampled = [sample_group(g, task.group_size, task.max_pos, rng) for g in groups]
+        sampled = [draw(g, rng) for g in groups]
         queries = [g["query"] for g, (texts, _) in zip(groups, sampled) for _ in texts]
         texts = [t for texts, _ in sampled for t in texts]
         enc = tok(queries, texts, truncation=True, max_length=task.max_length, padding=True, return_tensors="pt")

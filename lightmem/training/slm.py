@@ -16,10 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from lightmem.training.ranker import evaluate_orders, ranker_order
-from lightmem.training.selector import pad_groups
+from lightmem.training.selector import cross_encoder_batcher
 
 Scorer = Callable[[list[str], list[str]], list[float]]
 
@@ -57,32 +55,8 @@ def sample_hard(group: dict[str, Any], task: SLMTask, rng: random.Random) -> tup
 
 
 def batcher(tok, task: SLMTask) -> Callable[[Sequence[dict], random.Random], dict[str, Any]]:
-    def make_batch(groups: Sequence[dict], rng: random.Random) -> dict[str, Any]:
-        sampled = [sample_hard(g, task, rng) for g in groups]
-        queries = [g["query"] for g, (texts, _) in zip(groups, sampled) for _ in texts]
-        texts = [t for texts, _ in sampled for t in texts]
-        enc = tok(queries, texts, truncation=True, max_length=task.max_length, padding=True, return_tensors="pt")
-        labels, mask = pad_groups([y for _, y in sampled])
-        return {**enc, "labels": labels, "mask": mask}
-
-    return make_batch
-
-
-def loss(task: SLMTask) -> Callable[[torch.nn.Module, dict[str, Any]], torch.Tensor]:
-    """The ranking loss of the sampled groups (the cross-encoder recipe's, with this task's settings)."""
-    from lightmem.training.selector import cross_encoder_loss
-
-    return cross_encoder_loss(task)
-
-
-def build_model(base_path: str, num_layers: int, lora) -> tuple[torch.nn.Module, Any]:
-    """MiniLM cut to its first ``num_layers`` layers, a 1-logit head, LoRA per ``lora`` (None: full fine-tuning)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from lightmem.training.lora import apply_lora
-
-    model = AutoModelForSequenceClassification.from_pretrained(base_path, num_labels=1, num_hidden_layers=num_layers)
-    return apply_lora(model, lora, "SEQ_CLS"), AutoTokenizer.from_pretrained(base_path)
+    """The cross-encoder recipe's batches, with candidates drawn by ``sample_hard``."""
+    return cross_encoder_batcher(tok, task, lambda g, rng: sample_hard(g, task, rng))
 
 
 def top_scores(score: Scorer, groups: Sequence[dict[str, Any]], n: int) -> list[list[float]]:

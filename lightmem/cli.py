@@ -14,6 +14,7 @@ from rich.table import Table
 
 from lightmem.build import ENCODERS
 from lightmem.errors import LightMemError, StoreFullError
+from lightmem.stores.view_cache import DEFAULT_CACHE_MB, ceiling_bytes
 
 console = Console(stderr=True)
 STORE_HELP = "store folder (created if missing) or postgresql://user:password@host/db (pip install 'lightmem-slm[postgres]')"
@@ -40,6 +41,16 @@ def _open(store: str, encoder: str | None = None, must_exist: bool = False, sele
     embedder = resolve_embedder(store, encoder)
     return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),
                        ltm=ltm)
+
+
+def _cache_mb(text: str) -> float:
+    """``--cache-mb``: a number of MiB, 0 for no ceiling."""
+    try:
+        value = float(text)
+        ceiling_bytes(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of MiB (0: no ceiling), got {text!r}") from None
+    return value
 
 
 def _shown(store: str) -> str:
@@ -235,7 +246,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from lightmem.server.settings import ServeSettings
 
     serve(ServeSettings(store=args.store, keys=args.keys, host=args.host, port=args.port, workers=args.workers,
-                        encoder=args.encoder, selector=args.selector, max_body_bytes=args.max_body_bytes))
+                        encoder=args.encoder, selector=args.selector, max_body_bytes=args.max_body_bytes,
+                        cache_mb=args.cache_mb))
     return 0
 
 
@@ -359,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--encoder", choices=["minilm", "hashing"], help="embedder of a new store (default: the trained one)")
     s.add_argument("--selector", choices=["trained", "none"], default="trained", help="Stage 2 (default: the learned ranker)")
     s.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default 1 MiB)")
+    s.add_argument("--cache-mb", type=_cache_mb, metavar="MB",
+                   help=f"ceiling of each worker's per-user in-memory indexes; the least recently served users' "
+                        f"are dropped and rebuilt from the store when next used (default {DEFAULT_CACHE_MB:g}; 0: none)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("mcp", help="serve one user's memory to an MCP client (stdio): add, search, list, delete, build context")

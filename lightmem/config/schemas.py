@@ -10,6 +10,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from lightmem.stores.view_cache import DEFAULT_CACHE_MB
+
 
 @dataclass
 class PathsConfig:
@@ -30,6 +32,7 @@ class StoreConfig:
     retention_half_life_days: float = 30.0
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
+    cache_mb: float = DEFAULT_CACHE_MB  # ceiling of the per-user in-memory views (0: none)
 
 
 @dataclass

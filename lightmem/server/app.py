@@ -8,7 +8,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -135,8 +135,10 @@ def _routes() -> APIRouter:
     write, read, item = _errors(401, 403, 413, 422), _errors(401, 403, 422), _errors(401, 403, 404, 422)
 
     @r.get("/healthz", tags=["ops"])
-    def healthz() -> dict[str, str]:
-        return {"status": "ok", "version": lightmem.__version__}
+    def healthz(request: Request) -> dict[str, Any]:
+        """Liveness, and this worker's per-user in-memory views (count, estimated MiB, ceiling, hits,
+        misses, evictions): what an operator watches to size ``--cache-mb``."""
+        return {"status": "ok", "version": lightmem.__version__, "views": request.app.state.memory.store.cache_stats()}
 
     @r.post("/v1/memories", status_code=201, tags=["memories"], responses=write)
     def add(body: AddRequest, caller: Caller, request: Request) -> ItemsOut:

@@ -28,6 +28,7 @@ class ServeSettings:
         encoder: Embedder of a new store: None (MiniLM + the trained adapter), ``minilm`` or ``hashing``.
         selector: Stage 2: ``trained`` (the learned ranker) or ``none`` (the Stage-1 order).
         max_body_bytes: Larger request bodies get 413.
+        cache_mb: Ceiling (MiB) of each worker's per-user in-memory views (None: the store's default).
     """
 
     store: str
@@ -38,6 +39,7 @@ class ServeSettings:
     encoder: str | None = None
     selector: str = "trained"
     max_body_bytes: int = 1 << 20
+    cache_mb: float | None = None
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -50,7 +52,7 @@ class ServeSettings:
         return cls(**json.loads(raw))
 
 
-def open_memory(store: str, encoder: str | None = None, selector: str = "trained") -> Memory:
+def open_memory(store: str, encoder: str | None = None, selector: str = "trained", cache_mb: float | None = None) -> Memory:
     """Open a store (a folder or a ``postgresql://`` URI) for serving: an existing store with the embedder that wrote it, a new one with ``encoder``.
 
     Raises:
@@ -69,4 +71,6 @@ def open_memory(store: str, encoder: str | None = None, selector: str = "trained
         log.warning("%s already exists: it reopens with its own embedder %s, --encoder %s is ignored", describe(store),
                     stored, encoder)
     embedder = embedder_for(ENCODERS[encoder]) if encoder and not stored else None
-    return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector())
+    options = {} if cache_mb is None else {"cache_mb": cache_mb}
+    return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),
+                       **options)

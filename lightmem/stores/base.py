@@ -187,6 +187,15 @@ class MemoryStore(Protocol):
         """Catch up with other processes' commits (every call does it; call it only to measure it)."""
         ...
 
+    def drop_views(self) -> None:
+        """Drop this process's per-user in-memory views (the tables keep everything; they are rebuilt on use)."""
+        ...
+
+    def cache_stats(self) -> dict[str, int | float | None]:
+        """This process's per-user in-memory views (``view_cache.ViewCache.stats``): views, mb,
+        ceiling_mb, hits, misses, evictions."""
+        ...
+
     def flush(self) -> None:
         """Write buffered access statistics."""
         ...

@@ -6,12 +6,17 @@ Deleted documents are tombstoned and compacted away once they are a quarter of t
 """
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import numpy as np
 
 from lightmem.text import analyze
+
+
+_DICT_ENTRY = 100  # an int → int dict entry with its key and value objects
+_TERM_ENTRY = 300  # a term's dict entry: the string, the tuple and the two array headers
 
 
 class LexicalHits(NamedTuple):
@@ -23,6 +28,9 @@ class LexicalHits(NamedTuple):
 class LexicalIndex:
     """BM25 over documents identified by int ids.
 
+    Postings are packed arrays (4-byte rows and term frequencies), not lists of Python ints: a
+    memory costs ~8 bytes per distinct term it holds, so a worker can keep many users' views.
+
     Args:
         k1: Term-frequency saturation.
         b: Length normalisation.
@@ -30,12 +38,12 @@ class LexicalIndex:
 
     def __init__(self, k1: float = 1.5, b: float = 0.75) -> None:
         self.k1, self.b = k1, b
-        self._ids: list[int] = []
-        self._len: list[int] = []
-        self._alive: list[bool] = []
+        self._ids = array("q")
+        self._len = array("i")
+        self._alive = bytearray()
         self._row: dict[int, int] = {}
-        self._postings: dict[str, tuple[list[int], list[int]]] = {}
-        self._frozen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._postings: dict[str, tuple[array, array]] = {}  # term → (rows, term frequencies)
+        self._n_postings = 0
         self._n_alive = 0
         self._sum_len = 0
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # ids, alive, lengths
@@ -51,7 +59,7 @@ class LexicalIndex:
         row = len(self._ids)
         self._ids.append(doc_id)
         self._len.append(len(terms))
-        self._alive.append(True)
+        self._alive.append(1)
         self._row[doc_id] = row
         self._arrays = None
         self._n_alive += 1
@@ -60,10 +68,12 @@ class LexicalIndex:
         for t in terms:
             counts[t] = counts.get(t, 0) + 1
         for t, c in counts.items():
-            rows, tfs = self._postings.setdefault(t, ([], []))
-            rows.append(row)
-            tfs.append(c)
-            self._frozen.pop(t, None)
+            post = self._postings.get(t)
+            if post is None:
+                post = self._postings[t] = (array("i"), array("f"))
+            post[0].append(row)
+            post[1].append(c)
+        self._n_postings += len(counts)
 
     def remove(self, doc_ids: Iterable[int]) -> None:
         """Tombstone documents; compact when a quarter of the rows are dead."""
@@ -71,7 +81,7 @@ class LexicalIndex:
             row = self._row.pop(doc_id, None)
             if row is None:
                 continue
-            self._alive[row] = False
+            self._alive[row] = 0
             self._arrays = None
             self._n_alive -= 1
             self._sum_len -= self._len[row]
@@ -79,36 +89,46 @@ class LexicalIndex:
             self._compact()
 
     def _compact(self) -> None:
-        keep = [r for r, a in enumerate(self._alive) if a]
-        remap = {old: new for new, old in enumerate(keep)}
-        postings: dict[str, tuple[list[int], list[int]]] = {}
+        alive = np.frombuffer(bytes(self._alive), dtype=np.uint8).astype(bool)
+        keep = np.flatnonzero(alive)
+        remap = np.full(len(alive), -1, dtype=np.int64)
+        remap[keep] = np.arange(keep.size)
+        postings: dict[str, tuple[array, array]] = {}
+        n_postings = 0
         for t, (rows, tfs) in self._postings.items():
-            pairs = [(remap[r], f) for r, f in zip(rows, tfs) if r in remap]
-            if pairs:
-                postings[t] = ([p[0] for p in pairs], [p[1] for p in pairs])
-        self._ids = [self._ids[r] for r in keep]
-        self._len = [self._len[r] for r in keep]
-        self._alive = [True] * len(keep)
-        self._row = {d: i for i, d in enumerate(self._ids)}
-        self._postings, self._frozen, self._arrays = postings, {}, None
+            new = remap[np.frombuffer(rows, dtype=np.int32)]
+            live = new >= 0
+            if live.any():
+                postings[t] = (array("i", new[live].astype(np.int32).tobytes()),
+                               array("f", np.frombuffer(tfs, dtype=np.float32)[live].tobytes()))
+                n_postings += int(live.sum())
+        ids = np.frombuffer(self._ids, dtype=np.int64)[keep]
+        self._ids = array("q", ids.tobytes())
+        self._len = array("i", np.frombuffer(self._len, dtype=np.int32)[keep].tobytes())
+        self._alive = bytearray(b"\x01" * keep.size)
+        self._row = {int(d): i for i, d in enumerate(ids.tolist())}
+        self._postings, self._n_postings, self._arrays = postings, n_postings, None
 
     def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
-        arr = self._frozen.get(term)
-        if arr is None:
-            p = self._postings.get(term)
-            if p is None:
-                return None
-            arr = (np.asarray(p[0], dtype=np.int64), np.asarray(p[1], dtype=np.float32))
-            self._frozen[term] = arr
-        return arr
+        p = self._postings.get(term)
+        if p is None:
+            return None
+        # Copies (a memcpy), so that no numpy view pins the arrays while later writes append to them.
+        return np.frombuffer(p[0], dtype=np.int32).copy(), np.frombuffer(p[1], dtype=np.float32).copy()
+
+    def nbytes(self) -> int:
+        """Estimated bytes held: packed postings, per-row arrays and the id → row map, per-term entries."""
+        rows = len(self._ids)
+        return (int(1.125 * (8 * self._n_postings + 13 * rows)) + (13 * rows if self._arrays is not None else 0)
+                + _DICT_ENTRY * len(self._row) + _TERM_ENTRY * len(self._postings))
 
     def _cached_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         # Rebuilt only after a write: queries outnumber writes on the read path.
         if self._arrays is None:
             self._arrays = (
-                np.asarray(self._ids, dtype=np.int64),
-                np.asarray(self._alive, dtype=bool),
-                np.asarray(self._len, dtype=np.float32),
+                np.frombuffer(self._ids, dtype=np.int64).copy(),
+                np.frombuffer(bytes(self._alive), dtype=np.uint8).astype(bool),
+                np.frombuffer(self._len, dtype=np.int32).astype(np.float32),
             )
         return self._arrays
 

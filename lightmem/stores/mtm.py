@@ -37,6 +37,7 @@ from lightmem.stores.lexical_index import LexicalIndex
 from lightmem.stores.partition import Partition, SyncingLock, fill
 from lightmem.stores.sqlite import DB_NAME, SQLiteStore, database_path, row_to_item
 from lightmem.stores.vector_index import VectorIndex
+from lightmem.stores.view_cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
 
 __all__ = ["DB_NAME", "MTMStore", "OfflineChanges", "database_path", "stored_embedder"]
@@ -60,6 +61,9 @@ class MTMStore:
         bm25_b: BM25 b.
         keep_changes: Item changes the cross-process change log keeps when the store closes; a
             process that had not read the dropped ones rebuilds its indexes from the tables.
+        cache_mb: Ceiling (MiB) of the per-user views held in memory; the least recently used
+            users' views are dropped beyond it and rebuilt from the tables on their next request
+            (0 or None: no ceiling).
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class MTMStore:
         bm25_k1: float = 1.5,
         bm25_b: float = 0.75,
         keep_changes: int = 100_000,
+        cache_mb: float | None = DEFAULT_CACHE_MB,
     ) -> None:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
@@ -87,7 +92,7 @@ class MTMStore:
         self.half_life_days = retention_half_life_days
         self._bm25_params = (bm25_k1, bm25_b)
         self._keep_changes = keep_changes
-        self._parts: dict[str, Partition] = {}
+        self._parts: ViewCache[Partition] = ViewCache(ceiling_bytes(cache_mb))
         self._access = AccessBuffer()
         # Partitions load lazily from the tables, so the change log starts from now.
         self._seen_version, self._seen_change = self.sql.data_version(), self.sql.last_change()
@@ -152,11 +157,12 @@ class MTMStore:
 
     def _reload(self, user_id: str, rids: Sequence[int]) -> None:
         """Re-read these rows into the user's partition: gone or archived ones leave it."""
-        part = self._parts[user_id]
+        part = self._parts.peek(user_id)
         part.remove([r for r in rids if r in part.vectors])
         rows = self.sql.active_vectors(user_id, rids)
         if rows:
             fill(part, rows, self.dim)
+        self._parts.resize(user_id)
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
@@ -175,8 +181,18 @@ class MTMStore:
             part = self._parts.get(user_id)
             if part is None:
                 part = self._load(user_id)
-                self._parts[user_id] = part
+                self._parts.put(user_id, part)
             return part
+
+    def drop_views(self) -> None:
+        """Drop every user's in-memory views now (each is rebuilt from the tables when next used)."""
+        with self.sql.lock:
+            self._parts.clear()
+
+    def cache_stats(self) -> dict[str, int | float | None]:
+        """The per-user views held in this process: count, estimated MiB, ceiling, hits, misses, evictions."""
+        with self.sql.lock:
+            return self._parts.stats()
 
     def _load(self, user_id: str) -> Partition:
         rows = self.sql.active_vectors(user_id)
@@ -224,9 +240,10 @@ class MTMStore:
                 for rid, item, vec in written:
                     part.add(rid, item, vec)
                 part.remove(evicted)
+                self._parts.resize(user_id)
             except BaseException:
                 # SQLite has the batch; drop the in-memory view so it is rebuilt from it.
-                self._parts.pop(user_id, None)
+                self._parts.pop(user_id)
                 raise
             if evicted:
                 log.info("user %s over capacity %d: archived %d items", user_id, self.capacity, len(evicted))
@@ -290,6 +307,7 @@ class MTMStore:
                 vec = vector if vector is not None else part.vectors.vecs[part.vectors.row_of(rid)].copy()
                 part.remove([rid])
                 part.add(rid, new, np.asarray(vec, dtype=np.float32))
+                self._parts.resize(user_id)
             return new
 
     def set_archived(self, user_id: str, item_id: str, archived: bool, now: float) -> MemoryItem:
@@ -302,7 +320,7 @@ class MTMStore:
             with self.sql.transaction() as c:
                 c.execute("UPDATE items SET archived = ? WHERE rid = ?", (int(archived), rid))
                 self.sql.log(c, user_id, item_id, "ARCHIVE" if archived else "RESTORE", item.text, item.text, now)
-            self._parts.pop(user_id, None)  # reload lazily: restore needs the stored vector
+            self._parts.pop(user_id)  # reload lazily: restore needs the stored vector
             return replace(item, archived=archived)
 
     def delete(self, user_id: str, item_id: str, now: float) -> dict[str, int]:
@@ -323,8 +341,10 @@ class MTMStore:
                 self.sql.log(c, user_id, item_id, "DELETE", None, None, now)
                 turns = self.sql.drop_uncited_turns(c, user_id, json.loads(provenance))
             self._access.forget(user_id, rid)
-            if user_id in self._parts:
-                self._parts[user_id].remove([rid])
+            part = self._parts.peek(user_id)
+            if part is not None:
+                part.remove([rid])
+                self._parts.resize(user_id)
             self.sql.erase_log()
             return {"items": 1, "turns": turns}
 
@@ -336,7 +356,7 @@ class MTMStore:
                     table: c.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,)).rowcount
                     for table in ("items", "turns", "history", "pending", "consolidated")
                 }
-            self._parts.pop(user_id, None)
+            self._parts.pop(user_id)
             self._access.forget(user_id)
             self.sql.erase_log()
             return counts
@@ -434,9 +454,10 @@ class MTMStore:
                     before_commit()
                 SQLiteGraph.finish_cycle(c, cycle, {**(stats or {}), **graph_counts,
                                                     **{f"mtm_{k}": v for k, v in delta.counts.items()}})
-            part = self._parts.get(user_id)
+            part = self._parts.peek(user_id)
             if part is not None:  # else it loads lazily from the tables, which have the cycle
                 offline.refresh(part, delta)
+                self._parts.resize(user_id)
         return OfflineCommit(cycle, graph_counts, dict(delta.counts))
 
     def consolidation_state(self, user_id: str) -> dict[str, int]:

@@ -17,7 +17,7 @@ from lightmem.stores.vector_index import VectorIndex
 from lightmem.types import Filters, ItemKind, MemoryItem
 
 
-@dataclass
+@dataclass(slots=True)
 class IndexMeta:
     """What the filters need of an indexed item, kept in memory: no SQL on the read path."""
 
@@ -33,6 +33,7 @@ class Partition:
     lexical: LexicalIndex
     meta: dict[int, IndexMeta] = field(default_factory=dict)
     n_not_current: int = 0  # superseded items; while 0 the default filter keeps everything
+    n_tagged: int = 0  # items with entities or a topic (their tag sets cost memory)
 
     def add(self, rid: int, item: MemoryItem, vec: np.ndarray) -> None:
         self.vectors.add(np.asarray([rid]), vec[None, :])
@@ -42,6 +43,7 @@ class Partition:
     def set_meta(self, rid: int, meta: IndexMeta) -> None:
         self.meta[rid] = meta
         self.n_not_current += not meta.current
+        self.n_tagged += bool(meta.tags)
 
     def mark_not_current(self, rid: int) -> None:
         """The item was superseded (it stays indexed for ``include_superseded``)."""
@@ -57,10 +59,24 @@ class Partition:
             gone = self.meta.pop(int(r), None)
             if gone is not None:
                 self.n_not_current -= not gone.current
+                self.n_tagged -= bool(gone.tags)
 
     def allowed(self, ids: np.ndarray, f: Filters) -> np.ndarray | None:
         """Boolean mask over ``ids`` for the filter, or None when it keeps everything."""
         return filter_mask(self.meta, ids, f, all_current=self.n_not_current == 0)
+
+    def nbytes(self) -> int:
+        """Estimated bytes of this view (``view_cache.ViewCache`` keeps the sum under a ceiling)."""
+        return self.vectors.nbytes() + self.lexical.nbytes() + meta_nbytes(len(self.meta), self.n_tagged)
+
+
+_META_ENTRY = 200  # a dict entry, an IndexMeta (slots) and its float
+_TAGS = 250  # a small non-empty frozenset of tags
+
+
+def meta_nbytes(n: int, n_tagged: int) -> int:
+    """Estimated bytes of ``n`` items' filter metadata, ``n_tagged`` of them with tags."""
+    return _META_ENTRY * n + _TAGS * n_tagged
 
 
 def filter_mask(meta: Mapping[int, IndexMeta], ids: np.ndarray, f: Filters, all_current: bool) -> np.ndarray | None:
@@ -84,7 +100,12 @@ def filter_mask(meta: Mapping[int, IndexMeta], ids: np.ndarray, f: Filters, all_
     return np.fromiter((keep(int(r)) for r in ids), dtype=bool, count=len(ids))
 
 
+_NO_TAGS: frozenset[str] = frozenset()
+
+
 def tags_of(topic: str | None, entities: Sequence[str]) -> frozenset[str]:
+    if not entities and not topic:
+        return _NO_TAGS  # shared: most items have none
     return frozenset([t.lower() for t in entities] + ([topic.lower()] if topic else []))
 
 

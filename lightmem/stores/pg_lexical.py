@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.partition import IndexMeta, tags_of
+from lightmem.stores.partition import IndexMeta, meta_nbytes, tags_of
 from lightmem.types import ItemKind
 
 _COLS = "rid, text, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
@@ -29,12 +29,15 @@ class LexicalView:
     version: int = 0
     meta: dict[int, IndexMeta] = field(default_factory=dict)
     n_not_current: int = 0
+    n_tagged: int = 0
 
     def add(self, rows: Sequence[tuple]) -> None:
         for rid, text, event_time, kind, topic, ents, current in rows:
             self.lexical.add(int(rid), text)
-            self.meta[int(rid)] = IndexMeta(event_time, ItemKind(kind), bool(current), tags_of(topic, json.loads(ents)))
+            meta = IndexMeta(event_time, ItemKind(kind), bool(current), tags_of(topic, json.loads(ents)))
+            self.meta[int(rid)] = meta
             self.n_not_current += not current
+            self.n_tagged += bool(meta.tags)
 
     def remove(self, rids: Sequence[int]) -> None:
         self.lexical.remove(rids)
@@ -42,6 +45,11 @@ class LexicalView:
             gone = self.meta.pop(int(r), None)
             if gone is not None:
                 self.n_not_current -= not gone.current
+                self.n_tagged -= bool(gone.tags)
+
+    def nbytes(self) -> int:
+        """Estimated bytes of this view (``view_cache.ViewCache`` keeps the sum under a ceiling)."""
+        return self.lexical.nbytes() + meta_nbytes(len(self.meta), self.n_tagged)
 
 
 def sync(conn: Any, user_id: str, view: LexicalView | None, k1: float, b: float) -> LexicalView:

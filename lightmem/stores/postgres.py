@@ -31,6 +31,7 @@ from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit, for
 from lightmem.stores.partition import filter_mask, tags_of
 from lightmem.stores.pg_graph import PostgresGraph, PostgresGraphTransaction, as_array
 from lightmem.stores.pg_lexical import LexicalView, sync
+from lightmem.stores.view_cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.stores.pg_offline import ITEM_COLS
 from lightmem.stores.sqlite import row_to_item
 from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
@@ -106,6 +107,9 @@ class PostgresStore:
         retention_half_life_days: Recency half-life used when choosing what to archive.
         bm25_k1: BM25 k1.
         bm25_b: BM25 b.
+        cache_mb: Ceiling (MiB) of the per-user BM25 views held in memory; the least recently used
+            users' views are dropped beyond it and rebuilt from the database on their next request
+            (0 or None: no ceiling).
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class PostgresStore:
         retention_half_life_days: float = 30.0,
         bm25_k1: float = 1.5,
         bm25_b: float = 0.75,
+        cache_mb: float | None = DEFAULT_CACHE_MB,
     ) -> None:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
@@ -141,7 +146,7 @@ class PostgresStore:
             self._conn.close()
             raise
         self._lock = SnapshotLock(self)
-        self._views: dict[str, LexicalView] = {}
+        self._views: ViewCache[LexicalView] = ViewCache(ceiling_bytes(cache_mb))
         self._access = AccessBuffer()
         self._graph = PostgresGraph(self._conn, self._mutex, dim)
 
@@ -197,13 +202,24 @@ class PostgresStore:
         """Bring the BM25 views of the users served so far up to date (reads need no refresh)."""
         with self._mutex:
             for uid in list(self._views):
-                self._view(uid)
+                if uid in self._views:  # not dropped by the ceiling while the others were brought up to date
+                    self._view(uid)
 
     def _view(self, user_id: str) -> LexicalView:
         with self._mutex:
             view = sync(self._conn, user_id, self._views.get(user_id), *self._bm25)
-            self._views[user_id] = view
+            self._views.put(user_id, view)
             return view
+
+    def drop_views(self) -> None:
+        """Drop every user's in-memory BM25 view now (each is rebuilt from the database when next used)."""
+        with self._mutex:
+            self._views.clear()
+
+    def cache_stats(self) -> dict[str, int | float | None]:
+        """The per-user BM25 views held in this process: count, estimated MiB, ceiling, hits, misses, evictions."""
+        with self._mutex:
+            return self._views.stats()
 
     # -- writes --------------------------------------------------------------------------------
     def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray, now: float,
@@ -326,7 +342,7 @@ class PostgresStore:
             cur.execute("UPDATE item_versions SET version = version + 1, pruned_through = version + 1 WHERE user_id = %s",
                         (user_id,))
         with self._mutex:
-            self._views.pop(user_id, None)
+            self._views.pop(user_id)
             self._access.forget(user_id)
         return counts
 

@@ -1,8 +1,9 @@
-"""A per-user dense index: FAISS for top-k search, a numpy mirror for exact rescoring.
+"""A per-user dense index: the vectors in one numpy array, searched exactly; FAISS for HNSW and GPUs.
 
-MTM is capacity-bound (B = 10^4 items per user by default), so an exact inner-product
-index is both fast and exact; ``hnsw`` is there for users who raise B far beyond that.
-FAISS row i is always ``self.ids[i]``: removals delete the same rows from both.
+MTM is capacity-bound (B = 10^4 items per user by default), so exact inner-product search is both
+fast and exact. On the CPU one matrix-vector product over the array is it (faster than FAISS's flat
+index for one query, and the vectors are held once); ``hnsw`` and ``cuda`` add a FAISS index beside
+the array, whose row i is always ``self.ids[i]``: removals delete the same rows from both.
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ class VectorIndex:
         self._ids = np.zeros(0, dtype=np.int64)
         self._vecs = np.zeros((0, dim), dtype=np.float32)
         self._row: dict[int, int] = {}
-        self._index = self._new_index()
+        # Exact search on the CPU needs nothing but the array; HNSW and GPU search need FAISS's index.
+        self._index = None if self.kind == "flat" and not device.startswith("cuda") else self._new_index()
 
     @property
     def ids(self) -> np.ndarray:
@@ -96,7 +98,8 @@ class VectorIndex:
         self._n += len(ids)
         for off, i in enumerate(ids.tolist()):
             self._row[i] = start + off
-        self._index.add(vecs)
+        if self._index is not None:
+            self._index.add(vecs)
 
     def remove(self, ids) -> None:
         rows = sorted(self._row[i] for i in map(int, ids) if i in self._row)
@@ -108,10 +111,7 @@ class VectorIndex:
         self._n = len(ids)
         self._ids[: self._n], self._vecs[: self._n] = ids, vecs
         self._row = {int(i): r for r, i in enumerate(ids.tolist())}
-        if self.kind == "flat" and not self.device.startswith("cuda"):
-            faiss = _faiss()
-            self._index.remove_ids(faiss.IDSelectorBatch(np.asarray(rows, dtype=np.int64)))
-        else:  # HNSW and GPU indexes cannot remove: rebuild from the mirror
+        if self._index is not None:  # HNSW and GPU indexes cannot remove: rebuild from the mirror
             self._index = self._new_index()
             if len(self):
                 self._index.add(self.vecs)
@@ -133,10 +133,12 @@ class VectorIndex:
             if rows.size == 0:
                 return self.ids[:0], np.zeros(0, dtype=np.float32)
             sims = self.vecs[rows] @ q[0]
-            kk = min(k, rows.size)
-            top = np.argpartition(-sims, kk - 1)[:kk]
-            top = top[np.argsort(-sims[top], kind="stable")]
+            top = _top(sims, k)
             return self.ids[rows[top]], sims[top].astype(np.float32)
+        if self._index is None:
+            sims = self.vecs @ q[0]
+            top = _top(sims, k)
+            return self.ids[top], sims[top].astype(np.float32)
         kk = min(k, n)
         scores, rows = self._index.search(q, kk)
         valid = rows[0] >= 0
@@ -153,3 +155,28 @@ class VectorIndex:
 
     def row_of(self, doc_id: int) -> int:
         return self._row[doc_id]
+
+    def nbytes(self) -> int:
+        """Estimated bytes held: the arrays' reserved rows, the id → row map, FAISS's copy and graph."""
+        held = self._ids.nbytes + self._vecs.nbytes + _DICT_ENTRY * len(self._row)
+        if self._index is not None:
+            held += self._n * self.dim * 4 + (_HNSW_LINKS * self._n if self.kind == "hnsw" else 0)
+        return held
+
+
+_DICT_ENTRY = 100  # an int → int dict entry: its slot, hash table share and the key and value objects
+_HNSW_LINKS = 2 * 32 * 4 + 64  # FAISS HNSW, M=32: ~2M neighbour ids of 4 bytes per vector on level 0, and levels
+
+
+def _top(sims: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` largest scores, best first, with FAISS's flat-index tie rule (the index
+    this replaced, kept so that rankings did not move): of the items tied at the cut the earlier rows
+    are kept, and tied items are listed later row first."""
+    kk = min(k, sims.size)
+    if kk < sims.size:
+        cut = np.partition(sims, sims.size - kk)[sims.size - kk]  # the kk-th largest score
+        above = np.flatnonzero(sims > cut)
+        top = np.concatenate([above, np.flatnonzero(sims == cut)[: kk - above.size]])
+    else:
+        top = np.arange(sims.size)
+    return top[np.lexsort((-top, -sims[top]))]

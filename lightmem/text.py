@@ -32,6 +32,19 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower().replace("\u2019", "'"))
 
 
+_ANALYZED: dict[str, str] = {}  # word → its stem, or "" for a stop word (a vocabulary is small; bounded below)
+
+
 def analyze(text: str) -> list[str]:
     """Lower-case words minus stop words, Porter-stemmed. Pure and deterministic."""
-    return [stem(w) for w in words(text) if w not in STOPWORDS]
+    known = _ANALYZED.get
+    out = []
+    for w in words(text):
+        s = known(w)
+        if s is None:
+            if len(_ANALYZED) > 200_000:
+                _ANALYZED.clear()
+            s = _ANALYZED[w] = "" if w in STOPWORDS else stem(w)
+        if s:
+            out.append(s)
+    return out

@@ -53,6 +53,29 @@ def test_bm25_removal_equals_rebuild_without_the_docs():
     assert not set(top_ids.tolist()) & gone and np.all(np.diff(top_sc) <= 0)
 
 
+def test_bm25_bulk_load_builds_the_same_index_as_one_by_one():
+    rng = np.random.default_rng(3)
+    docs = _corpus(rng, 300)
+    one, bulk = LexicalIndex(), LexicalIndex()
+    for i, d in enumerate(docs[:100]):  # both already hold documents, one of which the bulk load replaces
+        one.add(i, d)
+        bulk.add(i, d)
+    later = [(i + 100, d) for i, d in enumerate(docs[100:])] + [(7, "alpha omega alpha")]
+    for i, d in later:
+        one.add(i, d)
+    bulk.add_many(later)
+    assert len(one) == len(bulk) == 300 and one.nbytes() == bulk.nbytes()
+    for q in ("alpha beta", "sigma rho pi alpha", "omega", "unknownword"):
+        a_ids, a = one.scores(q)
+        b_ids, b = bulk.scores(q)
+        np.testing.assert_array_equal(a_ids, b_ids)
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+        assert one.top(q, 10).ids.tolist() == bulk.top(q, 10).ids.tolist()
+    bulk.remove(range(150))  # a compaction of bulk-built postings
+    one.remove(range(150))
+    np.testing.assert_allclose(one.scores("beta gamma")[1], bulk.scores("beta gamma")[1], rtol=1e-6)
+
+
 def test_analyze_stems_and_drops_stopwords():
     assert analyze("The runners were running to the Marathons!") == ["runner", "were", "run", "marathon"]
 

@@ -113,9 +113,11 @@ def fill(part: Partition, rows: Sequence[tuple], dim: int) -> None:
     """Add ``SQLiteStore.active_vectors`` rows to a partition (one FAISS call for all)."""
     rids = np.asarray([r[0] for r in rows], dtype=np.int64)
     part.vectors.add(rids, np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), dim))
-    for rid, text, _, event_time, kind, topic, ents, current in rows:
-        part.lexical.add(int(rid), text)
-        part.set_meta(int(rid), IndexMeta(event_time, ItemKind(kind), bool(current), tags_of(topic, json.loads(ents))))
+    part.lexical.add_many([(int(r[0]), r[1]) for r in rows])
+    kinds = {k.value: k for k in ItemKind}
+    for rid, _, _, event_time, kind, topic, ents, current in rows:
+        tags = _NO_TAGS if ents == "[]" and not topic else tags_of(topic, json.loads(ents))
+        part.set_meta(int(rid), IndexMeta(event_time, kinds[kind], bool(current), tags))
 
 
 class SyncingLock:

@@ -32,8 +32,8 @@ class LexicalView:
     n_tagged: int = 0
 
     def add(self, rows: Sequence[tuple]) -> None:
-        for rid, text, event_time, kind, topic, ents, current in rows:
-            self.lexical.add(int(rid), text)
+        self.lexical.add_many([(int(r[0]), r[1]) for r in rows])
+        for rid, _, event_time, kind, topic, ents, current in rows:
             meta = IndexMeta(event_time, ItemKind(kind), bool(current), tags_of(topic, json.loads(ents)))
             self.meta[int(rid)] = meta
             self.n_not_current += not current

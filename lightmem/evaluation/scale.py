@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import time
@@ -115,9 +114,14 @@ def build(location: str, point: Point, batch: int = 1000, seed: int = 0, progres
     return time.perf_counter() - t0
 
 
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def rss_mb(field: str = "VmRSS") -> float:
+    """This process's resident memory (``VmHWM``: its peak since it started; ``ru_maxrss`` would count
+    the memory of the process that forked it)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def serve(location: str, point: Point, cache_mb: float | None, warm_users: int = 20, warm_reps: int = 5,
@@ -159,7 +163,7 @@ def serve(location: str, point: Point, cache_mb: float | None, warm_users: int =
         memory.close()
     return {
         "rss_start_mb": round(rss0, 1), "rss_open_mb": round(rss_open, 1), "rss_end_mb": round(rss_mb(), 1),
-        "rss_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "rss_peak_mb": round(rss_mb("VmHWM"), 1),
         "cold_p50_ms": round(float(np.percentile(cold, 50)), 2), "cold_p95_ms": round(float(np.percentile(cold, 95)), 2),
         "warm_p50_ms": round(float(np.percentile(warm, 50)), 2), "warm_p95_ms": round(float(np.percentile(warm, 95)), 2),
         "cache": cache,

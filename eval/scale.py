@@ -55,7 +55,6 @@ def main(argv: list[str] | None = None) -> int:
             if not args.store:
                 shutil.rmtree(location, ignore_errors=True)
             result.build_s = build(location, point)
-            result.build_items_per_s = point.users * point.items / result.build_s
         print(f"{point.name}: built in {result.build_s:.0f} s; serving in a fresh process ...", flush=True)
         try:
             result.serve = serve_in_child(location, point, args.cache_mb)

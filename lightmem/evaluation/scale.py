@@ -45,9 +45,12 @@ class Point:
 class Result:
     point: Point
     backend: str
-    build_s: float = 0.0
-    build_items_per_s: float = 0.0
+    build_s: float = 0.0  # 0: the store was there already
     serve: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def build_items_per_s(self) -> float | None:
+        return self.point.users * self.point.items / self.build_s if self.build_s else None
 
 
 def parse_point(text: str) -> Point:
@@ -71,25 +74,28 @@ def text_of(rng: random.Random, i: int) -> str:
             f"{rng.choice(VERBS)} {rng.choice(THINGS)} before.")
 
 
-def open_store(location: str, point: Point, cache_mb: float | None):
-    from lightmem.stores.factory import is_server, open_store as open_any
+def store_options(location: str, point: Point, cache_mb: float | None) -> dict[str, Any]:
+    """The store settings of a grid point (capacity raised to its items; None: the default ceiling)."""
+    from lightmem.stores.factory import is_server
 
     options: dict[str, Any] = {"index": point.index, "capacity": max(10_000, point.items)}
     if cache_mb is not None:
         options["cache_mb"] = cache_mb
     if not is_server(location):
         options["synchronous"] = "NORMAL"
-    return open_any(location, dim=DIM, embedder=f"hashing-{DIM}", **options)
+    return options
 
 
 def build(location: str, point: Point, batch: int = 1000, seed: int = 0, progress: bool = True) -> float:
     """Write ``point.users × point.items`` items (one turn each); returns the seconds it took."""
     from rich.progress import Progress
 
+    from lightmem.models.embedder import HashingEmbedder
+    from lightmem.stores.factory import open_store
     from lightmem.types import ItemKind, MemoryItem, Turn
 
     rng, vrng = random.Random(seed), np.random.default_rng(seed)
-    store = open_store(location, point, cache_mb=None)
+    store = open_store(location, dim=DIM, embedder=HashingEmbedder(DIM).name, **store_options(location, point, None))
     t0 = time.perf_counter()
     try:
         with Progress(disable=not progress) as bar:
@@ -132,10 +138,8 @@ def serve(location: str, point: Point, cache_mb: float | None, warm_users: int =
     from lightmem.roles.selector import Stage1Selector
 
     rss0 = rss_mb()
-    options: dict[str, Any] = {"index": point.index, "capacity": max(10_000, point.items)}
-    if cache_mb is not None:
-        options["cache_mb"] = cache_mb
-    memory = Memory.open(location, embedder=HashingEmbedder(DIM), selector=Stage1Selector(), **options)
+    memory = Memory.open(location, embedder=HashingEmbedder(DIM), selector=Stage1Selector(),
+                         **store_options(location, point, cache_mb))
     rng = random.Random(seed)
     users = [f"user{u:05d}" for u in range(point.users)]
     rng.shuffle(users)
@@ -190,7 +194,8 @@ def table(results: list[Result]) -> str:
     for r in results:
         s = r.serve
         lines.append("| " + " | ".join([
-            r.backend, r.point.name, f"{r.point.users * r.point.items:,}", f"{r.build_items_per_s:,.0f}",
+            r.backend, r.point.name, f"{r.point.users * r.point.items:,}",
+            "—" if r.build_items_per_s is None else f"{r.build_items_per_s:,.0f}",
             f"{s['rss_open_mb']:.0f}", f"{s['rss_end_mb']:.0f}", str(s["cache"]["views"]), f"{s['cache']['mb']:.0f}",
             f"{s['cold_p50_ms']:.1f} / {s['cold_p95_ms']:.1f}", f"{s['warm_p50_ms']:.1f} / {s['warm_p95_ms']:.1f}",
         ]) + " |")
@@ -226,6 +231,7 @@ def plot(results: list[Result], path: Path) -> Path:
 
 def write_report(results: list[Result], out: Path, meta: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=2))
+    rows = [{**asdict(r), "build_items_per_s": r.build_items_per_s} for r in results]
+    (out / "results.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
     (out / "results.md").write_text(f"# eval/scale.py\n\n`{meta['command']}`\n\n" + table(results))
     plot(results, out / "scale.png")

@@ -109,15 +109,23 @@ def tags_of(topic: str | None, entities: Sequence[str]) -> frozenset[str]:
     return frozenset([t.lower() for t in entities] + ([topic.lower()] if topic else []))
 
 
+_KINDS = {k.value: k for k in ItemKind}
+
+
+def row_meta(event_time: float, kind: str, topic: str | None, entities_json: str, current: object) -> IndexMeta:
+    """An item's filter metadata from its table row (both backends' views load it this way)."""
+    no_tags = not topic and entities_json == "[]"  # most items: no JSON to parse
+    tags = _NO_TAGS if no_tags else tags_of(topic, json.loads(entities_json))
+    return IndexMeta(event_time, _KINDS[kind], bool(current), tags)
+
+
 def fill(part: Partition, rows: Sequence[tuple], dim: int) -> None:
-    """Add ``SQLiteStore.active_vectors`` rows to a partition (one FAISS call for all)."""
+    """Add ``SQLiteStore.active_vectors`` rows to a partition (the vectors in one call, BM25 in bulk)."""
     rids = np.asarray([r[0] for r in rows], dtype=np.int64)
     part.vectors.add(rids, np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), dim))
     part.lexical.add_many([(int(r[0]), r[1]) for r in rows])
-    kinds = {k.value: k for k in ItemKind}
     for rid, _, _, event_time, kind, topic, ents, current in rows:
-        tags = _NO_TAGS if ents == "[]" and not topic else tags_of(topic, json.loads(ents))
-        part.set_meta(int(rid), IndexMeta(event_time, kinds[kind], bool(current), tags))
+        part.set_meta(int(rid), row_meta(event_time, kind, topic, ents, current))
 
 
 class SyncingLock:

@@ -9,14 +9,12 @@ the rows changed since (``item_changes``), whoever committed them.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.partition import IndexMeta, meta_nbytes, tags_of
-from lightmem.types import ItemKind
+from lightmem.stores.partition import IndexMeta, meta_nbytes, row_meta
 
 _COLS = "rid, text, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
 
@@ -34,7 +32,7 @@ class LexicalView:
     def add(self, rows: Sequence[tuple]) -> None:
         self.lexical.add_many([(int(r[0]), r[1]) for r in rows])
         for rid, _, event_time, kind, topic, ents, current in rows:
-            meta = IndexMeta(event_time, ItemKind(kind), bool(current), tags_of(topic, json.loads(ents)))
+            meta = row_meta(event_time, kind, topic, ents, current)
             self.meta[int(rid)] = meta
             self.n_not_current += not current
             self.n_tagged += bool(meta.tags)

@@ -14,7 +14,6 @@ import numpy as np
 
 from lightmem.text import analyze
 
-
 _DICT_ENTRY = 100  # an int → int dict entry with its key and value objects
 _TERM_ENTRY = 300  # a term's dict entry: the string, the tuple and the two array headers
 
@@ -154,6 +153,48 @@ class LexicalIndex:
         self._alive = bytearray(b"\x01" * keep.size)
         self._row = {int(d): i for i, d in enumerate(ids.tolist())}
         self._postings, self._n_postings, self._arrays = postings, n_postings, None
+
+    def export(self) -> dict[str, np.ndarray]:
+        """The index as flat arrays (live rows only; ``from_export`` rebuilds it without analysing any text).
+
+        Postings are concatenated term by term: ``terms`` holds the terms joined by newlines (UTF-8), ``term_n``
+        how many postings each has, ``rows``/``tfs`` the postings themselves.
+        """
+        if self._n_alive < len(self._ids):
+            self._compact()
+        names = list(self._postings)
+        return {
+            "ids": np.frombuffer(self._ids, dtype=np.int64).copy(),
+            "lengths": np.frombuffer(self._len, dtype=np.int32).copy(),
+            "terms": np.frombuffer("\n".join(names).encode(), dtype=np.uint8),
+            "term_n": np.fromiter((len(self._postings[t][0]) for t in names), dtype=np.int64, count=len(names)),
+            "rows": np.frombuffer(b"".join(bytes(self._postings[t][0]) for t in names), dtype=np.int32),
+            "tfs": np.frombuffer(b"".join(bytes(self._postings[t][1]) for t in names), dtype=np.float32),
+            "params": np.asarray([self.k1, self.b], dtype=np.float64),
+        }
+
+    @classmethod
+    def from_export(cls, a: dict[str, np.ndarray]) -> "LexicalIndex":
+        """The index ``export`` wrote (the same postings, rows and statistics)."""
+        k1, b = (float(x) for x in a["params"])
+        index = cls(k1, b)
+        ids, lengths = a["ids"].astype(np.int64), a["lengths"].astype(np.int32)
+        names = bytes(a["terms"]).decode().split("\n") if a["terms"].size else []
+        counts = a["term_n"].astype(np.int64)
+        if len(ids) != len(lengths) or len(names) != len(counts) \
+                or len(a["rows"]) != int(counts.sum()) or len(a["tfs"]) != len(a["rows"]):
+            raise ValueError("inconsistent BM25 export")
+        row_bytes, tf_bytes = a["rows"].astype(np.int32).tobytes(), a["tfs"].astype(np.float32).tobytes()
+        ends = np.cumsum(counts) * 4
+        starts = ends - counts * 4
+        index._postings = {t: (array("i", row_bytes[s:e]), array("f", tf_bytes[s:e]))
+                           for t, s, e in zip(names, starts.tolist(), ends.tolist())}
+        index._ids = array("q", ids.tobytes())
+        index._len = array("i", lengths.tobytes())
+        index._alive = bytearray(b"\x01" * len(ids))
+        index._row = dict(zip(ids.tolist(), range(len(ids))))
+        index._n_postings, index._n_alive, index._sum_len = int(counts.sum()), len(ids), int(lengths.sum())
+        return index
 
     def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
         p = self._postings.get(term)

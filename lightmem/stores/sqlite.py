@@ -78,6 +78,13 @@ BEGIN INSERT INTO item_changes (user_id, rid) VALUES (OLD.user_id, OLD.rid); END
 CREATE TRIGGER IF NOT EXISTS items_changes_update
 AFTER UPDATE OF text, embedding, archived, superseded_by, valid_to, event_time, kind, topic, entities ON items
 BEGIN INSERT INTO item_changes (user_id, rid) VALUES (NEW.user_id, NEW.rid); END;
+-- view snapshots (an optional cache, added within schema 3: code that predates it ignores the table).
+-- Deleting an item drops its user's snapshot, so erased memories leave no copy behind.
+CREATE TABLE IF NOT EXISTS view_snapshots (
+  user_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS items_drop_snapshot AFTER DELETE ON items
+BEGIN DELETE FROM view_snapshots WHERE user_id = OLD.user_id; END;
 -- schema 3: the LTM graph (schema-2 stores made these tables on first LTM use, unversioned;
 -- IF NOT EXISTS keeps theirs). No user id and no link back to MTM: de-identified knowledge only.
 CREATE TABLE IF NOT EXISTS ltm_nodes (
@@ -262,6 +269,50 @@ class SQLiteStore:
                 c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('changes_pruned_through', ?)", (str(through),))
             return n
 
+    def user_changes_since(self, user_id: str, seq: int) -> tuple[int, list[int]]:
+        """(last seq pruned from the log, distinct row ids of the user's item changes after ``seq``)."""
+        with self.lock:
+            pruned = self._conn.execute("SELECT value FROM meta WHERE key = 'changes_pruned_through'").fetchone()
+            rows = self._conn.execute("SELECT DISTINCT rid FROM item_changes WHERE seq > ? AND user_id = ?",
+                                      (seq, user_id)).fetchall()
+        return int(pruned[0]) if pruned else 0, sorted(int(r[0]) for r in rows)
+
+    def view_snapshot(self, user_id: str) -> tuple[int, int, bytes] | None:
+        """The user's view snapshot as (change seq it reflects, items, blob), or None."""
+        try:
+            row = self.query("SELECT seq, n, data FROM view_snapshots WHERE user_id = ?", (user_id,))
+        except sqlite3.OperationalError as exc:  # a read-only store made before the table existed
+            if "no such table" not in str(exc):
+                raise
+            return None
+        return (int(row[0][0]), int(row[0][1]), bytes(row[0][2])) if row else None
+
+    def put_view_snapshot(self, user_id: str, seq: int, n: int, data: bytes, wait_ms: int = 50) -> bool:
+        """Store the user's view snapshot unless another process holds the write lock longer than
+        ``wait_ms`` (it is a cache: the next load tries again). Returns whether it was written."""
+        if self.read_only:
+            return False
+        with self.lock:
+            if self._conn.in_transaction:
+                return False
+            self._conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    return False
+                raise
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+            try:
+                self._conn.execute("INSERT OR REPLACE INTO view_snapshots (user_id, seq, n, data) VALUES (?, ?, ?, ?)",
+                                   (user_id, seq, n, data))
+                self._conn.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback(exc)
+                raise
+        return True
+
     def erase_log(self) -> bool:
         """Copy the write-ahead log into the database and truncate it.
 
@@ -333,6 +384,7 @@ class SQLiteStore:
         """Blank the texts of an item's history events; the events themselves stay."""
         c.execute("UPDATE history SET old_text = NULL, new_text = NULL WHERE user_id = ? AND item_id = ?",
                   (user_id, item_id))
+        c.execute("DELETE FROM view_snapshots WHERE user_id = ?", (user_id,))  # it may hold the old text's terms
 
     @staticmethod
     def drop_uncited_turns(c: sqlite3.Connection, user_id: str, turn_ids: Sequence[str]) -> int:

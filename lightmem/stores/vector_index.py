@@ -153,6 +153,21 @@ class VectorIndex:
             out[have] = self.vecs[np.asarray(rows)[have]] @ np.asarray(query, dtype=np.float32)
         return out
 
+    @classmethod
+    def from_arrays(cls, ids: np.ndarray, vecs: np.ndarray, kind: str = "flat", device: str = "cpu") -> "VectorIndex":
+        """An index holding ``vecs`` (rows, taken over without a copy when they are writable float32) under ``ids``."""
+        index = cls(vecs.shape[1], kind, device)
+        index._ids = np.array(ids, dtype=np.int64)
+        index._vecs = vecs if vecs.dtype == np.float32 and vecs.flags.writeable and vecs.flags.c_contiguous \
+            else np.array(vecs, dtype=np.float32, order="C")
+        index._n = len(index._ids)
+        index._row = dict(zip(index._ids.tolist(), range(index._n)))
+        if len(index._row) != index._n or index._vecs.shape[0] != index._n:
+            raise ValueError("ids must be distinct and as many as the vectors")
+        if index._index is not None and index._n:
+            index._index.add(index.vecs)
+        return index
+
     def row_of(self, doc_id: int) -> int:
         return self._row[doc_id]
 

@@ -1,9 +1,10 @@
 """Scale benchmark: users × items grid, both backends (writes numbers, asserts nothing; exits 1 on a failure).
 
 For each grid point it builds a store (hashing embedder, 384-d vectors), then opens it in a fresh process
-as a server worker would and searches every user once (cold: the user's views are loaded from the tables)
-and the most recent users again (warm); it reports build items/s, the process's RSS, what the view cache
-holds, and cold / warm search P50 / P95.
+as a server worker would and searches every user once (cold: the user's views are loaded from the tables,
+or from a large user's view snapshot) and the most recent users again (warm); it reports build items/s, the
+process's RSS, what the view cache holds, the first search, cold / warm search P50 / P95, and for HNSW points
+the index's recall@10 against exact search.
 
     python eval/scale.py                                    # 100x1000, 1000x1000 (1M items), 1x1000, 1x10000
     python eval/scale.py --grid 200x500 1x100000:hnsw       # other points; :hnsw uses the HNSW index
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grid", nargs="+", default=["100x1000", "1000x1000", "1x1000", "1x10000"],
                    help="points USERSxITEMS[:hnsw] (items per user)")
     p.add_argument("--cache-mb", type=float, default=None, help="view cache ceiling of the serving process (default: the store's)")
+    p.add_argument("--snapshot-min-items", type=int, default=None,
+                   help="users with this many items get a view snapshot (embedded store; 0: none; default: the store's)")
     p.add_argument("--store", default=None, help="a postgresql:// URI instead of embedded stores under --work")
     p.add_argument("--work", type=Path, default=ROOT / "outputs/scale/stores")
     p.add_argument("--out", type=Path, default=ROOT / "outputs/scale")
@@ -57,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             result.build_s = build(location, point)
         print(f"{point.name}: built in {result.build_s:.0f} s; serving in a fresh process ...", flush=True)
         try:
-            result.serve = serve_in_child(location, point, args.cache_mb)
+            result.serve = serve_in_child(location, point, args.cache_mb, args.snapshot_min_items)
         except RuntimeError as exc:
             print(exc, file=sys.stderr)
             return 1

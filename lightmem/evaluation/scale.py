@@ -5,7 +5,7 @@ One grid point is ``users × items`` (items per user). The store is built once p
 hashing embedder's 384-d vectors (random unit vectors, so only the store's own cost counts) and
 texts drawn from a small template language. Then a *fresh process* opens it as a server worker
 would and searches every user once in random order (each user's first search: **cold**, its views
-loaded from the tables), then searches the most recently served users again (**warm**). It reports
+loaded from the tables or from its view snapshot), then searches the most recently served users again (**warm**). It reports
 the process's resident memory (RSS) before and after, and what its view cache holds.
 """
 from __future__ import annotations
@@ -74,8 +74,9 @@ def text_of(rng: random.Random, i: int) -> str:
             f"{rng.choice(VERBS)} {rng.choice(THINGS)} before.")
 
 
-def store_options(location: str, point: Point, cache_mb: float | None) -> dict[str, Any]:
-    """The store settings of a grid point (capacity raised to its items; None: the default ceiling)."""
+def store_options(location: str, point: Point, cache_mb: float | None,
+                  snapshot_min_items: int | None = None) -> dict[str, Any]:
+    """The store settings of a grid point (capacity raised to its items; None: the store's default)."""
     from lightmem.stores.factory import is_server
 
     options: dict[str, Any] = {"index": point.index, "capacity": max(10_000, point.items)}
@@ -83,6 +84,8 @@ def store_options(location: str, point: Point, cache_mb: float | None) -> dict[s
         options["cache_mb"] = cache_mb
     if not is_server(location):
         options["synchronous"] = "NORMAL"
+        if snapshot_min_items is not None:
+            options["snapshot_min_items"] = snapshot_min_items
     return options
 
 
@@ -95,7 +98,7 @@ def build(location: str, point: Point, batch: int = 1000, seed: int = 0, progres
     from lightmem.types import ItemKind, MemoryItem, Turn
 
     rng, vrng = random.Random(seed), np.random.default_rng(seed)
-    store = open_store(location, dim=DIM, embedder=HashingEmbedder(DIM).name, **store_options(location, point, None))
+    store = open_store(location, dim=DIM, embedder=HashingEmbedder(DIM).name, **store_options(location, point, None, 0))
     t0 = time.perf_counter()
     try:
         with Progress(disable=not progress) as bar:
@@ -130,16 +133,34 @@ def rss_mb(field: str = "VmRSS") -> float:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
+def index_recall(memory: Any, user_id: str, queries: list[str], k: int = 10) -> float | None:
+    """recall@k of the user's vector index (HNSW) against exact search over the same vectors, for the
+    queries' embeddings; None for a store whose index is in the database (PostgreSQL)."""
+    part = getattr(memory.store, "_part", None)
+    if part is None:
+        return None
+    index = part(user_id).vectors
+    found = 0
+    for q in memory.embedder.encode(queries):
+        exact = index.ids[np.argsort(-(index.vecs @ q), kind="stable")[:k]]
+        found += len(set(index.search(q, k)[0].tolist()) & set(exact.tolist()))
+    return found / (k * len(queries))
+
+
 def serve(location: str, point: Point, cache_mb: float | None, warm_users: int = 20, warm_reps: int = 5,
-          min_cold: int = 20, seed: int = 1) -> dict[str, Any]:
-    """In this (fresh) process: search every user once (cold), then the last served users again (warm)."""
+          min_cold: int = 20, seed: int = 1, snapshot_min_items: int | None = None) -> dict[str, Any]:
+    """In this (fresh) process: search every user once (cold), then the last served users again (warm).
+
+    With few users each is searched cold several times (its views dropped before each search); the first
+    search of a large user builds its view from the tables and writes its snapshot, later ones read that.
+    """
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
     from lightmem.roles.selector import Stage1Selector
 
     rss0 = rss_mb()
     memory = Memory.open(location, embedder=HashingEmbedder(DIM), selector=Stage1Selector(),
-                         **store_options(location, point, cache_mb))
+                         **store_options(location, point, cache_mb, snapshot_min_items))
     rng = random.Random(seed)
     users = [f"user{u:05d}" for u in range(point.users)]
     rng.shuffle(users)
@@ -148,7 +169,6 @@ def serve(location: str, point: Point, cache_mb: float | None, warm_users: int =
     rss_open = rss_mb()
     cold: list[float] = []
     try:
-        # Few users: each is searched cold several times (its views dropped before each search).
         for i, uid in enumerate(users * max(1, min_cold // len(users))):
             if i >= len(users):
                 memory.store.drop_views()
@@ -163,6 +183,7 @@ def serve(location: str, point: Point, cache_mb: float | None, warm_users: int =
                 memory.search(queries[(rep * 7 + j) % len(queries)], user_id=uid, k=10)
                 warm.append((time.perf_counter() - t0) * 1e3)
         cache = memory.store.cache_stats()
+        recall = index_recall(memory, users[0], queries) if point.index == "hnsw" else None
     finally:
         memory.close()
     return {
@@ -170,16 +191,17 @@ def serve(location: str, point: Point, cache_mb: float | None, warm_users: int =
         "rss_peak_mb": round(rss_mb("VmHWM"), 1),
         "cold_p50_ms": round(float(np.percentile(cold, 50)), 2), "cold_p95_ms": round(float(np.percentile(cold, 95)), 2),
         "warm_p50_ms": round(float(np.percentile(warm, 50)), 2), "warm_p95_ms": round(float(np.percentile(warm, 95)), 2),
-        "cache": cache,
+        "first_cold_ms": round(cold[0], 1), "cache": cache, "index_recall_at_10": recall,
     }
 
 
-def serve_in_child(location: str, point: Point, cache_mb: float | None) -> dict[str, Any]:
+def serve_in_child(location: str, point: Point, cache_mb: float | None,
+                   snapshot_min_items: int | None = None) -> dict[str, Any]:
     """``serve`` in a fresh Python process, so that its memory is that of a new worker."""
     cmd = [sys.executable, "-c",
-           "import json, sys; from lightmem.evaluation.scale import Point, serve; "
-           "a = json.loads(sys.argv[1]); print('RESULT ' + json.dumps(serve(a['loc'], Point(**a['point']), a['cache_mb'])))",
-           json.dumps({"loc": location, "point": asdict(point), "cache_mb": cache_mb})]
+           "import json, sys; from lightmem.evaluation.scale import Point, serve; a = json.loads(sys.argv[1]); "
+           "print('RESULT ' + json.dumps(serve(a['loc'], Point(**a['point']), a['cache_mb'], snapshot_min_items=a['snap'])))",
+           json.dumps({"loc": location, "point": asdict(point), "cache_mb": cache_mb, "snap": snapshot_min_items})]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     if out.returncode != 0:
         raise RuntimeError(f"the serving process failed ({out.returncode}):\n{out.stderr[-3000:]}")
@@ -189,7 +211,7 @@ def serve_in_child(location: str, point: Point, cache_mb: float | None) -> dict[
 
 def table(results: list[Result]) -> str:
     cols = ["backend", "point", "items", "build items/s", "RSS open MB", "RSS end MB", "views held", "views MB",
-            "cold P50/P95 ms", "warm P50/P95 ms"]
+            "first search ms", "cold P50/P95 ms", "warm P50/P95 ms", "index recall@10"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in results:
         s = r.serve
@@ -197,7 +219,9 @@ def table(results: list[Result]) -> str:
             r.backend, r.point.name, f"{r.point.users * r.point.items:,}",
             "—" if r.build_items_per_s is None else f"{r.build_items_per_s:,.0f}",
             f"{s['rss_open_mb']:.0f}", f"{s['rss_end_mb']:.0f}", str(s["cache"]["views"]), f"{s['cache']['mb']:.0f}",
-            f"{s['cold_p50_ms']:.1f} / {s['cold_p95_ms']:.1f}", f"{s['warm_p50_ms']:.1f} / {s['warm_p95_ms']:.1f}",
+            f"{s['first_cold_ms']:.0f}", f"{s['cold_p50_ms']:.1f} / {s['cold_p95_ms']:.1f}",
+            f"{s['warm_p50_ms']:.1f} / {s['warm_p95_ms']:.1f}",
+            "exact" if s.get("index_recall_at_10") is None else f"{s['index_recall_at_10']:.3f}",
         ]) + " |")
     return "\n".join(lines) + "\n"
 

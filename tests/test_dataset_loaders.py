@@ -5,6 +5,7 @@ import copy
 import json
 import logging
 
+import numpy as np
 import pytest
 from conftest import TINY_LOCOMO
 
@@ -145,3 +146,47 @@ def test_cli_ingest_of_a_broken_locomo_file_exits_2_and_writes_nothing(tmp_path,
     assert main(["ingest", str(f), "--store", str(tmp_path / "s"), "--encoder", "hashing", "-q"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert says in err and "Traceback" not in err and not (tmp_path / "s").exists()
+
+
+def _lme(qid: str, sessions: int, answer_at: int) -> dict:
+    inst = copy.deepcopy(LME)
+    inst.update(question_id=qid, haystack_session_ids=[f"{qid}-s{i}" for i in range(sessions)],
+                haystack_dates=[f"2023/05/{10 + i:02d} (Sat) 09:00" for i in range(sessions)],
+                haystack_sessions=[[{"role": "user", "content": f"{qid} session {i}", "has_answer": i == answer_at},
+                                    {"role": "assistant", "content": f"reply {i}"}] for i in range(sessions)])
+    return inst
+
+
+def test_padded_haystacks_keep_their_evidence_and_take_only_fillers_dated_within_their_span():
+    from lightmem.datasets.longmemeval import pad_haystacks
+
+    pool = parse_longmemeval([_lme(f"q{i}", 6, answer_at=i % 6) for i in range(8)])
+    padded = pad_haystacks(pool[:3], pool, n_sessions=20, seed=1)
+    again = pad_haystacks(pool[:3], pool, n_sessions=20, seed=1)
+    for before, after, same in zip(pool[:3], padded, again):
+        ids = [s.session_id for s in after.sessions]
+        assert len(ids) == len(set(ids)) == 20 and ids == [s.session_id for s in same.sessions]  # seeded
+        assert {s.session_id for s in before.sessions} <= set(ids) and after.qa == before.qa
+        span = (before.sessions[0].timestamp, before.sessions[-1].timestamp)
+        times = [s.timestamp for s in after.sessions]
+        assert times == sorted(times) and span[0] <= min(times) and max(times) <= span[1]
+        added = [s for s in after.sessions if not s.session_id.startswith(before.conv_id + "-")]
+        assert not any(t.metadata["has_answer"] for s in added for t in s.turns)  # no other question's evidence
+        assert all(t.timestamp == s.timestamp for s in added for t in s.turns)
+    with pytest.raises(ValueError, match="filler sessions"):
+        pad_haystacks(pool[:1], pool, n_sessions=500)
+
+
+def test_the_memo_embedder_encodes_each_text_once():
+    from lightmem.models.embedder import HashingEmbedder, MemoEmbedder
+
+    calls = []
+    inner = HashingEmbedder(32)
+    real = inner.encode
+    inner.encode = lambda texts, is_query=False: calls.append(list(texts)) or real(texts, is_query=is_query)
+    memo = MemoEmbedder(inner)
+    a = memo.encode(["x", "y", "x"])
+    b = memo.encode(["y", "z"])
+    assert calls == [["x", "y"], ["z"]] and memo.dim == 32 and memo.name == inner.name
+    assert np.array_equal(a, real(["x", "y", "x"])) and np.array_equal(b, real(["y", "z"]))
+    assert memo.encode([]).shape == (0, 32)

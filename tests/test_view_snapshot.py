@@ -194,3 +194,19 @@ def test_index_exports_round_trip():
     assert rebuilt.search(vecs[3], 1)[0].tolist() == [7]
     with pytest.raises(ValueError, match="distinct"):
         VectorIndex.from_arrays(np.asarray([1, 1]), vecs[:2])
+
+
+def test_an_hnsw_graph_is_kept_in_the_snapshot_not_rebuilt(tmp_path, monkeypatch):
+    with Memory.open(str(tmp_path / "s"), embedder=HashingEmbedder(64), selector=Stage1Selector(), index="hnsw",
+                     synchronous="NORMAL", snapshot_min_items=30) as memory:
+        _fill(memory, "ana", 60)
+        _cold(memory)
+        expected = _answers(memory, "ana")
+        _cold(memory)
+        monkeypatch.setattr(VectorIndex, "_new_index", lambda self: pytest.fail("the HNSW graph was rebuilt"))
+        assert _answers(memory, "ana") == expected
+        assert memory.store._parts.peek("ana").vectors.kind == "hnsw"
+    monkeypatch.undo()
+    with _open(tmp_path / "s") as memory:  # the same store opened with exact search: vectors from the graph
+        assert _answers(memory, "ana") == expected
+        assert memory.store._parts.peek("ana").vectors.kind == "flat"

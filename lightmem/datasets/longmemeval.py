@@ -1,6 +1,9 @@
 """LongMemEval (Wu et al., 2025): one haystack of dated chat sessions per question."""
 from __future__ import annotations
 
+import random
+import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +86,44 @@ def _turn(raw: object, where: str, turn_id: str, sid: str, ts: float, empty: lis
 def load_longmemeval(path: str | Path) -> list[Conversation]:
     data = read_json(path)
     return parse_longmemeval(data if isinstance(data, list) else [data])
+
+
+def pad_haystacks(instances: list[Conversation], pool: list[Conversation], n_sessions: int, seed: int = 0,
+                  pool_sessions: int = 1500) -> list[Conversation]:
+    """Each instance's haystack grown to ``n_sessions`` sessions with other questions' filler sessions,
+    for a LongMemEval_M-like history (~500 sessions per question) built from an S or oracle file.
+
+    Fillers are sessions of ``pool`` without an evidence turn (no ``has_answer``), each session id once;
+    ``pool_sessions`` of them are drawn once (seeded) and every instance draws its padding from those,
+    so that a run embeds each filler once. A filler is re-dated uniformly within the instance's own
+    haystack dates (a history that ends before the question is asked), and the sessions are sorted by
+    date. Instances already at ``n_sessions`` are returned unchanged.
+    """
+    fillers: dict[str, Session] = {}
+    for conv in pool:
+        for s in conv.sessions:
+            if s.session_id not in fillers and not any(t.metadata.get("has_answer") for t in s.turns):
+                fillers[s.session_id] = s
+    shared = sorted(fillers)
+    random.Random(seed).shuffle(shared)
+    shared = shared[:pool_sessions]
+    out = []
+    for inst in instances:
+        own = {s.session_id for s in inst.sessions}
+        choices = [sid for sid in shared if sid not in own]
+        need = n_sessions - len(inst.sessions)
+        if need <= 0:
+            out.append(inst)
+            continue
+        if len(choices) < need:
+            raise ValueError(f"{inst.conv_id}: {len(choices)} filler sessions to draw from, {need} needed; "
+                             f"raise pool_sessions or load a larger file")
+        rng = random.Random(zlib.crc32(f"{seed}:{inst.conv_id}".encode()))
+        lo, hi = min(s.timestamp for s in inst.sessions), max(s.timestamp for s in inst.sessions)
+        padded = list(inst.sessions)
+        for sid in rng.sample(choices, need):
+            ts = rng.uniform(lo, hi)
+            padded.append(Session(sid, ts, [replace(t, timestamp=ts) for t in fillers[sid].turns]))
+        padded.sort(key=lambda s: s.timestamp)
+        out.append(replace(inst, sessions=padded))
+    return out

@@ -11,7 +11,6 @@ the process's resident memory (RSS) before and after, and what its view cache ho
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys

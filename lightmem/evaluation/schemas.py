@@ -65,6 +65,9 @@ class LongMemEvalDataConfig:
     # keep only questions of these hash splits of their id (train / val / test, as the trainers split them):
     # [test] is what no committed checkpoint trained or chose settings on
     splits: list[str] | None = None
+    # grow every haystack to this many sessions with other questions' filler sessions (a LongMemEval_M-like
+    # history from an S file; datasets.longmemeval.pad_haystacks); None: as in the file
+    pad_sessions: int | None = None
 
 
 @dataclass

@@ -8,7 +8,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -28,6 +28,31 @@ class Embedder(Protocol):
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray: ...
 
     def token_counter(self) -> TokenCounter: ...
+
+
+class MemoEmbedder:
+    """Wraps an embedder so that each distinct text is encoded once for the wrapper's lifetime (an
+    evaluation that writes the same filler sessions into many stores); vectors are the wrapped one's."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.name, self.dim = inner, inner.name, inner.dim
+        self._memo: dict[tuple[bool, str], np.ndarray] = {}
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        missing = [t for t in dict.fromkeys(texts) if (is_query, t) not in self._memo]
+        if missing:
+            for t, v in zip(missing, self.inner.encode(missing, is_query=is_query)):
+                self._memo[(is_query, t)] = v
+        return np.stack([self._memo[(is_query, t)] for t in texts])
+
+    def token_counter(self) -> TokenCounter:
+        return self.inner.token_counter()
+
+    def __getattr__(self, name: str) -> Any:  # the wrapped embedder's other attributes (tokenizer, device...)
+        return getattr(self.inner, name)
 
 
 class _QueryCache:

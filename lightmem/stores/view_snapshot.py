@@ -35,11 +35,13 @@ def dump(part: Partition) -> bytes:
     tagged = [(i, sorted(m.tags)) for i, m in enumerate(metas) if m.tags]
     header = {"format": FORMAT, "kinds": [k.value for k in ItemKind], "tags": tagged}
     lex = {f"lex_{k}": v for k, v in part.lexical.export().items()}
+    graph = part.vectors.to_bytes()  # an HNSW graph is kept (it holds the vectors too): rebuilding it is slow
+    vectors = {"vecs": part.vectors.vecs} if graph is None else {"hnsw": graph}
     buf = io.BytesIO()
     np.savez(
         buf,
         header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
-        ids=ids, vecs=part.vectors.vecs,
+        ids=ids, **vectors,
         time=np.fromiter((m.event_time for m in metas), dtype=np.float64, count=len(metas)),
         kind=np.fromiter((_KIND_CODE[m.kind] for m in metas), dtype=np.uint8, count=len(metas)),
         current=np.fromiter((m.current for m in metas), dtype=np.bool_, count=len(metas)),
@@ -60,22 +62,26 @@ def load(blob: bytes, dim: int, kind: str = "flat", device: str = "cpu") -> Part
         header = json.loads(bytes(a["header"]).decode())
         if header.get("format") != FORMAT:
             raise SnapshotError(f"snapshot format {header.get('format')!r}, this code reads {FORMAT}")
-        ids, vecs = a["ids"], a["vecs"]
-        if vecs.ndim != 2 or vecs.shape[1] != dim:
-            raise SnapshotError(f"snapshot vectors have shape {vecs.shape}, the store's dimension is {dim}")
+        ids = a["ids"]
+        if "hnsw" in a and kind == "hnsw" and device == "cpu":
+            vectors = VectorIndex.from_hnsw_bytes(ids, a["hnsw"])
+        else:
+            vecs = a["vecs"] if "vecs" in a else VectorIndex.from_hnsw_bytes(ids, a["hnsw"]).vecs
+            vectors = VectorIndex.from_arrays(ids, vecs, kind, device) if vecs.shape[-1] == dim else None
+        if vectors is None or vectors.dim != dim:
+            raise SnapshotError(f"snapshot vectors are not of the store's dimension {dim}")
         if not np.array_equal(np.sort(a["lex_ids"]), np.sort(ids)):
             raise SnapshotError("the snapshot's BM25 rows and vectors hold different items")
         kinds = [ItemKind(k) for k in header["kinds"]]
         tags = [tags_of(None, ())] * len(ids)
         for i, t in header["tags"]:
             tags[i] = tags_of(None, t)
-        part = Partition(VectorIndex.from_arrays(ids, vecs, kind, device),
-                         LexicalIndex.from_export({k[4:]: v for k, v in a.items() if k.startswith("lex_")}))
+        part = Partition(vectors, LexicalIndex.from_export({k[4:]: v for k, v in a.items() if k.startswith("lex_")}))
         for rid, t, k, cur, tag in zip(ids.tolist(), a["time"].tolist(), a["kind"].tolist(), a["current"].tolist(),
                                        tags, strict=True):
             part.set_meta(rid, IndexMeta(t, kinds[k], cur, tag))
     except SnapshotError:
         raise
-    except (KeyError, IndexError, ValueError, TypeError, OSError, EOFError, zipfile.BadZipFile) as exc:
+    except (KeyError, IndexError, ValueError, TypeError, OSError, EOFError, RuntimeError, zipfile.BadZipFile) as exc:
         raise SnapshotError(f"unreadable view snapshot: {type(exc).__name__}: {exc}") from exc
     return part

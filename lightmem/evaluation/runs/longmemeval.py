@@ -12,13 +12,14 @@ from omegaconf import DictConfig
 
 from lightmem.config import SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
 from lightmem.datasets.formats import Conversation
-from lightmem.datasets.longmemeval import load_longmemeval
+from lightmem.datasets.longmemeval import load_longmemeval, pad_haystacks
 from lightmem.evaluation.failures import failures_md, qa_failures, qa_usage, usage_delta
 from lightmem.evaluation.longmemeval import evaluate_longmemeval
 from lightmem.evaluation.report import longmemeval_table, plot_longmemeval
 from lightmem.evaluation.runs.common import qa_options
 from lightmem.evaluation.stats import spread
 from lightmem.metric_logger import log_results, quiet_third_party_logs
+from lightmem.models.embedder import MemoEmbedder
 from lightmem.seeding import seed_everything
 
 
@@ -46,9 +47,12 @@ def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
     seed_everything(int(cfg.seed))
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    instances = select_instances(load_longmemeval(cfg.data.path), cfg.data.max_instances, cfg.data.types,
-                                 cfg.data.get("splits"))
+    loaded = load_longmemeval(cfg.data.path)
+    instances = select_instances(loaded, cfg.data.max_instances, cfg.data.types, cfg.data.get("splits"))
     embedder = build_embedder(cfg)
+    pad = cfg.data.get("pad_sessions")
+    if pad:  # fillers recur across questions: each is encoded once
+        instances, embedder = pad_haystacks(instances, loaded, int(pad), seed=int(cfg.seed)), MemoEmbedder(embedder)
     shared = SharedRuntime(cfg)
     stores = out / "stores"
     shutil.rmtree(stores, ignore_errors=True)
@@ -72,7 +76,8 @@ def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
         for r in records:
             fh.write(json.dumps(r.__dict__) + "\n")
     table = longmemeval_table(results, ks)
-    (out / "results.md").write_text(f"# LongMemEval ({Path(cfg.data.path).name}, {len(instances)} questions)\n\n{table}\n"
+    padded = f", haystacks padded to {pad} sessions" if pad else ""
+    (out / "results.md").write_text(f"# LongMemEval ({Path(cfg.data.path).name}, {len(instances)} questions{padded})\n\n{table}\n"
                                   f"{failures_md(results['failures'])}")
     plot_longmemeval(results, ks, out / "recall.png")
     if not quiet:

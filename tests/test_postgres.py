@@ -68,11 +68,13 @@ def test_cli_error_for_an_empty_database(pg_uri, capsys):
 def test_hydra_store_postgres_builds_a_memory(pg_uri, tmp_path):
     from lightmem.config import build_memory
 
-    cfg = compose("locomo", ["store=postgres", f"store.uri='{pg_uri}'", "encoder=hashing", "selector=none"])
+    cfg = compose("locomo", ["store=postgres", f"store.uri='{pg_uri}'", "encoder=hashing", "selector=none",
+                             "store.pool_size=2", "store.statement_timeout=5000"])
     assert cfg.store.index == "hnsw"
     m = build_memory(cfg, tmp_path / "unused-folder")
     try:
         assert type(m.store).__name__ == "PostgresStore" and not (tmp_path / "unused-folder").exists()
+        assert m.store._db._pool.max_size == 2 and m.store._query("SHOW statement_timeout") == [("5s",)]
         m.add([{"speaker": "Ava", "text": "I bake sourdough every Sunday", "id": "T1"}], user_id="u", timestamp="2023-05-07")
         assert m.search("What does Ava bake?", "u", k=1)[0].item.provenance == ["T1"]
     finally:

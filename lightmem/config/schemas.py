@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS
 from lightmem.stores.view_cache import DEFAULT_CACHE_MB
 
 
@@ -33,6 +34,8 @@ class StoreConfig:
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
     cache_mb: float = DEFAULT_CACHE_MB  # ceiling of the per-user in-memory views (0: none)
+    pool_size: int = DEFAULT_POOL_SIZE  # postgresql:// only: most connections a process opens
+    statement_timeout: int = DEFAULT_STATEMENT_TIMEOUT_MS  # postgresql:// only: ms before a statement is canceled (0: none)
 
 
 @dataclass

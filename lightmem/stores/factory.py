@@ -6,13 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lightmem.stores import pg_schema, sqlite
+from lightmem.stores import pg_conn, pg_schema, sqlite
 from lightmem.stores.base import MemoryStore
 
 # Settings of the embedded store that a server store does without: durability is the server's
 # (synchronous_commit), so ``synchronous`` is dropped; vectors are searched in the database, so
 # ``faiss_device`` may only be its default; it keeps no cross-process change log (``keep_changes``).
 _EMBEDDED_ONLY = {"faiss_device": "cpu", "synchronous": None, "keep_changes": None}
+# Settings of the server store's connections, which the embedded store has none of: left at their
+# defaults (as every Hydra config passes them), they are dropped for it.
+_SERVER_ONLY = {"pool_size": pg_conn.DEFAULT_POOL_SIZE, "statement_timeout": pg_conn.DEFAULT_STATEMENT_TIMEOUT_MS}
 
 
 def is_server(location: str | Path) -> bool:
@@ -35,7 +38,8 @@ def open_store(location: str | Path, dim: int, embedder: str = "unknown", capaci
         embedder: Name of the embedder that made the vectors; checked against an existing store's.
         capacity: Active items per user before the least retained are archived.
         **options: The backend's own settings (``MTMStore``: index, faiss_device, synchronous...;
-            ``PostgresStore``: index, ef_search...; both: retention_half_life_days, bm25_k1, bm25_b).
+            ``PostgresStore``: index, ef_search, pool_size, statement_timeout...; both:
+            retention_half_life_days, bm25_k1, bm25_b, cache_mb).
     """
     if is_server(location):
         from lightmem.stores.postgres import PostgresStore
@@ -45,6 +49,9 @@ def open_store(location: str | Path, dim: int, embedder: str = "unknown", capaci
             if default is not None and value != default:
                 raise ValueError(f"{key}={value!r} is a setting of the embedded store; a postgresql:// store has none")
         return PostgresStore(str(location), dim=dim, embedder=embedder, capacity=capacity, **options)
+    for key, default in _SERVER_ONLY.items():
+        if options.pop(key, default) != default:
+            raise ValueError(f"{key} is a setting of a postgresql:// store; the embedded store has none")
     from lightmem.stores.mtm import MTMStore
 
     return MTMStore(location, dim=dim, embedder=embedder, capacity=capacity, **options)

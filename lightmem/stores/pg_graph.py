@@ -6,8 +6,7 @@ Same tables and rules as ``graph_tables.py`` (SQLite); the graph's logic lives i
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,14 +31,11 @@ def _row_to_edge(r: Sequence[Any]) -> Edge:
 
 
 class PostgresGraph:
-    """Reads of the LTM graph (``GraphStore``) on the store's connection (under its lock)."""
+    """Reads of the LTM graph (``GraphStore``) through the store's ``query`` (a pooled connection,
+    or the thread's read snapshot or write transaction; retried like every store read)."""
 
-    def __init__(self, conn: Any, lock: threading.RLock, dim: int) -> None:
-        self._conn, self._lock, self.dim = conn, lock, dim
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        with self._lock:
-            return self._conn.execute(sql, params).fetchall()
+    def __init__(self, query: Callable[..., list[tuple]], dim: int) -> None:
+        self._query, self.dim = query, dim
 
     def data_version(self) -> int:
         """The newest committed cycle: cycles commit one at a time in cycle order, and the graph

@@ -110,8 +110,10 @@ def _psycopg() -> Any:
     try:
         import pgvector.psycopg  # noqa: F401
         import psycopg
+        import psycopg_pool  # noqa: F401
     except ImportError as exc:
-        raise StoreError("a postgresql:// store needs psycopg and pgvector: pip install 'lightmem-slm[postgres]'") from exc
+        raise StoreError("a postgresql:// store needs psycopg, psycopg-pool and pgvector: "
+                         "pip install 'lightmem-slm[postgres]'") from exc
     return psycopg
 
 

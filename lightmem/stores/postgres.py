@@ -10,6 +10,10 @@ row ids are never reused. Transactions: each write is one transaction (a failure
 back); writes to one user are serialized by an advisory lock, consolidation cycles by another.
 ``lock`` gives several reads one snapshot (a read-only REPEATABLE READ transaction), as the
 embedded store's lock gives one view of its indexes.
+
+Connections come from a pool (``pg_conn``): threads of one process read and write at once, each
+snapshot or transaction on a connection of its own; a server restart or a dropped connection is
+retried on a fresh one, and a write is never applied twice.
 """
 from __future__ import annotations
 
@@ -17,31 +21,31 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
+from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.stores import pg_offline, pg_schema
 from lightmem.stores.access import AccessBuffer
 from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit, forgets_old_text
 from lightmem.stores.partition import filter_mask, tags_of
+from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, Connections, RetryPolicy
 from lightmem.stores.pg_graph import PostgresGraph, PostgresGraphTransaction, as_array
 from lightmem.stores.pg_lexical import LexicalView, sync
-from lightmem.stores.view_cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.stores.pg_offline import ITEM_COLS
 from lightmem.stores.sqlite import row_to_item
+from lightmem.stores.view_cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
 
 log = logging.getLogger(__name__)
 _UPDATABLE = {"text", "n_tokens", "utility", "topic", "entities", "valid_from", "valid_to", "superseded_by", "metadata",
               "event_time", "provenance"}
-_KEEP_CHANGES = 10_000
+_KEEP_CHANGES = 10_000  # per user: older change-log rows are pruned on close (readers behind them reload)
 _EXACT = "(embedding <=> %(q)s) + 0"  # "+ 0" hides the distance from the HNSW index: an exact scan
-_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE  # per user: older change-log rows are pruned on close (readers behind them reload)
+_USER_LOCK = "pg_advisory_xact_lock(%s, hashtext(%s))"  # (USER_LOCK_CLASS, user id): one writer per user
 
 
 def _tags(item: MemoryItem) -> list[str]:
@@ -52,42 +56,46 @@ def _row_to_turn(r: Sequence[Any]) -> Turn:
     return Turn(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]))
 
 
+class _Depth(threading.local):
+    n = 0
+
+
 class SnapshotLock:
-    """The store's re-entrant lock. Its outermost holder reads one snapshot of the database
-    (a read-only REPEATABLE READ transaction), so several reads agree; writes inside it are refused."""
+    """The store's re-entrant lock. Its outermost holder (per thread) reads one snapshot of the database
+    (a read-only REPEATABLE READ transaction on a connection of its own), so several reads agree; writes
+    inside it are refused. It holds the store's in-process mutex (the BM25 views) throughout, taken before
+    the snapshot begins: no view runs ahead of the snapshot reading it, and threads waiting for the lock
+    hold no connection."""
 
     def __init__(self, store: "PostgresStore") -> None:
         self._store = store
-        self._depth = 0
-        self._began = False
+        self._depth = _Depth()
 
     @property
     def active(self) -> bool:
-        """Whether a read snapshot is open (writes must wait until it closes)."""
-        return self._began
+        """Whether this thread holds a read snapshot (its writes must wait until it closes)."""
+        return self._store._db.in_snapshot
 
     def __enter__(self) -> "SnapshotLock":
         s = self._store
         s._mutex.acquire()
-        # Inside one of the store's own write transactions (a graph update reading) the reads
+        # Inside one of this thread's write transactions (a graph update reading) the reads
         # already share that transaction: no snapshot of its own.
-        if self._depth == 0 and s._conn.info.transaction_status == _IDLE:
+        if self._depth.n == 0 and s._db.bound() is None:
             try:
-                s._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                s._db.begin_snapshot()
             except BaseException:
                 s._mutex.release()
                 raise
-            self._began = True
-        self._depth += 1
+        self._depth.n += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
         s = self._store
-        self._depth -= 1
+        self._depth.n -= 1
         try:
-            if self._depth == 0 and self._began:
-                self._began = False
-                s._conn.execute("ROLLBACK")  # read only: nothing to commit
+            if self._depth.n == 0 and s._db.in_snapshot:
+                s._db.end_snapshot()
         finally:
             s._mutex.release()
 
@@ -110,6 +118,11 @@ class PostgresStore:
         cache_mb: Ceiling (MiB) of the per-user BM25 views held in memory; the least recently used
             users' views are dropped beyond it and rebuilt from the database on their next request
             (0 or None: no ceiling).
+        pool_size: Most connections this store opens at once (threads beyond it wait for one).
+        statement_timeout: Milliseconds a statement may run before the server cancels it (PostgreSQL's
+            ``statement_timeout`` on each connection; 0: no limit). A canceled statement is a ``StoreError``.
+        retries: Attempts after the first when a call fails on a transient error (a server restart,
+            a dropped connection), with exponential backoff (``pg_conn.RetryPolicy``).
     """
 
     def __init__(
@@ -124,31 +137,36 @@ class PostgresStore:
         bm25_k1: float = 1.5,
         bm25_b: float = 0.75,
         cache_mb: float | None = DEFAULT_CACHE_MB,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        statement_timeout: int = DEFAULT_STATEMENT_TIMEOUT_MS,
+        retries: int = RetryPolicy.retries,
     ) -> None:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
         if index not in ("hnsw", "flat"):
             raise ValueError(f"index must be hnsw or flat, got {index!r}")
+        if pool_size < 1 or statement_timeout < 0 or retries < 0:
+            raise ValueError("pool_size must be >= 1, statement_timeout and retries >= 0")
         self.uri, self.location = uri, pg_schema.redact(uri)
         self.dim, self.embedder, self.capacity = dim, embedder, capacity
         self.index_kind = index
         self.half_life_days = retention_half_life_days
         self._bm25 = (bm25_k1, bm25_b)
+        # Guards this process's BM25 views and access counts. Lock order: this mutex, then a connection
+        # (no write transaction waits for it while holding its connection).
         self._mutex = threading.RLock()
-        self._conn = pg_schema.connect(uri)
-        try:
-            pg_schema.ensure_schema(self._conn, uri, dim, embedder)
-            self._conn.execute(f"SET hnsw.ef_search = {int(ef_search)}")
-            if pg_schema.pgvector_version(self._conn) >= (0, 8):
+        # Each connection's session: the same on every connection of the pool.
+        settings = [f"SET hnsw.ef_search = {int(ef_search)}", f"SET statement_timeout = {int(statement_timeout)}"]
+        with pg_schema.connect(uri) as conn:  # creates pgvector if missing; schema and identity checked once
+            pg_schema.ensure_schema(conn, uri, dim, embedder)
+            if pg_schema.pgvector_version(conn) >= (0, 8):
                 # Keep scanning the index until the user's filtered rows fill k (pgvector >= 0.8).
-                self._conn.execute("SET hnsw.iterative_scan = relaxed_order")
-        except BaseException:
-            self._conn.close()
-            raise
+                settings.append("SET hnsw.iterative_scan = relaxed_order")
+        self._db = Connections(uri, self.location, pool_size, settings, RetryPolicy(retries=retries))
         self._lock = SnapshotLock(self)
         self._views: ViewCache[LexicalView] = ViewCache(ceiling_bytes(cache_mb))
         self._access = AccessBuffer()
-        self._graph = PostgresGraph(self._conn, self._mutex, dim)
+        self._graph = PostgresGraph(self._query, dim)
 
     @property
     def lock(self) -> SnapshotLock:
@@ -161,20 +179,14 @@ class PostgresStore:
 
     # -- plumbing ------------------------------------------------------------------------------
     def _query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[tuple]:
-        with self._mutex, pg_schema.named_faults(self.location):
-            return self._conn.execute(sql, params).fetchall()
+        return self._db.read(lambda conn: conn.execute(sql, params).fetchall())
 
-    @contextmanager
-    def _transaction(self, user_id: str | None = None) -> Iterator[Any]:
-        """One atomic write (holding the user's write lock when ``user_id`` is given)."""
-        with self._mutex:
-            if self._lock.active:
-                raise StoreError("a store write inside `with store.lock:` (a read snapshot); write outside it")
-            # named_faults is outermost: it also sees an error of the COMMIT that closing the transaction runs.
-            with pg_schema.named_faults(self.location), self._conn.transaction(), self._conn.cursor() as cur:
-                if user_id is not None:
-                    cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (pg_schema.USER_LOCK_CLASS, user_id))
-                yield cur
+    def _write(self, op: Callable[[Any, bool], Any], user_id: str | None, what: str, replay_safe: bool = False) -> Any:
+        """``op(cursor, replay)`` as one atomic write (holding the user's write lock when ``user_id`` is
+        given), retried on transient errors and applied once (``pg_conn.Connections.write``)."""
+        if user_id is None:
+            return self._db.write(op, "", what=what)
+        return self._db.write(op, _USER_LOCK, (pg_schema.USER_LOCK_CLASS, user_id), what=what, replay_safe=replay_safe)
 
     def info(self) -> dict[str, str | None]:
         meta = dict(self._query("SELECT key, value FROM meta"))
@@ -201,15 +213,26 @@ class PostgresStore:
     def refresh(self) -> None:
         """Bring the BM25 views of the users served so far up to date (reads need no refresh)."""
         with self._mutex:
-            for uid in list(self._views):
-                if uid in self._views:  # not dropped by the ceiling while the others were brought up to date
-                    self._view(uid)
+            users = list(self._views)
+        for uid in users:
+            with self._mutex:
+                if uid not in self._views:  # dropped by the ceiling while the others were brought up to date
+                    continue
+            self._view(uid)
+
+    def _sync(self, conn: Any, user_id: str) -> LexicalView:
+        """The user's view brought up to date on ``conn`` (call holding the mutex, taken before ``conn``)."""
+        try:
+            view = sync(conn, user_id, self._views.get(user_id), *self._bm25)
+        except BaseException:
+            self._views.pop(user_id)  # maybe half updated: rebuilt whole next time
+            raise
+        self._views.put(user_id, view)
+        return view
 
     def _view(self, user_id: str) -> LexicalView:
         with self._mutex:
-            view = sync(self._conn, user_id, self._views.get(user_id), *self._bm25)
-            self._views.put(user_id, view)
-            return view
+            return self._db.read(lambda conn: self._sync(conn, user_id), "a lexical search")
 
     def drop_views(self) -> None:
         """Drop every user's in-memory BM25 view now (each is rebuilt from the database when next used)."""
@@ -224,15 +247,22 @@ class PostgresStore:
     # -- writes --------------------------------------------------------------------------------
     def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray, now: float,
               pending: Sequence[str] | None = None) -> list[MemoryItem]:
-        """Persist turns and their items in one transaction (see ``MemoryStore.write``)."""
+        """Persist turns and their items in one transaction (see ``MemoryStore.write``).
+
+        Run again after a lost connection, it stores nothing twice: turns already stored are skipped
+        (under the user's write lock), and so are their items; when an earlier attempt may have
+        committed (``replay``), items already stored under their ids count as written by this call."""
         if len(items) != len(vectors):
             raise InvalidInputError("items and vectors differ in length")
         vectors = np.asarray(vectors, dtype=np.float32)
         if len(items) and vectors.shape[1] != self.dim:
             raise InvalidInputError(f"vectors have dim {vectors.shape[1]}, the store expects {self.dim}")
-        with self._transaction(user_id) as cur:
+
+        def op(cur: Any, replay: bool) -> tuple[list[MemoryItem], list[int]]:
             seen = {r[0] for r in cur.execute("SELECT turn_id FROM turns WHERE user_id = %s AND turn_id = ANY(%s)",
                                               (user_id, [t.turn_id for t in turns])).fetchall()}
+            stored = set() if not replay else {r[0] for r in cur.execute(
+                "SELECT id FROM items WHERE user_id = %s AND id = ANY(%s)", (user_id, [it.id for it in items])).fetchall()}
             new_turns = [t for t in turns if t.turn_id not in seen]
             if new_turns:
                 cur.executemany(
@@ -244,6 +274,9 @@ class PostgresStore:
             for item, vec in zip(items, vectors):
                 if item.user_id != user_id:
                     raise InvalidInputError("an item's user_id differs from the partition it is written to")
+                if item.id in stored:  # this call's earlier attempt committed it
+                    written.append(item)
+                    continue
                 if item.provenance and all(p in seen for p in item.provenance):
                     continue  # already ingested
                 pg_offline.insert_item(cur, item, vec, _tags(item))
@@ -253,7 +286,9 @@ class PostgresStore:
                 cur.execute("DELETE FROM pending WHERE user_id = %s", (user_id,))
                 cur.executemany("INSERT INTO pending (user_id, turn_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                                 [(user_id, t) for t in dict.fromkeys(pending)])
-            evicted = pg_offline.evict(cur, user_id, self.capacity, now, self.half_life_days)
+            return written, pg_offline.evict(cur, user_id, self.capacity, now, self.half_life_days)
+
+        written, evicted = self._write(op, user_id, "a write", replay_safe=True)
         if evicted:
             log.info("user %s over capacity %d: archived %d items", user_id, self.capacity, len(evicted))
         return written
@@ -286,7 +321,8 @@ class PostgresStore:
             raise InvalidInputError(f"cannot update fields {sorted(unknown)}; updatable: {sorted(_UPDATABLE)}")
         if "text" in fields and vector is None:
             raise InvalidInputError("a new text needs its new vector")
-        with self._transaction(user_id) as cur:
+
+        def op(cur: Any, _: bool) -> MemoryItem:
             old = self._get(cur, user_id, item_id, include_archived=True)
             new = replace(old, **fields)
             sets: dict[str, Any] = dict(fields)
@@ -304,23 +340,27 @@ class PostgresStore:
                 pg_offline.log(cur, user_id, item_id, "UPDATE", None, None, now)
             else:
                 pg_offline.log(cur, user_id, item_id, "UPDATE", old.text, new.text, now)
-        return new
+            return new
+
+        return self._write(op, user_id, "an update")
 
     def set_archived(self, user_id: str, item_id: str, archived: bool, now: float) -> MemoryItem:
         """Archive (hide from search, keep) or restore an item."""
-        with self._transaction(user_id) as cur:
+        def op(cur: Any, _: bool) -> MemoryItem:
             item = self._get(cur, user_id, item_id, include_archived=True)
             if item.archived == archived:
                 return item
             cur.execute("UPDATE items SET archived = %s WHERE user_id = %s AND id = %s", (archived, user_id, item_id))
             pg_offline.log(cur, user_id, item_id, "ARCHIVE" if archived else "RESTORE", item.text, item.text, now)
-        return replace(item, archived=archived)
+            return replace(item, archived=archived)
+
+        return self._write(op, user_id, "an archive" if archived else "a restore")
 
     def delete(self, user_id: str, item_id: str, now: float) -> dict[str, int]:
         """Erase one item: its row, the texts of its history (a ``DELETE`` event stays) and the turns it
         came from that no other item cites. Returns the counts. (Dead row versions stay in the table
         files until PostgreSQL vacuums them.)"""
-        with self._transaction(user_id) as cur:
+        def op(cur: Any, _: bool) -> tuple[int, int]:
             row = cur.execute("DELETE FROM items WHERE user_id = %s AND id = %s RETURNING rid, provenance",
                               (user_id, item_id)).fetchone()
             if row is None:
@@ -328,19 +368,25 @@ class PostgresStore:
             cur.execute("DELETE FROM consolidated WHERE user_id = %s AND item_id = %s", (user_id, item_id))
             pg_offline.forget_history_texts(cur, user_id, item_id)
             pg_offline.log(cur, user_id, item_id, "DELETE", None, None, now)
-            turns = pg_offline.drop_uncited_turns(cur, user_id, json.loads(row[1]))
-        self._access.forget(user_id, int(row[0]))
+            return int(row[0]), pg_offline.drop_uncited_turns(cur, user_id, json.loads(row[1]))
+
+        rid, turns = self._write(op, user_id, "a deletion")
+        with self._mutex:
+            self._access.forget(user_id, rid)
         return {"items": 1, "turns": turns}
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Erase a user's turns, items, history, pending and consolidation marks, and its change log."""
-        with self._transaction(user_id) as cur:
+        def op(cur: Any, _: bool) -> dict[str, int]:
             counts = {table: cur.execute(f"DELETE FROM {table} WHERE user_id = %s", (user_id,)).rowcount
                       for table in ("items", "turns", "history", "pending", "consolidated")}
             cur.execute("DELETE FROM item_changes WHERE user_id = %s", (user_id,))
             # Every process's BM25 view of the user is now behind the pruned log: each reloads (empty).
             cur.execute("UPDATE item_versions SET version = version + 1, pruned_through = version + 1 WHERE user_id = %s",
                         (user_id,))
+            return counts
+
+        counts = self._write(op, user_id, "a user's deletion")
         with self._mutex:
             self._views.pop(user_id)
             self._access.forget(user_id)
@@ -361,8 +407,7 @@ class PostgresStore:
         return row_to_item(row)
 
     def get(self, user_id: str, item_id: str, include_archived: bool = False) -> MemoryItem:
-        with self._mutex:
-            return self._get(self._conn, user_id, item_id, include_archived)
+        return self._db.read(lambda conn: self._get(conn, user_id, item_id, include_archived))
 
     def list(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0) -> list[MemoryItem]:
         where = "" if include_archived else " AND NOT archived"
@@ -382,13 +427,16 @@ class PostgresStore:
         where, params = _filter_sql(user_id, filters)
         params = {**params, "q": np.asarray(qvec, dtype=np.float32).ravel(), "k": int(k)}
         sql = f"SELECT rid, 1 - (embedding <=> %(q)s) FROM items WHERE {where} ORDER BY {{}} LIMIT %(k)s"
-        with self._mutex:
-            rows = self._conn.execute(sql.format("embedding <=> %(q)s" if self.index_kind == "hnsw" else _EXACT),
-                                      params).fetchall()
+
+        def run(conn: Any) -> list[tuple]:
+            rows = conn.execute(sql.format("embedding <=> %(q)s" if self.index_kind == "hnsw" else _EXACT), params).fetchall()
             if len(rows) < k and self.index_kind == "hnsw":
                 # The index scan filters after it searched (pgvector < 0.8 stops at ef_search
                 # candidates): short of k, the user's own rows are scanned exactly.
-                rows = self._conn.execute(sql.format(_EXACT), params).fetchall()
+                rows = conn.execute(sql.format(_EXACT), params).fetchall()
+            return rows
+
+        rows = self._db.read(run, "a dense search")
         rows.sort(key=lambda r: -r[1])  # an iterative index scan may return near-ties out of order
         return (np.asarray([r[0] for r in rows], dtype=np.int64), np.asarray([r[1] for r in rows], dtype=np.float32))
 
@@ -440,58 +488,66 @@ class PostgresStore:
                                  pressure: float = 0.9) -> list[tuple[int, MemoryItem, str]]:
         """Algorithm 3, step 1 (see ``MemoryStore.consolidation_candidates``)."""
         self.flush()  # access counts must include the buffered ones
-        with self._mutex:
-            under_pressure = self.size(user_id) >= pressure * self.capacity
-            return pg_offline.candidates(self._conn, user_id, limit, reactivation, under_pressure, self.half_life_days)
+        under_pressure = self.size(user_id) >= pressure * self.capacity
+        return self._db.read(lambda conn: pg_offline.candidates(conn, user_id, limit, reactivation, under_pressure,
+                                                                self.half_life_days), "a consolidation read")
 
     def consolidation_state(self, user_id: str) -> dict[str, int]:
-        with self._mutex:
-            return pg_offline.state(self._conn, user_id)
+        return self._db.read(lambda conn: pg_offline.state(conn, user_id), "a consolidation read")
 
     def commit_offline(self, user_id: str, changes: OfflineChanges, now: float, graph: GraphUpdate | None = None,
                        stats: Mapping[str, Any] | None = None,
                        before_commit: Callable[[], None] | None = None) -> OfflineCommit:
         """Commit one consolidation cycle in one transaction: a new cycle row, ``graph``'s update,
         the MTM ``changes``, ``before_commit`` (raise there to roll everything back) and the stats."""
-        with self._transaction() as cur:
+        def op(cur: Any, _: bool) -> OfflineCommit:
             # Cycles commit one at a time (the graph is shared by every user), then the user's write lock.
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (pg_schema.CYCLE_LOCK,))
-            cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (pg_schema.USER_LOCK_CLASS, user_id))
+            cur.execute(f"SELECT {_USER_LOCK}", (pg_schema.USER_LOCK_CLASS, user_id))
             cycle = PostgresGraph.new_cycle(cur, now)
             graph_counts = dict(graph.apply(PostgresGraphTransaction(cur), cycle, now)) if graph is not None else {}
             mtm = pg_offline.apply(cur, user_id, changes, cycle, now, _tags)
             if before_commit is not None:
                 before_commit()
             PostgresGraph.finish_cycle(cur, cycle, {**(stats or {}), **graph_counts, **{f"mtm_{k}": v for k, v in mtm.items()}})
-        return OfflineCommit(cycle, graph_counts, mtm)
+            return OfflineCommit(cycle, graph_counts, mtm)
+
+        return self._write(op, None, "a consolidation cycle's commit")
 
     # -- access statistics (buffered: the read path does not wait on a commit) -------------------
     def touch(self, user_id: str, rids: Sequence[int], at: float) -> None:
         with self._mutex:
-            if self._access.touch(user_id, rids, at) and not self._lock.active:
-                self.flush()
+            full = self._access.touch(user_id, rids, at)
+        if full and not self._lock.active:
+            self.flush()
 
     def flush(self) -> None:
-        """Write buffered access statistics (kept buffered while a read snapshot is open)."""
-        with self._mutex:
-            if not self._access or self._lock.active:
+        """Write buffered access statistics (kept buffered while this thread holds a read snapshot)."""
+        if self._lock.active:
+            return
+        with self._mutex:  # drained under the mutex, written after it (searches need not wait for the commit)
+            if not self._access:
                 return
             rows = self._access.drain()
-            with self._transaction() as cur:
-                cur.executemany("UPDATE items SET access_count = access_count + %s, last_access = GREATEST(last_access, %s) "
-                                "WHERE user_id = %s AND rid = %s", rows)
+        self._write(lambda cur, _: cur.executemany(
+            "UPDATE items SET access_count = access_count + %s, last_access = GREATEST(last_access, %s) "
+            "WHERE user_id = %s AND rid = %s", rows), None, "writing access statistics")
 
     def close(self) -> None:
-        with self._mutex:
-            if self._conn.closed:
-                return
+        if self._db.closed:
+            return
+        try:
             self.flush()
-            with self._transaction() as cur:  # keep the change log short; readers behind it reload
+
+            def prune(cur: Any, _: bool) -> None:  # keep the change log short; readers behind it reload
                 cur.execute("UPDATE item_versions SET pruned_through = version - %s WHERE version - %s > pruned_through",
                             (_KEEP_CHANGES, _KEEP_CHANGES))
                 cur.execute("DELETE FROM item_changes c USING item_versions v WHERE c.user_id = v.user_id "
                             "AND c.version <= v.pruned_through")
-            self._conn.close()
+
+            self._write(prune, None, "pruning the change log")
+        finally:
+            self._db.close()
 
     @staticmethod
     def new_id() -> str:

@@ -1,9 +1,10 @@
 """How a store behaves as it grows to many users and many items: build rate, a serving process's
 memory, and cold and warm search latency (``eval/scale.py``; writes numbers, asserts nothing).
 
-One grid point is ``users × items`` (items per user). The store is built once per point with a
-hashing embedder's 384-d vectors (random unit vectors, so only the store's own cost counts) and
-texts drawn from a small template language. Then a *fresh process* opens it as a server worker
+One grid point is ``users × items`` (items per user). The store is built once per point with
+texts drawn from a small template language and a hashing embedder's 384-d vectors of them (no model
+runs, so only the store's own cost counts; texts that share words have near vectors, so an
+approximate index's recall means something). Then a *fresh process* opens it as a server worker
 would and searches every user once in random order (each user's first search: **cold**, its views
 loaded from the tables or from its view snapshot), then searches the most recently served users again (**warm**). It reports
 the process's resident memory (RSS) before and after, and what its view cache holds.
@@ -96,8 +97,8 @@ def build(location: str, point: Point, batch: int = 1000, seed: int = 0, progres
     from lightmem.stores.factory import open_store
     from lightmem.types import ItemKind, MemoryItem, Turn
 
-    rng, vrng = random.Random(seed), np.random.default_rng(seed)
-    store = open_store(location, dim=DIM, embedder=HashingEmbedder(DIM).name, **store_options(location, point, None, 0))
+    rng, embedder = random.Random(seed), HashingEmbedder(DIM)
+    store = open_store(location, dim=DIM, embedder=embedder.name, **store_options(location, point, None, 0))
     t0 = time.perf_counter()
     try:
         with Progress(disable=not progress) as bar:
@@ -113,9 +114,7 @@ def build(location: str, point: Point, batch: int = 1000, seed: int = 0, progres
                         turns.append(Turn(turn_id=f"{uid}-{j}", speaker="user", text=text, timestamp=ts))
                         items.append(MemoryItem(id=store.new_id(), user_id=uid, text=text, kind=ItemKind.EPISODIC,
                                                 event_time=ts, created_at=ts, last_access=ts, provenance=[f"{uid}-{j}"]))
-                    vecs = vrng.standard_normal((n, DIM)).astype(np.float32)
-                    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-                    store.write(uid, turns, items, vecs, now=1.7e9)
+                    store.write(uid, turns, items, embedder.encode([t.text for t in turns]), now=1.7e9)
                     bar.advance(task, n)
     finally:
         store.close()

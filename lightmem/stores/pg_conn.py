@@ -141,6 +141,7 @@ class _Bound(threading.local):
 
     conn: Any = None
     snapshot: bool = False  # the connection holds a read snapshot (else a write transaction)
+    seen: frozenset[str] | set[str] = frozenset()  # users whose views were brought up to date in this snapshot
 
 
 class Connections:
@@ -229,10 +230,19 @@ class Connections:
             return conn
 
         self._bound.conn = retrying(attempt, self.policy, "a read", self.location, self._check_pool)
-        self._bound.snapshot = True
+        self._bound.snapshot, self._bound.seen = True, set()
+
+    def synced_in_snapshot(self, user_id: str) -> bool:
+        """Whether the user's view was brought up to date in this thread's current read snapshot (then it
+        matches the snapshot: nothing can change what the snapshot sees)."""
+        return self._bound.snapshot and user_id in self._bound.seen
+
+    def mark_synced(self, user_id: str) -> None:
+        if self._bound.snapshot:
+            self._bound.seen.add(user_id)
 
     def end_snapshot(self) -> None:
-        conn, self._bound.conn, self._bound.snapshot = self._bound.conn, None, False
+        conn, self._bound.conn, self._bound.snapshot, self._bound.seen = self._bound.conn, None, False, frozenset()
         try:
             conn.execute("ROLLBACK")  # read only: nothing to commit
         except Exception:  # a lost connection: the pool drops it

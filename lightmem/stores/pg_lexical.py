@@ -17,6 +17,14 @@ from lightmem.stores.lexical_index import LexicalIndex
 from lightmem.stores.partition import IndexMeta, meta_nbytes, row_meta
 
 _COLS = "rid, text, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
+# The user's version, and each row changed since a version with its columns (NULLs when it is no longer active).
+_CHANGED = f"""
+SELECT v.version, v.pruned_through, c.rid, {', '.join('i.' + col.strip() for col in _COLS.split(', ')[:6])},
+       (i.superseded_by IS NULL AND i.valid_to IS NULL)
+FROM item_versions v
+LEFT JOIN (SELECT DISTINCT rid FROM item_changes WHERE user_id = %(user)s AND version > %(since)s) c ON true
+LEFT JOIN items i ON i.rid = c.rid AND i.user_id = %(user)s AND NOT i.archived
+WHERE v.user_id = %(user)s"""
 
 
 @dataclass
@@ -52,21 +60,19 @@ class LexicalView:
 
 def sync(conn: Any, user_id: str, view: LexicalView | None, k1: float, b: float) -> LexicalView:
     """The user's view brought up to date (a new one when there was none or the log was pruned past it)."""
-    row = conn.execute("SELECT version, pruned_through FROM item_versions WHERE user_id = %s", (user_id,)).fetchone()
-    version, pruned = (int(row[0]), int(row[1])) if row else (0, 0)
-    if view is None or pruned > view.version:
-        # The version is read first: changes committed before the rows are read are replayed again later.
-        view = LexicalView(LexicalIndex(k1, b), version)
-        view.add(conn.execute(f"SELECT {_COLS} FROM items WHERE user_id = %s AND NOT archived ORDER BY rid",
-                              (user_id,)).fetchall())
-        return view
-    if version == view.version:
-        return view
-    changes = conn.execute("SELECT rid, version FROM item_changes WHERE user_id = %s AND version > %s",
-                           (user_id, view.version)).fetchall()
-    rids = sorted({int(r) for r, _ in changes})
-    view.remove([r for r in rids if r in view.meta])
-    view.add(conn.execute(f"SELECT {_COLS} FROM items WHERE user_id = %s AND rid = ANY(%s) AND NOT archived ORDER BY rid",
-                          (user_id, rids)).fetchall())
-    view.version = max([version, *(int(v) for _, v in changes)])
+    if view is not None:  # one round trip: the user's version and the rows changed since the view's
+        rows = conn.execute(_CHANGED, {"user": user_id, "since": view.version}).fetchall()
+        version, pruned = (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
+        if pruned <= view.version:
+            changed = {int(r[2]) for r in rows if r[2] is not None}
+            view.remove([r for r in changed if r in view.meta])
+            view.add(sorted((r[3:] for r in rows if r[3] is not None), key=lambda r: int(r[0])))  # those still active
+            view.version = max(version, view.version)
+            return view
+    # A new view (none yet, or the log was pruned past it). The version is read first: changes committed
+    # before the rows are read are replayed again later.
+    row = conn.execute("SELECT version FROM item_versions WHERE user_id = %s", (user_id,)).fetchone()
+    view = LexicalView(LexicalIndex(k1, b), int(row[0]) if row else 0)
+    view.add(conn.execute(f"SELECT {_COLS} FROM items WHERE user_id = %s AND NOT archived ORDER BY rid",
+                          (user_id,)).fetchall())
     return view

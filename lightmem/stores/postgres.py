@@ -45,6 +45,7 @@ _UPDATABLE = {"text", "n_tokens", "utility", "topic", "entities", "valid_from", 
               "event_time", "provenance"}
 _KEEP_CHANGES = 10_000  # per user: older change-log rows are pruned on close (readers behind them reload)
 _EXACT = "(embedding <=> %(q)s) + 0"  # "+ 0" hides the distance from the HNSW index: an exact scan
+_EXACT_UP_TO = 2_000  # users with at most this many active items: exact dense search (no HNSW walk)
 _USER_LOCK = "pg_advisory_xact_lock(%s, hashtext(%s))"  # (USER_LOCK_CLASS, user id): one writer per user
 
 
@@ -232,7 +233,13 @@ class PostgresStore:
 
     def _view(self, user_id: str) -> LexicalView:
         with self._mutex:
-            return self._db.read(lambda conn: self._sync(conn, user_id), "a lexical search")
+            if self._db.synced_in_snapshot(user_id):  # this snapshot's reads already brought it up to date
+                view = self._views.peek(user_id)
+                if view is not None:
+                    return view
+            view = self._db.read(lambda conn: self._sync(conn, user_id), "a lexical search")
+            self._db.mark_synced(user_id)
+            return view
 
     def drop_views(self) -> None:
         """Drop every user's in-memory BM25 view now (each is rebuilt from the database when next used)."""
@@ -428,9 +435,13 @@ class PostgresStore:
         params = {**params, "q": np.asarray(qvec, dtype=np.float32).ravel(), "k": int(k)}
         sql = f"SELECT rid, 1 - (embedding <=> %(q)s) FROM items WHERE {where} ORDER BY {{}} LIMIT %(k)s"
 
+        # A user with few items is scanned exactly: cheaper than an index walk that filters out everyone
+        # else's rows, and never short of k.
+        use_index = self.index_kind == "hnsw" and len(self._view(user_id).meta) > _EXACT_UP_TO
+
         def run(conn: Any) -> list[tuple]:
-            rows = conn.execute(sql.format("embedding <=> %(q)s" if self.index_kind == "hnsw" else _EXACT), params).fetchall()
-            if len(rows) < k and self.index_kind == "hnsw":
+            rows = conn.execute(sql.format("embedding <=> %(q)s" if use_index else _EXACT), params).fetchall()
+            if len(rows) < k and use_index:
                 # The index scan filters after it searched (pgvector < 0.8 stops at ef_search
                 # candidates): short of k, the user's own rows are scanned exactly.
                 rows = conn.execute(sql.format(_EXACT), params).fetchall()
@@ -458,12 +469,12 @@ class PostgresStore:
         return np.asarray([found.get(int(r), 0.0) for r in rids], dtype=np.float32)
 
     def signals(self, user_id: str, rids: Sequence[int]) -> tuple[np.ndarray, list[frozenset[str]]]:
-        """Event times and tags of the rows (0 and none for a row no longer there)."""
-        found = {int(r): (t, frozenset(tags)) for r, t, tags in
-                 self._query("SELECT rid, event_time, tags FROM items WHERE user_id = %s AND rid = ANY(%s)",
-                             (user_id, [int(r) for r in rids]))}
-        got = [found.get(int(r), (0.0, frozenset())) for r in rids]
-        return np.asarray([g[0] for g in got], dtype=np.float64), [g[1] for g in got]
+        """Event times and tags of the rows (0 and none for a row no longer active), from the user's view."""
+        with self._mutex:
+            meta = self._view(user_id).meta
+            got = [meta.get(int(r)) for r in rids]
+            return (np.asarray([0.0 if m is None else m.event_time for m in got], dtype=np.float64),
+                    [frozenset() if m is None else m.tags for m in got])
 
     def size(self, user_id: str) -> int:
         (n,), = self._query("SELECT COUNT(*) FROM items WHERE user_id = %s AND NOT archived", (user_id,))

@@ -12,6 +12,7 @@ from omegaconf import MISSING
 
 from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS
 from lightmem.stores.view_cache import DEFAULT_CACHE_MB
+from lightmem.stores.view_snapshot import SNAPSHOT_MIN_ITEMS
 
 
 @dataclass
@@ -34,6 +35,7 @@ class StoreConfig:
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
     cache_mb: float = DEFAULT_CACHE_MB  # ceiling of the per-user in-memory views (0: none)
+    snapshot_min_items: int = SNAPSHOT_MIN_ITEMS  # embedded only: users this large get a view snapshot (0: none)
     pool_size: int = DEFAULT_POOL_SIZE  # postgresql:// only: most connections a process opens
     statement_timeout: int = DEFAULT_STATEMENT_TIMEOUT_MS  # postgresql:// only: ms before a statement is canceled (0: none)
 

@@ -8,11 +8,14 @@ from typing import Any
 
 from lightmem.stores import pg_conn, pg_schema, sqlite
 from lightmem.stores.base import MemoryStore
+from lightmem.stores.view_snapshot import SNAPSHOT_MIN_ITEMS
 
 # Settings of the embedded store that a server store does without: durability is the server's
 # (synchronous_commit), so ``synchronous`` is dropped; vectors are searched in the database, so
 # ``faiss_device`` may only be its default; it keeps no cross-process change log (``keep_changes``).
-_EMBEDDED_ONLY = {"faiss_device": "cpu", "synchronous": None, "keep_changes": None}
+# Its views are rebuilt from indexed SQL, so it keeps no view snapshots (``snapshot_min_items``).
+_EMBEDDED_ONLY = {"faiss_device": "cpu", "synchronous": None, "keep_changes": None,
+                  "snapshot_min_items": SNAPSHOT_MIN_ITEMS}
 # Settings of the server store's connections, which the embedded store has none of: left at their
 # defaults (as every Hydra config passes them), they are dropped for it.
 _SERVER_ONLY = {"pool_size": pg_conn.DEFAULT_POOL_SIZE, "statement_timeout": pg_conn.DEFAULT_STATEMENT_TIMEOUT_MS}

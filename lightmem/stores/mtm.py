@@ -40,16 +40,13 @@ from lightmem.stores.partition import Partition, SyncingLock, fill
 from lightmem.stores.sqlite import DB_NAME, SQLiteStore, database_path, row_to_item
 from lightmem.stores.vector_index import VectorIndex
 from lightmem.stores.view_cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
+from lightmem.stores.view_snapshot import SNAPSHOT_MIN_ITEMS
 from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
 
 __all__ = ["DB_NAME", "MTMStore", "OfflineChanges", "database_path", "stored_embedder"]
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_MIN_ITEMS = 2_000
-"""Users with this many active items get a view snapshot: below it a view builds from the tables in
-~30 ms or less (1,000 items: 15 ms), above it the rebuild costs ~20 ms per 1,000 items and a
-snapshot loads in ~2 ms per 1,000 (``eval/scale.py``)."""
 _REPLAY_MIN = 256  # changes since a snapshot always replayed rather than rebuilt (and rewritten)
 
 

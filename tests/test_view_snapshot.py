@@ -210,3 +210,20 @@ def test_an_hnsw_graph_is_kept_in_the_snapshot_not_rebuilt(tmp_path, monkeypatch
     with _open(tmp_path / "s") as memory:  # the same store opened with exact search: vectors from the graph
         assert _answers(memory, "ana") == expected
         assert memory.store._parts.peek("ana").vectors.kind == "flat"
+
+
+def test_a_snapshot_that_cannot_be_written_costs_nothing_but_the_snapshot(tmp_path, monkeypatch, caplog):
+    from lightmem.errors import StoreFullError
+
+    with _open(tmp_path / "s") as memory:
+        _fill(memory, "ana", 40)
+        _cold(memory)
+
+        def full(*a, **k):
+            raise StoreFullError("database or disk is full")
+
+        monkeypatch.setattr(memory.store.sql, "put_view_snapshot", full)
+        with caplog.at_level(logging.WARNING, logger="lightmem.stores.mtm"):
+            hits = memory.search("pottery lessons", user_id="ana", k=5)
+        assert len(hits) == 5 and _snapshot(memory, "ana") is None
+        assert "could not write the view snapshot: StoreFullError" in caplog.text

@@ -244,8 +244,9 @@ class MTMStore:
     def _snapshot(self, user_id: str, seq: int, part: Partition) -> None:
         try:
             written = self.sql.put_view_snapshot(user_id, seq, len(part.vectors), view_snapshot.dump(part))
-        except (StoreError, sqlite3.Error) as exc:  # a cache: a failed write (a full disk) costs a rebuild later
-            log.warning("user %s: could not write the view snapshot: %s", user_id, exc)
+        except (StoreError, sqlite3.Error, ValueError, KeyError, MemoryError) as exc:
+            # A cache: a failed write (a full disk, a blob over SQLite's limit) costs a rebuild later, not this read.
+            log.warning("user %s: could not write the view snapshot: %s: %s", user_id, type(exc).__name__, exc)
             return
         if not written:
             log.debug("user %s: view snapshot not written (the database is busy or read-only)", user_id)

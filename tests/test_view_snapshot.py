@@ -227,3 +227,22 @@ def test_a_snapshot_that_cannot_be_written_costs_nothing_but_the_snapshot(tmp_pa
             hits = memory.search("pottery lessons", user_id="ana", k=5)
         assert len(hits) == 5 and _snapshot(memory, "ana") is None
         assert "could not write the view snapshot: StoreFullError" in caplog.text
+
+
+def test_loading_a_view_pauses_the_garbage_collector_and_restores_it(tmp_path, monkeypatch):
+    import gc
+
+    seen = []
+    real = view_snapshot.load
+    monkeypatch.setattr(view_snapshot, "load", lambda *a, **k: seen.append(gc.isenabled()) or real(*a, **k))
+    with _open(tmp_path / "s") as memory:
+        _fill(memory, "ana", 40)
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            try:
+                _cold(memory)
+                memory.search("cello", user_id="ana", k=3)
+                assert gc.isenabled() is enabled  # as it was before the load
+            finally:
+                gc.enable()
+    assert seen == [False]  # the second load came from the snapshot (the first wrote it), with no collections

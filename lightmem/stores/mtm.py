@@ -36,7 +36,7 @@ from lightmem.stores.eviction import evict
 from lightmem.stores.factory import stored_embedder
 from lightmem.stores.graph_tables import SQLiteGraph, SQLiteGraphTransaction
 from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.partition import Partition, SyncingLock, fill
+from lightmem.stores.partition import Partition, SyncingLock, fill, no_gc_pauses
 from lightmem.stores.sqlite import DB_NAME, SQLiteStore, database_path, row_to_item
 from lightmem.stores.vector_index import VectorIndex
 from lightmem.stores.view_cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
@@ -209,14 +209,16 @@ class MTMStore:
     def _load(self, user_id: str) -> Partition:
         """The user's view: from its snapshot and the changes since, else from the tables."""
         seq = self.sql.last_change()  # the view read afterwards reflects at least this change
-        part = self._from_snapshot(user_id, seq) if self._snapshot_min else None
-        if part is None:
+        with no_gc_pauses():
+            part = self._from_snapshot(user_id, seq) if self._snapshot_min else None
+            if part is not None:
+                return part
             rows = self.sql.active_vectors(user_id)
             part = Partition(VectorIndex(self.dim, self.index_kind, self.faiss_device), LexicalIndex(*self._bm25_params))
             if rows:
                 fill(part, rows, self.dim)
-            if self._snapshot_min and len(rows) >= self._snapshot_min:
-                self._snapshot(user_id, seq, part)
+        if self._snapshot_min and len(rows) >= self._snapshot_min:
+            self._snapshot(user_id, seq, part)
         return part
 
     def _from_snapshot(self, user_id: str, seq: int) -> Partition | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.partition import IndexMeta, meta_nbytes, row_meta
+from lightmem.stores.partition import IndexMeta, meta_nbytes, no_gc_pauses, row_meta
 
 _COLS = "rid, text, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
 # The user's version, and each row changed since a version with its columns (NULLs when it is no longer active).
@@ -73,6 +73,7 @@ def sync(conn: Any, user_id: str, view: LexicalView | None, k1: float, b: float)
     # before the rows are read are replayed again later.
     row = conn.execute("SELECT version FROM item_versions WHERE user_id = %s", (user_id,)).fetchone()
     view = LexicalView(LexicalIndex(k1, b), int(row[0]) if row else 0)
-    view.add(conn.execute(f"SELECT {_COLS} FROM items WHERE user_id = %s AND NOT archived ORDER BY rid",
-                          (user_id,)).fetchall())
+    rows = conn.execute(f"SELECT {_COLS} FROM items WHERE user_id = %s AND NOT archived ORDER BY rid", (user_id,)).fetchall()
+    with no_gc_pauses():
+        view.add(rows)
     return view

@@ -105,3 +105,22 @@ def test_a_budget_that_is_not_a_positive_int_is_refused(topical, bad):
 
     with pytest.raises(InvalidInputError, match="budget"):
         topical.retrieve("marathon", "u", k=3, budget=bad)
+
+
+def test_a_second_hop_adds_what_the_best_memories_lead_to_scored_against_the_question(memory):
+    # The question names Lars; only the memory about Lars names the shop, and only the shop's memory names the town.
+    memory.add(["My cousin Lars runs the old bicycle shop."], user_id="u", timestamp=1_600_000_000)
+    memory.add(["The old bicycle shop is down by the harbour in Bergen."], user_id="u", timestamp=1_600_000_100)
+    memory.add([f"note {i} about {t} practice" for t in TOPICS for i in range(6)], user_id="u", timestamp=1_600_000_200)
+    question = "Where does Lars work?"
+    memory.retriever.candidate_factor = 1
+    plain = memory.retrieve(question, "u", k=1)
+    assert [h.item.text for h in plain.candidates] == ["user: My cousin Lars runs the old bicycle shop."]
+    memory.retriever.hop_seeds, memory.retriever.hop_extra = 1, 2
+    hop = memory.retrieve(question, "u", k=1)
+    texts = [h.item.text.removeprefix("user: ") for h in hop.candidates]
+    assert texts[0] == "My cousin Lars runs the old bicycle shop." and len(texts) == 3  # the first hop first, then ≤ hop_extra
+    assert "The old bicycle shop is down by the harbour in Bergen." in texts[1:]
+    added = hop.candidates[texts.index("The old bicycle shop is down by the harbour in Bergen.")]
+    assert added.hq == question and added.scores["bm25"] == 0.0  # scored against the question, which it does not share
+    assert added.score == added.scores["stage1"] < hop.candidates[0].score

@@ -53,6 +53,8 @@ class RetrievalConfig:
     recency_half_life_days: float = 30.0
     fill_budget: bool = True  # with a token budget, Stage 2 fills it from all candidates, not only its best K
     whole_share: float = 0.75  # share of a token budget filled with whole memories; the rest with excerpts
+    hop_seeds: int = 0  # second hop: Stage 1's best memories searched again with the query (0: off)
+    hop_extra: int = 10  # candidates the second hop may add
 
 
 @dataclass

@@ -63,6 +63,11 @@ class TwoStageRetriever:
         whole_share: With a token budget, the share of it filled with whole memories in rank
             order; the rest is filled with the best-matching sentence of each later memory
             (``retrieval/excerpts.py``). 1.0: whole memories only.
+        hop_seeds: A second hop for questions whose evidence does not share their words: each of
+            Stage 1's best ``hop_seeds`` memories is searched again together with the query (text
+            joined, vectors summed), and up to ``hop_extra`` memories it finds that Stage 1 did not
+            are added to the candidates. 0: off.
+        hop_extra: Candidates the second hop may add (at most; Stage 2 ranks them with the rest).
     """
 
     def __init__(
@@ -85,6 +90,8 @@ class TwoStageRetriever:
         ltm_hops: int = 1,
         fill_budget: bool = True,
         whole_share: float = 0.75,
+        hop_seeds: int = 0,
+        hop_extra: int = 10,
     ) -> None:
         if routing not in ROUTINGS:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
@@ -99,6 +106,7 @@ class TwoStageRetriever:
         self.half_life = recency_half_life_days
         self.ltm, self.routing, self.cross_share, self.ltm_hops = ltm, routing, cross_share, ltm_hops
         self.fill_budget = fill_budget
+        self.hop_seeds, self.hop_extra = max(0, int(hop_seeds)), max(0, int(hop_extra))
         self.whole_share = float(whole_share)
         self._counter = None  # the embedder's token counter, made on the first excerpt
         self._excerpt_tokens: dict[str, int] = {}  # token count per excerpt text (bounded)
@@ -181,7 +189,57 @@ class TwoStageRetriever:
                 keep(self._hybrid(hq.text, qvec, mtm_q, plan, user_id, now))
             if ltm_q:
                 keep(self._ltm(hq.text, qvec, ltm_q))
-        return sorted(best.items(), key=lambda kv: -kv[1].score)[:budget]
+        first = sorted(best.items(), key=lambda kv: -kv[1].score)[:budget]
+        if self.hop_seeds and self.hop_extra and first:
+            first += self._second_hop(plan, user_id, qvecs[0], first, now)
+        return first
+
+    def _second_hop(self, plan: RetrievalPlan, user_id: str, qvec: np.ndarray, first: list[tuple[Any, Hit]],
+                    now: float) -> list[tuple[Any, Hit]]:
+        """Memories found by searching the query together with each of the best first-hop memories, not
+        among ``first``: the best ``hop_extra`` of them, each kept at the rank its seed's search gave it."""
+        seeds = [(key, hit) for key, hit in first if not isinstance(key, tuple)][: self.hop_seeds]
+        if not seeds:
+            return []
+        have = {key for key, _ in first}
+        vecs = self.store.vectors(user_id, [key for key, _ in seeds])
+        found: dict[Any, tuple[int, Hit]] = {}
+        quota = max(1, math.ceil(self.hop_extra / len(seeds)))
+        for (_, seed), vec in zip(seeds, vecs):
+            q = qvec + vec
+            q = q / max(float(np.linalg.norm(q)), 1e-12)
+            for rank, (key, hit) in enumerate(self._hybrid(f"{plan.query} {seed.item.text}", q, quota + len(have),
+                                                           plan, user_id, now)):
+                if key not in have and (key not in found or rank < found[key][0]):
+                    found[key] = (rank, hit)
+        ordered = [key for key, _ in sorted(found.items(), key=lambda kv: (kv[1][0], -kv[1][1].score))[: self.hop_extra]]
+        # Scored against the question itself, as Stage 1 scores its own candidates: Stage 2 compares like with like.
+        bm_max = max((h.scores["bm25"] / h.scores["bm25_norm"] for _, h in first
+                      if h.scores.get("bm25_norm", 0.0) > 0), default=0.0)
+        return self._rescore(plan.hqs[0].text, qvec, ordered, bm_max, plan, user_id, now)
+
+    def _rescore(self, text: str, qvec: np.ndarray, rids: list[int], bm_max: float, plan: RetrievalPlan,
+                 user_id: str, now: float) -> list[tuple[int, Hit]]:
+        """Stage 1's weighted-fusion scores of given rows for one HQ (BM25 normalised by ``bm_max``)."""
+        if not rids:
+            return []
+        with self.store.lock:
+            cos = self.store.cosine(user_id, qvec, rids)
+            bm = self.store.search_lexical(user_id, text, 0, plan.filters)[2](rids)
+            event_times, tags_of = self.store.signals(user_id, rids)
+            items = self.store.fetch(user_id, rids)
+        bm_norm = np.minimum(bm / bm_max, 1.0) if bm_max > 0 else np.zeros_like(bm)
+        tags = plan.intent.get("tags")
+        meta = scoring.metadata_match(tags_of, set(tags) if tags else None)
+        rec = scoring.recency_decay(event_times, now, self.half_life)
+        fused = scoring.weighted_fusion(cos, bm_norm, meta, rec, self.w_dense, self.w_lexical, self.w_meta, self.w_recency)
+        out = []
+        for i, rid in enumerate(rids):
+            if rid in items:
+                scores = {"dense": float(cos[i]), "bm25": float(bm[i]), "bm25_norm": float(bm_norm[i]),
+                          "meta": float(meta[i]), "stage1": float(fused[i])}
+                out.append((rid, Hit(item=items[rid], scores=scores, score=float(fused[i]), hq=text, row=int(rid))))
+        return out
 
     def _quotas(self, route: Route, quota: int, plan: RetrievalPlan) -> tuple[int, int]:
         """(MTM quota, LTM quota) of one HQ under the routing policy."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,43 +204,34 @@ class TwoStageRetriever:
             return []
         have = {key for key, _ in first}
         vecs = self.store.vectors(user_id, [key for key, _ in seeds])
-        found: dict[Any, tuple[int, Hit]] = {}
-        quota = max(1, math.ceil(self.hop_extra / len(seeds)))
+        found: dict[Any, tuple[int, float]] = {}  # row → (best rank in a seed's search, its fused score there)
+        quota = max(1, math.ceil(self.hop_extra / len(seeds))) + len(have)
         for (_, seed), vec in zip(seeds, vecs):
             q = qvec + vec
             q = q / max(float(np.linalg.norm(q)), 1e-12)
-            for rank, (key, hit) in enumerate(self._hybrid(f"{plan.query} {seed.item.text}", q, quota + len(have),
-                                                           plan, user_id, now)):
+            with self.store.lock:
+                d_ids, l_ids, bm25_of = self._search(f"{plan.query} {seed.item.text}", q, quota * self.depth_factor,
+                                                     plan, user_id)
+                union = list(dict.fromkeys([*d_ids, *l_ids]))
+                if not union:
+                    continue
+                fused, _ = self._fuse(q, union, d_ids, l_ids, bm25_of, plan, user_id, now)
+            for rank, i in enumerate(np.argsort(-fused, kind="stable")[:quota]):
+                key = union[i]
                 if key not in have and (key not in found or rank < found[key][0]):
-                    found[key] = (rank, hit)
-        ordered = [key for key, _ in sorted(found.items(), key=lambda kv: (kv[1][0], -kv[1][1].score))[: self.hop_extra]]
-        # Scored against the question itself, as Stage 1 scores its own candidates: Stage 2 compares like with like.
+                    found[key] = (rank, float(fused[i]))
+        ordered = [key for key, _ in sorted(found.items(), key=lambda kv: (kv[1][0], -kv[1][1]))[: self.hop_extra]]
+        if not ordered:
+            return []
+        # Scored against the question itself, as Stage 1 scores its own candidates: Stage 2 compares like with
+        # like. BM25 is normalised as among the first hop's candidates (their max, recovered from their scores).
         bm_max = max((h.scores["bm25"] / h.scores["bm25_norm"] for _, h in first
                       if h.scores.get("bm25_norm", 0.0) > 0), default=0.0)
-        return self._rescore(plan.hqs[0].text, qvec, ordered, bm_max, plan, user_id, now)
-
-    def _rescore(self, text: str, qvec: np.ndarray, rids: list[int], bm_max: float, plan: RetrievalPlan,
-                 user_id: str, now: float) -> list[tuple[int, Hit]]:
-        """Stage 1's weighted-fusion scores of given rows for one HQ (BM25 normalised by ``bm_max``)."""
-        if not rids:
-            return []
+        text = plan.hqs[0].text
         with self.store.lock:
-            cos = self.store.cosine(user_id, qvec, rids)
-            bm = self.store.search_lexical(user_id, text, 0, plan.filters)[2](rids)
-            event_times, tags_of = self.store.signals(user_id, rids)
-            items = self.store.fetch(user_id, rids)
-        bm_norm = np.minimum(bm / bm_max, 1.0) if bm_max > 0 else np.zeros_like(bm)
-        tags = plan.intent.get("tags")
-        meta = scoring.metadata_match(tags_of, set(tags) if tags else None)
-        rec = scoring.recency_decay(event_times, now, self.half_life)
-        fused = scoring.weighted_fusion(cos, bm_norm, meta, rec, self.w_dense, self.w_lexical, self.w_meta, self.w_recency)
-        out = []
-        for i, rid in enumerate(rids):
-            if rid in items:
-                scores = {"dense": float(cos[i]), "bm25": float(bm[i]), "bm25_norm": float(bm_norm[i]),
-                          "meta": float(meta[i]), "stage1": float(fused[i])}
-                out.append((rid, Hit(item=items[rid], scores=scores, score=float(fused[i]), hq=text, row=int(rid))))
-        return out
+            _, _, bm25_of = self._search(text, qvec, 0, plan, user_id)
+            fused, signals = self._fuse(qvec, ordered, [], [], bm25_of, plan, user_id, now, bm_max=bm_max)
+            return self._hits(text, user_id, ordered, np.arange(len(ordered)), fused, signals)
 
     def _quotas(self, route: Route, quota: int, plan: RetrievalPlan) -> tuple[int, int]:
         """(MTM quota, LTM quota) of one HQ under the routing policy."""
@@ -266,40 +258,59 @@ class TwoStageRetriever:
         return out
 
     def _hybrid(self, text: str, qvec: np.ndarray, quota: int, plan: RetrievalPlan, user_id: str, now: float) -> list[tuple[int, Hit]]:
-        depth = quota * self.depth_factor
         # One consistent view of the indexes: a consolidation commit in between could
         # archive a row the dense search returned.
         with self.store.lock:
-            empty = np.zeros(0, dtype=np.int64)
-            # A signal with weight 0 cannot move a candidate: do not pay for its search.
-            d_ids = self.store.search_dense(user_id, qvec, depth, plan.filters)[0] if self.w_dense else empty
-            l_ids, _, bm25_of = self.store.search_lexical(user_id, text, depth if self.w_lexical else 0, plan.filters)
-            union = list(dict.fromkeys([*d_ids.tolist(), *l_ids.tolist()]))
+            d_ids, l_ids, bm25_of = self._search(text, qvec, quota * self.depth_factor, plan, user_id)
+            union = list(dict.fromkeys([*d_ids, *l_ids]))
             if not union:
                 return []
-            cos = self.store.cosine(user_id, qvec, union)
-            bm = bm25_of(union)
+            fused, signals = self._fuse(qvec, union, d_ids, l_ids, bm25_of, plan, user_id, now)
+            return self._hits(text, user_id, union, np.argsort(-fused, kind="stable")[:quota], fused, signals)
+
+    def _search(self, text: str, qvec: np.ndarray, depth: int, plan: RetrievalPlan,
+                user_id: str) -> tuple[list[int], list[int], Callable[[Sequence[int]], np.ndarray]]:
+        """The dense and BM25 top-``depth`` row ids of one query, and its BM25 of any rows (call holding
+        the store's lock). A signal with weight 0 cannot move a candidate: its search is not paid for."""
+        d_ids = self.store.search_dense(user_id, qvec, depth, plan.filters)[0].tolist() if self.w_dense and depth else []
+        l_ids, _, bm25_of = self.store.search_lexical(user_id, text, depth if self.w_lexical else 0, plan.filters)
+        return d_ids, l_ids.tolist(), bm25_of
+
+    def _fuse(self, qvec: np.ndarray, rows: list[int], d_ids: list[int], l_ids: list[int],
+              bm25_of: Callable[[Sequence[int]], np.ndarray], plan: RetrievalPlan, user_id: str, now: float,
+              bm_max: float | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Stage 1's fused score of each of ``rows`` and the signals behind it (call holding the store's
+        lock). ``d_ids``/``l_ids`` are the ranked lists RRF fuses; BM25 is normalised by its max over
+        ``rows``, or by ``bm_max`` for rows scored apart from the candidates they join."""
+        cos = self.store.cosine(user_id, qvec, rows)
+        bm = bm25_of(rows)
+        if bm_max is None:
             bm_norm = scoring.normalize_max(bm)
-            event_times, tags_of = self.store.signals(user_id, union)
-            tags = plan.intent.get("tags")
-            meta = scoring.metadata_match(tags_of, set(tags) if tags else None)
-            window = plan.intent.get("time_window")
-            if window:  # a soft time constraint from the controller counts as a metadata match
-                meta = np.maximum(meta, scoring.in_window(event_times, window[0], window[1]))
-            if self.fusion is Fusion.RRF:
-                fused_map = scoring.reciprocal_rank_fusion([d_ids.tolist(), l_ids.tolist()], self.rrf_k, [self.w_dense, self.w_lexical])
-                fused = np.asarray([fused_map.get(r, 0.0) for r in union]) + self.w_meta * meta / (self.rrf_k + 1)
-            else:
-                rec = scoring.recency_decay(event_times, now, self.half_life)
-                fused = scoring.weighted_fusion(cos, bm_norm, meta, rec, self.w_dense, self.w_lexical, self.w_meta, self.w_recency)
-            order = np.argsort(-fused, kind="stable")[:quota]
-            # Only the chosen rows are read from SQLite, scoped to this user.
-            items = self.store.fetch(user_id, [union[i] for i in order])
+        else:
+            bm_norm = np.minimum(bm / bm_max, 1.0) if bm_max > 0 else np.zeros_like(bm)
+        event_times, tags_of = self.store.signals(user_id, rows)
+        tags = plan.intent.get("tags")
+        meta = scoring.metadata_match(tags_of, set(tags) if tags else None)
+        window = plan.intent.get("time_window")
+        if window:  # a soft time constraint from the controller counts as a metadata match
+            meta = np.maximum(meta, scoring.in_window(event_times, window[0], window[1]))
+        if self.fusion is Fusion.RRF:
+            fused_map = scoring.reciprocal_rank_fusion([d_ids, l_ids], self.rrf_k, [self.w_dense, self.w_lexical])
+            fused = np.asarray([fused_map.get(r, 0.0) for r in rows]) + self.w_meta * meta / (self.rrf_k + 1)
+        else:
+            rec = scoring.recency_decay(event_times, now, self.half_life)
+            fused = scoring.weighted_fusion(cos, bm_norm, meta, rec, self.w_dense, self.w_lexical, self.w_meta, self.w_recency)
+        return fused, {"dense": cos, "bm25": bm, "bm25_norm": bm_norm, "meta": meta}
+
+    def _hits(self, text: str, user_id: str, rows: list[int], order: np.ndarray, fused: np.ndarray,
+              signals: dict[str, np.ndarray]) -> list[tuple[int, Hit]]:
+        """Hits of ``rows[i]`` for i in ``order``; only these rows are read from the store, scoped to the user."""
+        items = self.store.fetch(user_id, [rows[i] for i in order])
         out = []
         for i in order:
-            rid = union[i]
+            rid = rows[i]
             if rid not in items:  # isolation: a row of anyone else is never returned
                 continue
-            scores = {"dense": float(cos[i]), "bm25": float(bm[i]), "bm25_norm": float(bm_norm[i]), "meta": float(meta[i]), "stage1": float(fused[i])}
+            scores = {name: float(v[i]) for name, v in signals.items()} | {"stage1": float(fused[i])}
             out.append((rid, Hit(item=items[rid], scores=scores, score=float(fused[i]), hq=text, row=int(rid))))
         return out

@@ -246,3 +246,19 @@ def test_loading_a_view_pauses_the_garbage_collector_and_restores_it(tmp_path, m
             finally:
                 gc.enable()
     assert seen == [False]  # the second load came from the snapshot (the first wrote it), with no collections
+
+
+def test_a_snapshot_is_skipped_not_waited_for_while_another_process_writes(tmp_path):
+    with _open(tmp_path / "s") as memory:
+        _fill(memory, "ana", 40)
+        other = sqlite3.connect(tmp_path / "s" / "lightmem.sqlite", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            assert memory.store.sql.put_view_snapshot("ana", 1, 40, b"x", wait_ms=20) is False
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert memory.store.sql.put_view_snapshot("ana", 1, 40, b"x") is True
+        assert _snapshot(memory, "ana") == (1, 40, b"x")
+        with memory.store.sql.transaction() as c:  # the usual busy timeout is back
+            assert c.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000

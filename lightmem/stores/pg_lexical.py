@@ -17,10 +17,11 @@ from lightmem.stores.lexical_index import LexicalIndex
 from lightmem.stores.partition import IndexMeta, meta_nbytes, no_gc_pauses, row_meta
 
 _COLS = "rid, text, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
-# The user's version, and each row changed since a version with its columns (NULLs when it is no longer active).
-_CHANGED = f"""
-SELECT v.version, v.pruned_through, c.rid, {', '.join('i.' + col.strip() for col in _COLS.split(', ')[:6])},
-       (i.superseded_by IS NULL AND i.valid_to IS NULL)
+# The user's version, and each row changed since a version with the columns of _COLS (NULLs when it is no
+# longer active).
+_CHANGED = """
+SELECT v.version, v.pruned_through, c.rid,
+       i.rid, i.text, i.event_time, i.kind, i.topic, i.entities, (i.superseded_by IS NULL AND i.valid_to IS NULL)
 FROM item_versions v
 LEFT JOIN (SELECT DISTINCT rid FROM item_changes WHERE user_id = %(user)s AND version > %(since)s) c ON true
 LEFT JOIN items i ON i.rid = c.rid AND i.user_id = %(user)s AND NOT i.archived

@@ -195,8 +195,13 @@ class SQLiteStore:
 
     # -- plumbing -----------------------------------------------------------------------
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, wait_ms: int | None = None) -> Iterator[sqlite3.Connection]:
         """One atomic write batch: everything inside commits together or not at all.
+
+        Args:
+            wait_ms: Wait at most this long for another process's write lock, once, and raise
+                ``sqlite3.OperationalError`` ("database is locked") past it (None: the busy timeout,
+                with retries).
 
         Raises:
             StoreReadOnlyError: the store was opened read-only.
@@ -207,7 +212,14 @@ class SQLiteStore:
                 raise StoreReadOnlyError(sqlite_faults.read_only_message(self.path, self.label, self._read_only))
             # BEGIN IMMEDIATE takes the write lock up front (no deadlocking upgrade later); the busy
             # timeout waits for another process's transaction, and a retry covers a longer one.
-            _retry_busy(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+            if wait_ms is None:
+                _retry_busy(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+            else:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+                try:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                finally:
+                    self._conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
             try:
                 yield self._conn
                 self._conn.execute("COMMIT")
@@ -290,26 +302,16 @@ class SQLiteStore:
     def put_view_snapshot(self, user_id: str, seq: int, n: int, data: bytes, wait_ms: int = 50) -> bool:
         """Store the user's view snapshot unless another process holds the write lock longer than
         ``wait_ms`` (it is a cache: the next load tries again). Returns whether it was written."""
-        if self.read_only:
-            return False
         with self.lock:
-            if self._conn.in_transaction:
+            if self.read_only or self._conn.in_transaction:
                 return False
-            self._conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
+                with self.transaction(wait_ms) as c:
+                    c.execute("INSERT OR REPLACE INTO view_snapshots (user_id, seq, n, data) VALUES (?, ?, ?, ?)",
+                              (user_id, seq, n, data))
             except sqlite3.OperationalError as exc:
                 if "locked" in str(exc) or "busy" in str(exc):
                     return False
-                raise
-            finally:
-                self._conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
-            try:
-                self._conn.execute("INSERT OR REPLACE INTO view_snapshots (user_id, seq, n, data) VALUES (?, ?, ?, ?)",
-                                   (user_id, seq, n, data))
-                self._conn.execute("COMMIT")
-            except BaseException as exc:
-                self._rollback(exc)
                 raise
         return True
 

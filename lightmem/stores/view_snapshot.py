@@ -67,13 +67,12 @@ def load(blob: bytes, dim: int, kind: str = "flat", device: str = "cpu") -> Part
         if header.get("format") != FORMAT:
             raise SnapshotError(f"snapshot format {header.get('format')!r}, this code reads {FORMAT}")
         ids = a["ids"]
-        if "hnsw" in a and kind == "hnsw" and device == "cpu":
-            vectors = VectorIndex.from_hnsw_bytes(ids, a["hnsw"])
-        else:
-            vecs = a["vecs"] if "vecs" in a else VectorIndex.from_hnsw_bytes(ids, a["hnsw"]).vecs
-            vectors = VectorIndex.from_arrays(ids, vecs, kind, device) if vecs.shape[-1] == dim else None
-        if vectors is None or vectors.dim != dim:
+        vectors = VectorIndex.from_hnsw_bytes(ids, a["hnsw"]) if "hnsw" in a else None
+        vecs = a["vecs"] if vectors is None else vectors.vecs
+        if vecs.ndim != 2 or vecs.shape[1] != dim:
             raise SnapshotError(f"snapshot vectors are not of the store's dimension {dim}")
+        if vectors is None or (kind, device) != ("hnsw", "cpu"):  # the graph kept only where it is used as is
+            vectors = VectorIndex.from_arrays(ids, vecs, kind, device)
         if not np.array_equal(np.sort(a["lex_ids"]), np.sort(ids)):
             raise SnapshotError("the snapshot's BM25 rows and vectors hold different items")
         kinds = [ItemKind(k) for k in header["kinds"]]

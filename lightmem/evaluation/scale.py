@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from lightmem.evaluation.metrics import percentile
+
 DIM = 384
 NAMES = ["Ana", "Bo", "Caro", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea"]
 PLACES = ["Lisbon", "Kyoto", "Oslo", "Lima", "Cairo", "Quito", "Perth", "Riga", "Turin", "Hanoi", "Accra", "Bergen"]
@@ -187,8 +189,8 @@ def serve(location: str, point: Point, cache_mb: float | None, warm_users: int =
     return {
         "rss_start_mb": round(rss0, 1), "rss_open_mb": round(rss_open, 1), "rss_end_mb": round(rss_mb(), 1),
         "rss_peak_mb": round(rss_mb("VmHWM"), 1),
-        "cold_p50_ms": round(float(np.percentile(cold, 50)), 2), "cold_p95_ms": round(float(np.percentile(cold, 95)), 2),
-        "warm_p50_ms": round(float(np.percentile(warm, 50)), 2), "warm_p95_ms": round(float(np.percentile(warm, 95)), 2),
+        "cold_p50_ms": round(percentile(cold, 50), 2), "cold_p95_ms": round(percentile(cold, 95), 2),
+        "warm_p50_ms": round(percentile(warm, 50), 2), "warm_p95_ms": round(percentile(warm, 95), 2),
         "first_cold_ms": round(cold[0], 1), "cache": cache, "index_recall_at_10": recall,
     }
 

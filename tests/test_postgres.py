@@ -70,7 +70,7 @@ def test_hydra_store_postgres_builds_a_memory(pg_uri, tmp_path):
 
     cfg = compose("locomo", ["store=postgres", f"store.uri='{pg_uri}'", "encoder=hashing", "selector=none",
                              "store.pool_size=2", "store.statement_timeout=5000"])
-    assert cfg.store.index == "hnsw"
+    assert cfg.store.index == "flat"
     m = build_memory(cfg, tmp_path / "unused-folder")
     try:
         assert type(m.store).__name__ == "PostgresStore" and not (tmp_path / "unused-folder").exists()

@@ -184,6 +184,27 @@ def test_lost_connections_are_replaced_and_the_call_retried(pg_uri, caplog):
         store.close()
 
 
+def test_a_search_after_a_restart_starts_its_snapshot_again_and_answers(pg_uri, caplog):
+    """A search's snapshot begins with its first read; when that read finds the connection dead, nothing
+    was read yet, so it is run again on a fresh connection instead of failing the search."""
+    from lightmem.memory import Memory
+    from lightmem.models.embedder import HashingEmbedder
+    from lightmem.roles.selector import Stage1Selector
+
+    m = Memory.open(pg_uri, embedder=HashingEmbedder(dim=32), selector=Stage1Selector(), pool_size=2)
+    try:
+        m.add({"speaker": "x", "text": "Ada keeps bees on the roof", "id": "b1"}, user_id="ada", timestamp=T0)
+        before = [h.item.id for h in m.search("Where does Ada keep bees?", "ada", k=3)]
+        m.store.drop_views()  # the next search rebuilds the BM25 view, reading inside its snapshot
+        assert _kill_connections(pg_uri) >= 1
+        with caplog.at_level(logging.WARNING, logger="lightmem.stores.pg_conn"):
+            after = [h.item.id for h in m.search("Where does Ada keep bees?", "ada", k=3)]
+        assert after == before and len(after) == 1
+        assert any("retrying" in r.getMessage() for r in caplog.records)
+    finally:
+        m.close()
+
+
 def test_a_transaction_cut_before_its_commit_runs_again_once(pg_uri):
     """A consolidation cycle whose connection dies mid-transaction is rolled back by the server and
     committed by the retry: one cycle, not two."""

@@ -7,7 +7,7 @@ connection for a read snapshot or a write transaction (``bound``): every stateme
 
 What is retried, on a fresh connection, with exponential backoff, a bounded number of times:
 
-- reads outside a snapshot (each is idempotent), and the start of a snapshot;
+- reads outside a snapshot (each is idempotent), and a snapshot's first read (sent with its BEGIN);
 - a write transaction that failed before its COMMIT was sent (the server never commits it);
 - a write whose COMMIT was sent but whose answer was lost: its transaction id (read inside the
   transaction) is looked up with ``pg_xact_status`` on a new connection. Committed: the write is done
@@ -50,6 +50,7 @@ _TRANSIENT = {
     "40P01",  # deadlock_detected: rolled back by the server
 }
 QUERY_CANCELED = "57014"  # statement_timeout (or pg_cancel_backend)
+_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -141,6 +142,7 @@ class _Bound(threading.local):
 
     conn: Any = None
     snapshot: bool = False  # the connection holds a read snapshot (else a write transaction)
+    begun: bool = False  # the snapshot's BEGIN was sent (with its first read, in one round trip)
     seen: frozenset[str] | set[str] = frozenset()  # users whose views were brought up to date in this snapshot
 
 
@@ -190,7 +192,7 @@ class Connections:
 
     @property
     def in_snapshot(self) -> bool:
-        return self._bound.conn is not None and self._bound.snapshot
+        return self._bound.snapshot
 
     def _check_pool(self, exc: BaseException) -> None:
         if connection_lost(exc):
@@ -199,18 +201,21 @@ class Connections:
     # -- reads --------------------------------------------------------------------------------------
     def read(self, fn: Callable[[Any], T], what: str = "a read") -> T:
         """``fn(connection)``: on this thread's snapshot or transaction connection when it holds one
-        (an error there ends the snapshot: not retried), else on a pooled one, retried."""
-        conn = self._bound.conn
-        if conn is not None:
-            if not self._bound.snapshot:
-                return fn(conn)  # inside a write transaction: its own retry handles errors
+        (an error there ends the snapshot: not retried, unless it is the snapshot's first read), else
+        on a pooled one, retried."""
+        b = self._bound
+        if b.snapshot:
+            if not b.begun:
+                return retrying(lambda: self._first_read(fn), self.policy, what, self.location, self._check_pool)
             try:
-                return fn(conn)
+                return fn(b.conn)
             except Exception as exc:
                 if is_transient(exc):
                     raise StoreError(f"{what} on the PostgreSQL store at {self.location} lost its connection inside a "
                                      f"read snapshot (`with store.lock:`) ({first_line(exc)}); run it again") from exc
                 _reraise(exc, self.location, what)
+        if b.conn is not None:
+            return fn(b.conn)  # inside a write transaction: its own retry handles errors
 
         def attempt() -> T:
             with self._pool.connection() as c, named_faults(self.location):
@@ -218,19 +223,35 @@ class Connections:
 
         return retrying(attempt, self.policy, what, self.location, self._check_pool)
 
+    def _first_read(self, fn: Callable[[Any], T]) -> T:
+        """The snapshot's BEGIN and its first read, sent together (one round trip). Nothing was read in the
+        snapshot before, so after a lost connection it starts again on a fresh one."""
+        b = self._bound
+        if b.conn is None:
+            b.conn = self._pool.getconn()
+        conn = b.conn
+        try:
+            with named_faults(self.location), conn.pipeline():
+                conn.execute(_SNAPSHOT)
+                out = fn(conn)
+        except Exception as exc:
+            if is_transient(exc):
+                b.conn = None
+                self._pool.putconn(conn)  # the pool drops a dead connection
+            else:
+                b.begun = True  # the transaction may be open: ended with a ROLLBACK
+            raise
+        b.begun = True
+        return out
+
     def begin_snapshot(self) -> None:
-        """Bind a pooled connection to this thread, in a read-only REPEATABLE READ transaction."""
+        """Bind a pooled connection to this thread for a read-only REPEATABLE READ transaction; the
+        transaction begins with the first read (``_first_read``)."""
         def attempt() -> Any:
-            conn = self._pool.getconn()
-            try:
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            except BaseException:
-                self._pool.putconn(conn)
-                raise
-            return conn
+            return self._pool.getconn()
 
         self._bound.conn = retrying(attempt, self.policy, "a read", self.location, self._check_pool)
-        self._bound.snapshot, self._bound.seen = True, set()
+        self._bound.snapshot, self._bound.begun, self._bound.seen = True, False, set()
 
     def synced_in_snapshot(self, user_id: str) -> bool:
         """Whether the user's view was brought up to date in this thread's current read snapshot (then it
@@ -242,9 +263,14 @@ class Connections:
             self._bound.seen.add(user_id)
 
     def end_snapshot(self) -> None:
-        conn, self._bound.conn, self._bound.snapshot, self._bound.seen = self._bound.conn, None, False, frozenset()
+        b = self._bound
+        conn, begun = b.conn, b.begun
+        b.conn, b.snapshot, b.begun, b.seen = None, False, False, frozenset()
+        if conn is None:  # its first read lost the connection and no other came
+            return
         try:
-            conn.execute("ROLLBACK")  # read only: nothing to commit
+            if begun:
+                conn.execute("ROLLBACK")  # read only: nothing to commit
         except Exception:  # a lost connection: the pool drops it
             pass
         finally:
@@ -260,9 +286,9 @@ class Connections:
         Raises:
             StoreError: inside this thread's read snapshot; retries exhausted; outcome unknown.
         """
+        if self._bound.snapshot:
+            raise StoreError("a store write inside `with store.lock:` (a read snapshot); write outside it")
         if self._bound.conn is not None:
-            if self._bound.snapshot:
-                raise StoreError("a store write inside `with store.lock:` (a read snapshot); write outside it")
             with self._bound.conn.cursor() as cur:  # part of this thread's transaction already open
                 if first:
                     cur.execute(f"SELECT {first}", params)
@@ -280,10 +306,11 @@ class Connections:
             self._bound.conn = conn
             try:
                 with named_faults(self.location):
-                    conn.execute("BEGIN")
                     try:
                         with conn.cursor() as cur:
-                            xid = cur.execute(select, params).fetchone()[0]
+                            with conn.pipeline():  # BEGIN and the first SELECT in one round trip
+                                conn.execute("BEGIN")
+                                xid = cur.execute(select, params).fetchone()[0]
                             result = op(cur, replay)
                     except BaseException:
                         _rollback_quietly(conn)

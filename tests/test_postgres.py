@@ -69,12 +69,13 @@ def test_hydra_store_postgres_builds_a_memory(pg_uri, tmp_path):
     from lightmem.config import build_memory
 
     cfg = compose("locomo", ["store=postgres", f"store.uri='{pg_uri}'", "encoder=hashing", "selector=none",
-                             "store.pool_size=2", "store.statement_timeout=5000"])
+                             "store.pool_size=2", "store.statement_timeout=5000", "store.retries=2"])
     assert cfg.store.index == "flat"
     m = build_memory(cfg, tmp_path / "unused-folder")
     try:
         assert type(m.store).__name__ == "PostgresStore" and not (tmp_path / "unused-folder").exists()
         assert m.store._db._pool.max_size == 2 and m.store._query("SHOW statement_timeout") == [("5s",)]
+        assert m.store._db.policy.retries == 2
         m.add([{"speaker": "Ava", "text": "I bake sourdough every Sunday", "id": "T1"}], user_id="u", timestamp="2023-05-07")
         assert m.search("What does Ava bake?", "u", k=1)[0].item.provenance == ["T1"]
     finally:
@@ -156,3 +157,29 @@ def test_both_backends_rank_alike(pg_uri, tmp_path):
             ranked.append([(len(hits), [(h.item.text, round(h.score, 4)) for h in hits if h.score > 1e-6])
                            for u in ("tiny-a", "tiny-b") for q in queries for hits in [m.search(q, u, k=5)]])
     assert ranked[0] == ranked[1] and sum(len(r[1]) for r in ranked[0]) > 40
+
+
+def test_the_hnsw_index_exists_only_for_an_hnsw_store_and_is_never_dropped(pg_uri, caplog):
+    import logging
+
+    def has_index() -> bool:
+        s = open_store(pg_uri, dim=4, embedder="e")
+        try:
+            return s._query("SELECT to_regclass('items_embedding_hnsw')")[0][0] is not None
+        finally:
+            s.close()
+
+    flat = open_store(pg_uri, dim=4, embedder="e")
+    flat.write("u", [Turn("t1", "u", "x", 1.0)], [MemoryItem(id="i1", user_id="u", text="oak tree", provenance=["t1"],
+                                                            created_at=1.0, event_time=1.0, last_access=1.0)],
+               np.ones((1, 4), dtype=np.float32), 1.0)
+    flat.close()
+    assert not has_index()  # the default (flat) writes no index entries
+    hnsw = open_store(pg_uri, dim=4, embedder="e", index="hnsw")  # made on open, over the rows already there
+    try:
+        assert hnsw.search_dense("u", np.ones(4, dtype=np.float32), 1, Filters())[0].size == 1
+    finally:
+        hnsw.close()
+    with caplog.at_level(logging.WARNING, logger="lightmem.stores.pg_schema"):
+        assert has_index()  # a flat store over it keeps it, and says what it costs
+    assert any("every insert still updates it" in r.getMessage() for r in caplog.records)

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS
+from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, RetryPolicy
 from lightmem.stores.view_cache import DEFAULT_CACHE_MB
 from lightmem.stores.view_snapshot import SNAPSHOT_MIN_ITEMS
 
@@ -38,6 +38,7 @@ class StoreConfig:
     snapshot_min_items: int = SNAPSHOT_MIN_ITEMS  # embedded only: users this large get a view snapshot (0: none)
     pool_size: int = DEFAULT_POOL_SIZE  # postgresql:// only: most connections a process opens
     statement_timeout: int = DEFAULT_STATEMENT_TIMEOUT_MS  # postgresql:// only: ms before a statement is canceled (0: none)
+    retries: int = RetryPolicy.retries  # postgresql:// only: runs again after transient errors (a restart)
 
 
 @dataclass

@@ -18,7 +18,8 @@ _EMBEDDED_ONLY = {"faiss_device": "cpu", "synchronous": None, "keep_changes": No
                   "snapshot_min_items": SNAPSHOT_MIN_ITEMS}
 # Settings of the server store's connections, which the embedded store has none of: left at their
 # defaults (as every Hydra config passes them), they are dropped for it.
-_SERVER_ONLY = {"pool_size": pg_conn.DEFAULT_POOL_SIZE, "statement_timeout": pg_conn.DEFAULT_STATEMENT_TIMEOUT_MS}
+_SERVER_ONLY = {"pool_size": pg_conn.DEFAULT_POOL_SIZE, "statement_timeout": pg_conn.DEFAULT_STATEMENT_TIMEOUT_MS,
+                "retries": pg_conn.RetryPolicy.retries}
 
 
 def is_server(location: str | Path) -> bool:

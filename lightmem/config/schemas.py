@@ -56,6 +56,7 @@ class RetrievalConfig:
     whole_share: float = 0.75  # share of a token budget filled with whole memories; the rest with excerpts
     hop_seeds: int = 0  # second hop: Stage 1's best memories searched again with the query (0: off)
     hop_extra: int = 10  # candidates the second hop may add
+    session_spread: float = 0.0  # with a budget: ranks a memory waits per memory of its session above it (0: off)
 
 
 @dataclass

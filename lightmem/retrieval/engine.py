@@ -20,6 +20,7 @@ import numpy as np
 from lightmem.models.embedder import Embedder
 from lightmem.retrieval import scoring
 from lightmem.retrieval.composer import pack_by_budget
+from lightmem.retrieval.diversity import spread_sessions
 from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
 from lightmem.retrieval.scoring import Fusion
 from lightmem.roles.selector import Selector
@@ -69,6 +70,9 @@ class TwoStageRetriever:
             joined, vectors summed), and up to ``hop_extra`` memories it finds that Stage 1 did not
             are added to the candidates. 0: off.
         hop_extra: Candidates the second hop may add (at most; Stage 2 ranks them with the rest).
+        session_spread: With a token budget, Stage 2's order is made session-diverse before packing:
+            each memory waits ``session_spread`` ranks more for every memory of its conversation
+            session (``metadata["session_id"]``) ranked above it (``retrieval/diversity.py``). 0: off.
     """
 
     def __init__(
@@ -93,6 +97,7 @@ class TwoStageRetriever:
         whole_share: float = 0.75,
         hop_seeds: int = 0,
         hop_extra: int = 10,
+        session_spread: float = 0.0,
     ) -> None:
         if routing not in ROUTINGS:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
@@ -108,6 +113,9 @@ class TwoStageRetriever:
         self.ltm, self.routing, self.cross_share, self.ltm_hops = ltm, routing, cross_share, ltm_hops
         self.fill_budget = fill_budget
         self.hop_seeds, self.hop_extra = max(0, int(hop_seeds)), max(0, int(hop_extra))
+        if isinstance(session_spread, bool) or float(session_spread) < 0:
+            raise ValueError(f"session_spread must be >= 0, got {session_spread!r}")
+        self.session_spread = float(session_spread)
         self.whole_share = float(whole_share)
         self._counter = None  # the embedder's token counter, made on the first excerpt
         self._excerpt_tokens: dict[str, int] = {}  # token count per excerpt text (bounded)
@@ -126,6 +134,9 @@ class TwoStageRetriever:
         fill = budget is not None and self.fill_budget
         hits = self.selector.select(plan, candidates, len(candidates) if fill else plan.k)[: None if fill else plan.k]
         if budget is not None:
+            if self.session_spread:
+                sessions = [h.item.metadata.get("session_id") for h in hits]
+                hits = [hits[i] for i in spread_sessions(sessions, self.session_spread)]
             hits = self.pack(plan, hits, budget)
         t3 = time.perf_counter()
         self.store.touch(user_id, [h.row for h in hits if h.row is not None], now)

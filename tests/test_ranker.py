@@ -130,3 +130,25 @@ def test_learned_ranker_refuses_a_missing_or_stale_checkpoint(tmp_path):
         LearnedRanker(str(tmp_path / "nowhere"))
     with pytest.raises(ValueError, match="retrain"):
         LearnedRanker(_write(tmp_path, [1.0], features=("stage1",)))
+
+
+def test_where_lost_counts_pool_misses_packed_questions_and_the_ranks_of_what_the_budget_cut():
+    from lightmem.training.ranker import where_lost
+
+    w = {"mean": [0.0] * len(FEATURES), "scale": [1.0] * len(FEATURES), "coef": [0.0] * len(FEATURES), "intercept": 0.0}
+    w["coef"][F["overlap"]] = 1.0  # the ranker orders by 'overlap'
+
+    def group(overlaps, evidence, category=1):
+        feats = np.zeros((len(overlaps), len(FEATURES)))
+        feats[:, F["overlap"]] = overlaps
+        return {"features": feats.tolist(), "provenance": [[f"t{i}"] for i in range(len(overlaps))],
+                "tokens": [100] * len(overlaps), "evidence": evidence, "category": category}
+
+    groups = [group([0.9, 0.5, 0.1], ["t0", "t1"]),  # both evidence memories in the first two: packed
+              group([0.9, 0.5, 0.1], ["t0", "t2"]),  # t2 ranked third: the 200-token budget cuts it
+              group([0.9, 0.5, 0.1], ["t0", "t1", "t9"]),  # t9 never retrieved; a list question
+              group([0.9, 0.5, 0.1], ["t1"], category=4)]
+    lost = where_lost(groups, w, budget=200)
+    assert lost["category_1"] == {"n": 3, "in_pool": 2, "packed": 1, "missed_ranks": [2], "list_questions": 1,
+                                  "list_in_pool": 0}
+    assert lost["category_4"]["packed"] == 1 and list(lost) == ["category_1", "category_4"]

@@ -36,6 +36,7 @@ def run(cfg: DictConfig) -> dict:
     for source, held_out in test.items():
         for name, w in (("stage1", None), ("ranker", weights)):
             metrics.update({f"test/{source}/{name}/{k}": v for k, v in rk.evaluate(held_out, w, cfg.k, cfg.budget).items()})
+    lost = {source: rk.where_lost(held_out, weights, cfg.budget) for source, held_out in test.items()}
     groups_file = out / "ranker_groups.jsonl"
     groups_file.write_text("".join(json.dumps(g) + "\n" for g in train))
     card = {"name": "lightmem learned ranker (Stage 2)", "task": "linear listwise ranker of Stage-1 candidates",
@@ -49,7 +50,7 @@ def run(cfg: DictConfig) -> dict:
             "training": {"n_train_groups": len(train), "mine_seconds": round(mined_s, 1),
                          "groups_from_cache": str(cache) if cached else None, "fit_seconds": round(fit_s, 2)},
             "config": json.loads(json.dumps(to_container(cfg)).replace(str(repo_root()) + "/", ""))}  # no machine paths
-    summary = {"weights": weights, "test": metrics, "card": card}
+    summary = {"weights": weights, "test": metrics, "where_lost": lost, "card": card}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "best").mkdir(exist_ok=True)
     (out / "best" / "ranker.json").write_text(json.dumps(weights, indent=2))

@@ -147,6 +147,40 @@ def evaluate(groups: Sequence[dict[str, Any]], weights: dict[str, Any] | None, k
     return evaluate_orders(groups, orders, k, budget, fill)
 
 
+def where_lost(groups: Sequence[dict[str, Any]], weights: dict[str, Any], budget: int) -> dict[str, dict[str, Any]]:
+    """Per category: questions, those with every evidence turn among the candidates (``in_pool``), those packed
+    whole within ``budget`` tokens in the ranker's order (``packed``), and for the rest of ``in_pool`` the rank
+    of their worst-placed evidence memory (``missed_ranks``); ``list_questions``/``list_in_pool``: those with
+    three or more evidence turns."""
+    out: dict[str, dict[str, Any]] = {}
+    for g in groups:
+        _, order = ranker_order(g, weights)
+        evidence = set(g["evidence"])
+        rank: dict[str, int] = {}
+        for r, i in enumerate(order):
+            for p in g["provenance"][i]:
+                if p in evidence:
+                    rank.setdefault(p, r)
+        row = out.setdefault(f"category_{g['category']}", {"n": 0, "in_pool": 0, "packed": 0, "missed_ranks": [],
+                                                           "list_questions": 0, "list_in_pool": 0})
+        in_pool = len(rank) == len(evidence)
+        row["n"] += 1
+        row["in_pool"] += in_pool
+        if len(evidence) >= 3:
+            row["list_questions"] += 1
+            row["list_in_pool"] += in_pool
+        if in_pool:
+            kept = len(pack_by_budget([g["tokens"][i] for i in order], budget))
+            worst = max(rank.values())
+            if worst < kept:
+                row["packed"] += 1
+            else:
+                row["missed_ranks"].append(worst)
+    for row in out.values():
+        row["missed_ranks"].sort()
+    return dict(sorted(out.items()))
+
+
 def evaluate_orders(groups: Sequence[dict[str, Any]], orders: Sequence[Sequence[int]], k: int, budget: int,
                     fill: bool = True, per_group: list[float] | None = None) -> dict[str, float]:
     """recall_all@K and within ``budget`` tokens (packed as the composer packs), overall and per category,

@@ -454,3 +454,18 @@ def test_a_call_while_the_server_is_down_is_a_clear_error_and_the_store_recovers
     finally:
         store.close()
 
+
+
+def test_without_pipeline_mode_the_same_statements_run_one_by_one(pg_uri, monkeypatch):
+    """An older client libpq (< 14) has no pipeline mode: writes and snapshot reads still work."""
+    import psycopg
+
+    monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))
+    store = open_store(pg_uri, dim=4, embedder="e")
+    try:
+        store.write("u", [Turn("t1", "u", "x", T0)], [_item(store, "u", "first note", "t1")], VEC, T0)
+        with store.lock:
+            assert store.size("u") == 1
+        assert _counts(pg_uri, "u") == (1, 1, 1)
+    finally:
+        store.close()

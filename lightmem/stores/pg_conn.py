@@ -22,6 +22,7 @@ statement that ran past ``statement_timeout`` (57014) is not retried; it is a ``
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -51,6 +52,15 @@ _TRANSIENT = {
 }
 QUERY_CANCELED = "57014"  # statement_timeout (or pg_cancel_backend)
 _SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
+def pipelined(conn: Any) -> Any:
+    """``conn.pipeline()`` (statements sent without waiting for each answer) where the client's libpq has
+    pipeline mode (14 or newer; psycopg[binary] bundles one), else a no-op context: the same statements,
+    one round trip each."""
+    import psycopg
+
+    return conn.pipeline() if psycopg.Pipeline.is_supported() else contextlib.nullcontext()
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -231,7 +241,7 @@ class Connections:
             b.conn = self._pool.getconn()
         conn = b.conn
         try:
-            with named_faults(self.location), conn.pipeline():
+            with named_faults(self.location), pipelined(conn):
                 conn.execute(_SNAPSHOT)
                 out = fn(conn)
         except Exception as exc:
@@ -308,7 +318,7 @@ class Connections:
                 with named_faults(self.location):
                     try:
                         with conn.cursor() as cur:
-                            with conn.pipeline():  # BEGIN and the first SELECT in one round trip
+                            with pipelined(conn):  # BEGIN and the first SELECT in one round trip
                                 conn.execute("BEGIN")
                                 xid = cur.execute(select, params).fetchone()[0]
                             result = op(cur, replay)

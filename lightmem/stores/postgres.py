@@ -32,7 +32,7 @@ from lightmem.stores import pg_offline, pg_schema
 from lightmem.stores.access import AccessBuffer
 from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit, forgets_old_text
 from lightmem.stores.partition import filter_mask, tags_of
-from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, Connections, RetryPolicy
+from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, Connections, RetryPolicy, pipelined
 from lightmem.stores.pg_graph import PostgresGraph, PostgresGraphTransaction, as_array
 from lightmem.stores.pg_lexical import LexicalView, sync
 from lightmem.stores.pg_offline import ITEM_COLS
@@ -289,7 +289,7 @@ class PostgresStore:
                     continue  # already ingested
                 fresh.append((item, vec))
                 written.append(item)
-            with cur.connection.pipeline():  # the inserts go in one round trip; an error surfaces at its end
+            with pipelined(cur.connection):  # the inserts go in one round trip; an error surfaces at its end
                 if new_turns:
                     cur.executemany(
                         "INSERT INTO turns (user_id, turn_id, session_id, speaker, text, caption, timestamp, metadata, "

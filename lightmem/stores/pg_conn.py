@@ -255,12 +255,8 @@ class Connections:
         return out
 
     def begin_snapshot(self) -> None:
-        """Bind a pooled connection to this thread for a read-only REPEATABLE READ transaction; the
-        transaction begins with the first read (``_first_read``)."""
-        def attempt() -> Any:
-            return self._pool.getconn()
-
-        self._bound.conn = retrying(attempt, self.policy, "a read", self.location, self._check_pool)
+        """Start this thread's read-only REPEATABLE READ snapshot: its first read takes a pooled connection
+        and begins the transaction there (``_first_read``); a snapshot that reads nothing takes none."""
         self._bound.snapshot, self._bound.begun, self._bound.seen = True, False, set()
 
     def synced_in_snapshot(self, user_id: str) -> bool:
@@ -276,7 +272,7 @@ class Connections:
         b = self._bound
         conn, begun = b.conn, b.begun
         b.conn, b.snapshot, b.begun, b.seen = None, False, False, frozenset()
-        if conn is None:  # its first read lost the connection and no other came
+        if conn is None:  # nothing read, or its first read lost the connection and no other came
             return
         try:
             if begun:

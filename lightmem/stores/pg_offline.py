@@ -43,31 +43,23 @@ def drop_uncited_turns(cur: Any, user_id: str, turn_ids: list[str]) -> int:
         {"u": user_id, "ids": ids}).rowcount
 
 
-def insert_item(cur: Any, item: MemoryItem, vector: np.ndarray, tags: list[str], returning: bool = True) -> int | None:
-    """Insert one item row; its row id, or None without ``returning`` (then nothing waits for the server:
-    the insert can go in a pipeline)."""
+def insert_item(cur: Any, item: MemoryItem, vector: np.ndarray, tags: list[str]) -> None:
+    """Insert one item row (nothing is read back: inserts can go in a pipeline)."""
     cur.execute(
         "INSERT INTO items (id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, "
         "topic, entities, tags, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-        + (" RETURNING rid" if returning else ""),
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (item.id, item.user_id, item.text, json.dumps(item.provenance), item.created_at, item.event_time,
          item.last_access, item.access_count, item.utility, item.topic, json.dumps(item.entities), tags,
          item.kind.value, item.valid_from, item.valid_to, item.superseded_by, item.archived, item.n_tokens,
          json.dumps(item.metadata), np.asarray(vector, dtype=np.float32)),
     )
-    if not returning:
-        return None
-    (rid,), = cur.fetchall()
-    return int(rid)
 
 
-def evict(cur: Any, user_id: str, capacity: int, now: float, half_life_days: float, n_active: int | None = None) -> list[int]:
+def evict(cur: Any, user_id: str, n_active: int, capacity: int, now: float, half_life_days: float) -> list[int]:
     """Archive the user's least retained active items beyond ``capacity`` inside the caller's
-    transaction (recency, access count, utility). Returns their row ids. ``n_active``: the user's
-    active items, when the caller counted them under the user's write lock (else counted here)."""
-    if n_active is None:
-        (n_active,), = cur.execute("SELECT COUNT(*) FROM items WHERE user_id = %s AND NOT archived", (user_id,)).fetchall()
+    transaction (recency, access count, utility), ``n_active`` being the user's active items as the
+    caller counted them under the user's write lock. Returns their row ids (as ``eviction.evict``)."""
     excess = n_active - capacity
     if excess <= 0:
         return []

@@ -2,9 +2,9 @@
 
 The tables mirror the SQLite store's (``sqlite.py``), with pgvector ``vector(dim)`` columns; the HNSW
 index (cosine) on the items' embeddings exists once a store opened with ``index="hnsw"`` made it. Item
-changes are logged per user by a trigger (``item_changes``) under a per-user version (``item_versions``): a user's versions are handed out
-under that row's lock, so they commit in order and a reader that saw version v misses nothing by
-reading the changes after v. The in-process BM25 view (``pg_lexical``) stays fresh that way.
+changes are logged per user by a trigger (``item_changes``) under a per-user version
+(``item_versions``): a user's versions are handed out under that row's lock, so they commit in order
+and a reader that saw version v misses nothing by reading the changes after v. The in-process BM25 view (``pg_lexical``) stays fresh that way.
 
 Needs PostgreSQL >= 14 and pgvector >= 0.5 (HNSW); with >= 0.8 dense search scans the index iteratively, so a
 per-user filter never leaves a search short of its ``k``.
@@ -191,10 +191,10 @@ def ensure_schema(conn: Any, uri: str, dim: int, embedder: str) -> None:
 HNSW_INDEX = "items_embedding_hnsw"
 
 
-def ensure_vector_index(conn: Any, location: str, hnsw: bool) -> bool:
-    """Make the items' HNSW index when ``hnsw`` and it is missing (a long build on a large table);
-    return whether the index exists. An index left from an ``hnsw`` store is never dropped here: a
-    ``flat`` store over it gets a warning, since every insert still pays for the index entry."""
+def ensure_vector_index(conn: Any, location: str, hnsw: bool) -> None:
+    """Make the items' HNSW index when ``hnsw`` and it is missing (a long build on a large table). An
+    index left from an ``hnsw`` store is never dropped here: a ``flat`` store over it gets a warning,
+    since every insert still pays for the index entry."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
         exists = conn.execute("SELECT to_regclass(%s)", (HNSW_INDEX,)).fetchone()[0] is not None
@@ -202,11 +202,9 @@ def ensure_vector_index(conn: Any, location: str, hnsw: bool) -> bool:
             (n,), = conn.execute("SELECT COUNT(*) FROM items").fetchall()
             log.info("building the HNSW index of %s over %d items", location, n)
             conn.execute(f"CREATE INDEX {HNSW_INDEX} ON items USING hnsw (embedding vector_cosine_ops)")
-            exists = True
     if exists and not hnsw:
         log.warning("%s has an HNSW index that this index=flat store does not use; every insert still updates it "
                     "(`DROP INDEX %s;` removes it, `index=hnsw` uses it)", location, HNSW_INDEX)
-    return exists
 
 
 def _check_identity(uri: str, meta: dict[str, str], dim: int, embedder: str) -> None:

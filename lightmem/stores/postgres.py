@@ -297,14 +297,14 @@ class PostgresStore:
                         [(user_id, t.turn_id, t.session_id, t.speaker, t.text, t.caption, t.timestamp,
                           json.dumps(t.metadata), now) for t in new_turns])
                 for item, vec in fresh:
-                    pg_offline.insert_item(cur, item, vec, _tags(item), returning=False)
+                    pg_offline.insert_item(cur, item, vec, _tags(item))
                     pg_offline.log(cur, user_id, item.id, "ADD", None, item.text, now)
                 if pending is not None:
                     cur.execute("DELETE FROM pending WHERE user_id = %s", (user_id,))
                     cur.executemany("INSERT INTO pending (user_id, turn_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                                     [(user_id, t) for t in dict.fromkeys(pending)])
-            return written, pg_offline.evict(cur, user_id, self.capacity, now, self.half_life_days,
-                                             n_active=int(n_active) + sum(not it.archived for it, _ in fresh))
+            n_active += sum(not it.archived for it, _ in fresh)
+            return written, pg_offline.evict(cur, user_id, n_active, self.capacity, now, self.half_life_days)
 
         written, evicted = self._write(op, user_id, "a write", replay_safe=True)
         if evicted:

@@ -5,11 +5,20 @@ implementations plug in behind the same interfaces.
 """
 from lightmem.roles.controller import Controller, FastController, GenerativeController, PassthroughController
 from lightmem.roles.maintenance import Maintainer
-from lightmem.roles.selector import CrossEncoderSelector, GenerativeSelector, Selector, Stage1Selector
+from lightmem.roles.selector import (
+    CrossEncoderSelector,
+    GenerativeSelector,
+    LearnedRanker,
+    Selector,
+    SLMSelector,
+    Stage1Selector,
+    ThresholdSelector,
+)
 from lightmem.roles.writer import DraftItem, ExtractiveWriter, GenerativeWriter, TurnWriter, Writer
 
 __all__ = [
     "Controller", "PassthroughController", "FastController", "GenerativeController",
-    "Selector", "Stage1Selector", "CrossEncoderSelector", "GenerativeSelector",
+    "Selector", "Stage1Selector", "LearnedRanker", "SLMSelector", "ThresholdSelector", "CrossEncoderSelector",
+    "GenerativeSelector",
     "Writer", "TurnWriter", "ExtractiveWriter", "GenerativeWriter", "DraftItem", "Maintainer",
 ]

@@ -74,3 +74,13 @@ def test_trained_complexity_and_compressor_load_and_run():
     text = "Yeah, so I went to the pottery workshop in Lisbon with my sister yesterday and it was honestly great"
     out = comp.compress(text)
     assert 0 < len(out.split()) <= len(text.split()) // 2 + 1
+
+
+@pytest.mark.parametrize("name", ("embedder", "ranker", "slm", "selector", "complexity", "compressor"))
+def test_every_checkpoint_names_a_commit_one_can_check_out(name):
+    """A card exported from a tree with uncommitted changes (``+dirty``) names code nobody can check out."""
+    import re
+
+    card = json.loads((ROOT / "checkpoints" / name / "card.json").read_text())
+    assert re.fullmatch(r"[0-9a-f]{40}", card["commit"]), card["commit"]
+    assert f"commit: `{card['commit']}`" in (ROOT / "checkpoints" / name / "README.md").read_text()

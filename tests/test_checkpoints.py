@@ -84,3 +84,28 @@ def test_every_checkpoint_names_a_commit_one_can_check_out(name):
     card = json.loads((ROOT / "checkpoints" / name / "card.json").read_text())
     assert re.fullmatch(r"[0-9a-f]{40}", card["commit"]), card["commit"]
     assert f"commit: `{card['commit']}`" in (ROOT / "checkpoints" / name / "README.md").read_text()
+
+
+def test_a_card_commit_is_dirty_for_changed_code_and_not_for_changed_checkpoints(tmp_path):
+    """``make train`` exports one checkpoint after another: a later step must not call the tree dirty
+    because an earlier step wrote its checkpoint, but any uncommitted code change must show."""
+    import subprocess
+
+    from lightmem.training.export import git_commit
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "checkpoints" / "ranker").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "ranker" / "ranker.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    clean = git_commit(tmp_path / "checkpoints")  # run from a subfolder: the whole tree still counts
+    assert len(clean) == 40 and not clean.endswith("+dirty")
+    (tmp_path / "checkpoints" / "ranker" / "ranker.json").write_text('{"coef": [1]}')
+    assert git_commit(tmp_path) == clean
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == clean + "+dirty"
+    assert git_commit(tmp_path / "checkpoints") == clean + "+dirty"

@@ -20,9 +20,14 @@ def sha256_files(paths: Sequence[str | Path]) -> str:
 
 
 def git_commit(cwd: str | Path = ".") -> str:
+    """The commit of the code a checkpoint is exported from, ``+dirty`` when a tracked file outside
+    ``checkpoints/`` has uncommitted changes. The checkpoints themselves do not count: ``make train``
+    runs its steps in order, and each step after the first finds the checkpoints that the steps before
+    it exported (their cards record their own commit and data hash)."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude)checkpoints"],
+                               cwd=cwd, capture_output=True, text=True)
         return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -21,6 +21,7 @@ from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector, default_selector
 from lightmem.roles.writer import Writer
 from lightmem.sensory.pipeline import WritePath
+from lightmem.stores.base import DEFAULT_CAPACITY
 from lightmem.stores.factory import open_store
 
 # Named embedders a new store can be built with (besides "tuned", the default: MiniLM with the
@@ -91,7 +92,7 @@ def open_memory(
     maintainer: Maintainer | None = None,
     k: int = 10,
     budget: int = 2048,
-    capacity: int = 10_000,
+    capacity: int = DEFAULT_CAPACITY,
     retrieval: Mapping[str, Any] | None = None,
     write_path: WritePath | None = None,
     ltm: LTMOptions | None = None,

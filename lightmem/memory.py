@@ -19,7 +19,7 @@ from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector
 from lightmem.roles.writer import TurnWriter, Writer
 from lightmem.sensory.pipeline import WritePath
-from lightmem.stores.base import MemoryStore
+from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
 from lightmem.timeutil import now as wall_clock
 from lightmem.timeutil import parse_timestamp
 from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, MemoryItem, Turn
@@ -103,7 +103,7 @@ class Memory:
         maintainer: Maintainer | None = None,
         k: int = 10,
         budget: int = 2048,
-        capacity: int = 10_000,
+        capacity: int = DEFAULT_CAPACITY,
         retrieval: Mapping[str, Any] | None = None,
         write_path: WritePath | None = None,
         ltm: LTMOptions | None = None,

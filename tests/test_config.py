@@ -181,3 +181,24 @@ def test_a_benchmark_recomposing_its_own_option_keeps_the_command_lines_override
     assert not other.enabled and "compressor" not in other
     fresh = compose_option(ROOT / "conf", "sensory_bench", "sensory", "lightmem")  # outside an app: the file as written
     assert fresh.compress.rate == 0.6
+
+
+def test_the_capacity_default_is_stated_once_and_every_entry_point_takes_it():
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    from lightmem.build import open_memory
+    from lightmem.config.schemas import StoreConfig
+    from lightmem.memory import Memory
+    from lightmem.stores.base import DEFAULT_CAPACITY
+    from lightmem.stores.factory import open_store
+    from lightmem.stores.mtm import MTMStore
+    from lightmem.stores.postgres import PostgresStore
+
+    for fn in (Memory.open, open_memory, open_store, MTMStore.__init__, PostgresStore.__init__):
+        assert inspect.signature(fn).parameters["capacity"].default == DEFAULT_CAPACITY, fn
+    assert StoreConfig().capacity == DEFAULT_CAPACITY
+    for name in ("sqlite_faiss", "postgres"):  # the store nodes leave it to the schema
+        assert "capacity" not in OmegaConf.load(ROOT / "conf" / "store" / f"{name}.yaml")
+        assert compose("locomo", [f"store={name}"]).store.capacity == DEFAULT_CAPACITY

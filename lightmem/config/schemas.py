@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from lightmem.stores.base import DEFAULT_CAPACITY
 from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, RetryPolicy
 from lightmem.stores.view_cache import DEFAULT_CACHE_MB
 from lightmem.stores.view_snapshot import SNAPSHOT_MIN_ITEMS
@@ -27,7 +28,7 @@ class PathsConfig:
 class StoreConfig:
     # A postgresql:// URI (conf/store/postgres.yaml) replaces the runner's store folder; None: the folder.
     uri: str | None = None
-    capacity: int = 10_000
+    capacity: int = DEFAULT_CAPACITY
     index: str = "flat"
     faiss_device: str = "cpu"
     synchronous: str = "FULL"

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from lightmem.evaluation.metrics import percentile
+from lightmem.stores.base import DEFAULT_CAPACITY
 
 DIM = 384
 NAMES = ["Ana", "Bo", "Caro", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea"]
@@ -81,7 +82,7 @@ def store_options(location: str, point: Point, cache_mb: float | None,
     """The store settings of a grid point (capacity raised to its items; None: the store's default)."""
     from lightmem.stores.factory import is_server
 
-    options: dict[str, Any] = {"index": point.index, "capacity": max(10_000, point.items)}
+    options: dict[str, Any] = {"index": point.index, "capacity": max(DEFAULT_CAPACITY, point.items)}
     if cache_mb is not None:
         options["cache_mb"] = cache_mb
     if not is_server(location):

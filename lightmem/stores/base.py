@@ -20,6 +20,10 @@ import numpy as np
 
 from lightmem.types import Edge, EdgeType, Filters, HistoryEvent, KnowledgeNode, MemoryItem, NodeKind, Turn
 
+# B, the active items a user keeps before the least retained are archived: every backend and every entry
+# point (Memory.open, open_store, the Hydra store node) defaults to this one value.
+DEFAULT_CAPACITY = 10_000
+
 
 @dataclass
 class OfflineChanges:

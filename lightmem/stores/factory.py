@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from lightmem.stores import pg_conn, pg_schema, sqlite
-from lightmem.stores.base import MemoryStore
+from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
 from lightmem.stores.view_snapshot import SNAPSHOT_MIN_ITEMS
 
 # Settings of the embedded store that a server store does without: durability is the server's
@@ -32,7 +32,7 @@ def describe(location: str | Path) -> str:
     return pg_schema.redact(location) if is_server(location) else str(location)
 
 
-def open_store(location: str | Path, dim: int, embedder: str = "unknown", capacity: int = 10_000,
+def open_store(location: str | Path, dim: int, embedder: str = "unknown", capacity: int = DEFAULT_CAPACITY,
                **options: Any) -> MemoryStore:
     """Open (or create) the store at ``location``.
 

@@ -31,7 +31,7 @@ import numpy as np
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.stores import offline, view_snapshot
 from lightmem.stores.access import AccessBuffer
-from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit, forgets_old_text
+from lightmem.stores.base import DEFAULT_CAPACITY, GraphUpdate, OfflineChanges, OfflineCommit, forgets_old_text
 from lightmem.stores.eviction import evict
 from lightmem.stores.factory import stored_embedder
 from lightmem.stores.graph_tables import SQLiteGraph, SQLiteGraphTransaction
@@ -79,7 +79,7 @@ class MTMStore:
         path: str | Path,
         dim: int,
         embedder: str = "unknown",
-        capacity: int = 10_000,
+        capacity: int = DEFAULT_CAPACITY,
         index: str = "flat",
         faiss_device: str = "cpu",
         synchronous: str = "FULL",

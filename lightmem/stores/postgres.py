@@ -30,7 +30,7 @@ import numpy as np
 from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.stores import pg_offline, pg_schema
 from lightmem.stores.access import AccessBuffer
-from lightmem.stores.base import GraphUpdate, OfflineChanges, OfflineCommit, forgets_old_text
+from lightmem.stores.base import DEFAULT_CAPACITY, GraphUpdate, OfflineChanges, OfflineCommit, forgets_old_text
 from lightmem.stores.partition import filter_mask, tags_of
 from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, Connections, RetryPolicy, pipelined
 from lightmem.stores.pg_graph import PostgresGraph, PostgresGraphTransaction, as_array
@@ -133,7 +133,7 @@ class PostgresStore:
         uri: str,
         dim: int,
         embedder: str = "unknown",
-        capacity: int = 10_000,
+        capacity: int = DEFAULT_CAPACITY,
         index: str = "flat",
         ef_search: int = 100,
         retention_half_life_days: float = 30.0,

@@ -202,3 +202,23 @@ def test_the_capacity_default_is_stated_once_and_every_entry_point_takes_it():
     for name in ("sqlite_faiss", "postgres"):  # the store nodes leave it to the schema
         assert "capacity" not in OmegaConf.load(ROOT / "conf" / "store" / f"{name}.yaml")
         assert compose("locomo", [f"store={name}"]).store.capacity == DEFAULT_CAPACITY
+
+
+def test_the_retrieval_defaults_are_the_retrievers_own():
+    """The ``retrieval`` schema is read from TwoStageRetriever's signature, and the default YAML restates no value."""
+    import dataclasses
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    from lightmem.config.schemas import RetrievalConfig
+    from lightmem.retrieval.engine import TwoStageRetriever
+
+    params = inspect.signature(TwoStageRetriever.__init__).parameters
+    fields = {f.name: f.default for f in dataclasses.fields(RetrievalConfig)}
+    assert {"w_dense", "candidate_factor", "whole_share", "hop_seeds", "session_spread"} <= set(fields)
+    for name, default in fields.items():
+        assert default == params[name].default, name
+    assert set(OmegaConf.load(ROOT / "conf" / "retrieval" / "weighted.yaml")) == {"fusion"}
+    composed = compose("locomo", ["retrieval=bm25"]).retrieval
+    assert composed.w_dense == 0.0 and composed.candidate_factor == params["candidate_factor"].default

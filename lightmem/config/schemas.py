@@ -5,11 +5,14 @@ The benchmark and training schemas extend ``PipelineConfig`` next to their runne
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import enum
+import inspect
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 from omegaconf import MISSING
 
+from lightmem.retrieval.engine import TwoStageRetriever
 from lightmem.stores.base import DEFAULT_CAPACITY
 from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, RetryPolicy
 from lightmem.stores.view_cache import DEFAULT_CACHE_MB
@@ -42,22 +45,27 @@ class StoreConfig:
     retries: int = RetryPolicy.retries  # postgresql:// only: runs again after transient errors (a restart)
 
 
-@dataclass
-class RetrievalConfig:
-    fusion: str = "weighted"
-    w_dense: float = 1.0
-    w_lexical: float = 0.5
-    w_meta: float = 0.1
-    w_recency: float = 0.0
-    rrf_k: float = 60.0
-    depth_factor: int = 2
-    candidate_factor: int = 3
-    recency_half_life_days: float = 30.0
-    fill_budget: bool = True  # with a token budget, Stage 2 fills it from all candidates, not only its best K
-    whole_share: float = 0.75  # share of a token budget filled with whole memories; the rest with excerpts
-    hop_seeds: int = 0  # second hop: Stage 1's best memories searched again with the query (0: off)
-    hop_extra: int = 10  # candidates the second hop may add
-    session_spread: float = 0.0  # with a budget: ranks a memory waits per memory of its session above it (0: off)
+# TwoStageRetriever's arguments that other nodes supply: the objects it works on, and the LTM routing
+# (the ``ltm`` node). Everything else in its signature is a ``retrieval`` setting.
+_RETRIEVER_OBJECTS = ("self", "store", "embedder", "selector", "ltm", "routing", "cross_share", "ltm_hops")
+_PLAIN = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _retriever_settings() -> list[tuple[str, type, Any]]:
+    """``(name, type, field)`` of each Stage-1/Stage-2 setting, with ``TwoStageRetriever.__init__``'s own
+    default: the defaults are written once, in the signature of the class that uses them."""
+    out = []
+    for name, p in inspect.signature(TwoStageRetriever.__init__).parameters.items():
+        if name in _RETRIEVER_OBJECTS:
+            continue
+        default = p.default.value if isinstance(p.default, enum.Enum) else p.default
+        out.append((name, _PLAIN.get(str(p.annotation), type(default)), field(default=default)))
+    return out
+
+
+# The ``retrieval`` node (conf/retrieval/*.yaml): TwoStageRetriever's settings and defaults.
+RetrievalConfig = make_dataclass("RetrievalConfig", _retriever_settings())
+RetrievalConfig.__module__ = __name__
 
 
 @dataclass

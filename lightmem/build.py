@@ -21,7 +21,7 @@ from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector, default_selector
 from lightmem.roles.writer import Writer
 from lightmem.sensory.pipeline import WritePath
-from lightmem.stores.base import DEFAULT_CAPACITY
+from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
 from lightmem.stores.factory import open_store
 
 # Named embedders a new store can be built with (besides "tuned", the default: MiniLM with the
@@ -84,7 +84,7 @@ def ltm_options(spec: Mapping[str, Any] | None, parser: Callable[[], Any], llm: 
 
 
 def open_memory(
-    path: str | Path,
+    path: str | Path | MemoryStore,
     embedder: Embedder | None = None,
     selector: Selector | None = None,
     controller: Controller | None = None,
@@ -98,12 +98,18 @@ def open_memory(
     ltm: LTMOptions | None = None,
     **store_kwargs: Any,
 ) -> Memory:
-    """Open (or create) the store at ``path`` and assemble a Memory over it (see ``Memory.open``)."""
-    if embedder is None:
-        from lightmem.models.embedder import default_embedder
+    """Open (or create) the store at ``path`` and assemble a Memory over it (see ``Memory.open``); ``path``
+    may also be a store already opened (the Hydra builder's ``store`` node), which takes no store settings."""
+    if isinstance(path, MemoryStore):
+        if embedder is None or store_kwargs or capacity != DEFAULT_CAPACITY:
+            raise ValueError("an opened store comes with its settings: pass its embedder and no store options")
+        store = path
+    else:
+        if embedder is None:
+            from lightmem.models.embedder import default_embedder
 
-        embedder = default_embedder(path)
-    store = open_store(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
+            embedder = default_embedder(path)
+        store = open_store(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
     runtime = build_ltm(store, embedder, ltm) if ltm is not None else None
     routing = {} if ltm is None else {"ltm": runtime.graph, "routing": ltm.routing, "cross_share": ltm.cross_share,
                                       "ltm_hops": ltm.hops}

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from lightmem.build import ENCODERS
 from lightmem.errors import LightMemError, StoreFullError
-from lightmem.stores.view_cache import DEFAULT_CACHE_MB, ceiling_bytes
+from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ceiling_bytes
 
 console = Console(stderr=True)
 STORE_HELP = "store folder (created if missing) or postgresql://user:password@host/db (pip install 'lightmem-slm[postgres]')"
@@ -218,7 +218,7 @@ def cmd_delete_user(args: argparse.Namespace) -> int:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    from lightmem.stores.backup import backup
+    from lightmem.stores.embedded.backup import backup
 
     summary = backup(args.store, args.out, force=args.force)
     console.print(escape(f"backed up {_shown(args.store)} to {summary.path}: {summary}"))
@@ -226,7 +226,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from lightmem.stores.backup import restore
+    from lightmem.stores.embedded.backup import restore
 
     summary = restore(args.backup, args.store, force=args.force)
     console.print(escape(f"restored {_shown(args.store)} from {args.backup}: {summary}"))
@@ -234,7 +234,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from lightmem.stores.backup import check
+    from lightmem.stores.embedded.backup import check
 
     summary = check(args.store)
     console.print(escape(f"{summary.path}: integrity ok; {summary}"))

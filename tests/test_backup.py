@@ -18,7 +18,7 @@ from lightmem.errors import LightMemError, StoreCorruptError
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.roles.selector import Stage1Selector
-from lightmem.stores.backup import backup, restore, without_password
+from lightmem.stores.embedded.backup import backup, restore, without_password
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}

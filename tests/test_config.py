@@ -189,16 +189,16 @@ def test_the_capacity_default_is_stated_once_and_every_entry_point_takes_it():
     from omegaconf import OmegaConf
 
     from lightmem.build import open_memory
-    from lightmem.config.schemas import StoreConfig
+    from lightmem.config.schemas import EmbeddedStoreConfig, ServerStoreConfig
     from lightmem.memory import Memory
     from lightmem.stores.base import DEFAULT_CAPACITY
+    from lightmem.stores.embedded.store import MTMStore
     from lightmem.stores.factory import open_store
-    from lightmem.stores.mtm import MTMStore
-    from lightmem.stores.postgres import PostgresStore
+    from lightmem.stores.postgres.store import PostgresStore
 
     for fn in (Memory.open, open_memory, open_store, MTMStore.__init__, PostgresStore.__init__):
         assert inspect.signature(fn).parameters["capacity"].default == DEFAULT_CAPACITY, fn
-    assert StoreConfig().capacity == DEFAULT_CAPACITY
+    assert EmbeddedStoreConfig().capacity == ServerStoreConfig().capacity == DEFAULT_CAPACITY
     for name in ("sqlite_faiss", "postgres"):  # the store nodes leave it to the schema
         assert "capacity" not in OmegaConf.load(ROOT / "conf" / "store" / f"{name}.yaml")
         assert compose("locomo", [f"store={name}"]).store.capacity == DEFAULT_CAPACITY
@@ -222,3 +222,32 @@ def test_the_retrieval_defaults_are_the_retrievers_own():
     assert set(OmegaConf.load(ROOT / "conf" / "retrieval" / "weighted.yaml")) == {"fusion"}
     composed = compose("locomo", ["retrieval=bm25"]).retrieval
     assert composed.w_dense == 0.0 and composed.candidate_factor == params["candidate_factor"].default
+
+
+def test_the_store_backend_is_a_target_whose_settings_and_defaults_come_from_its_signature(tmp_path):
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    from lightmem.config import build_memory
+    from lightmem.stores.embedded.store import MTMStore
+    from lightmem.stores.postgres.store import PostgresStore
+
+    for name, cls, location in (("sqlite_faiss", MTMStore, "path"), ("postgres", PostgresStore, "uri")):
+        node = compose("locomo", [f"store={name}"]).store
+        assert node._target_ == f"{cls.__module__}.{cls.__qualname__}"
+        params = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+                  if k not in ("self", "path", "uri", "dim", "embedder")}
+        assert {k: v for k, v in node.items() if k not in ("_target_", "uri")} == params
+        # the YAML names its schema and restates no default
+        assert set(OmegaConf.load(ROOT / "conf" / "store" / f"{name}.yaml")) <= {"defaults", "uri"}
+        assert (location == "uri") == ("uri" in node)
+    cfg = compose("locomo", ["encoder=hashing", "store.index=hnsw", "store.synchronous=NORMAL"])
+    mem = build_memory(cfg, tmp_path / "run")
+    try:
+        assert isinstance(mem.store, MTMStore) and mem.store.index_kind == "hnsw"
+        assert mem.store.path.parent == tmp_path / "run"
+    finally:
+        mem.close()
+    with pytest.raises(Exception, match="pool_size"):  # a server setting is not the embedded store's
+        compose("locomo", ["store.pool_size=2"])

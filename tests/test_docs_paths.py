@@ -14,7 +14,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 def named_paths(doc: Path) -> set[str]:
     """Paths in backticks or link targets that name a file (with an extension) or a folder (a trailing /)
-    of the repository, or of the package when they start with one of its sub-packages (``stores/mtm.py``)."""
+    of the repository, or of the package when they start with one of its sub-packages (``stores/embedded/store.py``)."""
     found = set()
     for code, link in re.findall(r"`([^`\s]+)`|\]\(([^)\s#]+)", doc.read_text()):
         token = (code or link).rstrip(".,:;)")

@@ -33,7 +33,7 @@ from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.roles.selector import Stage1Selector
 from lightmem.server import KeyRing, create_app
-from lightmem.stores.sqlite_faults import open_read_only
+from lightmem.stores.embedded.faults import open_read_only
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_600_000_000
@@ -45,13 +45,13 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.env
 PAGE_LIMITED_CLI = textwrap.dedent(
     """
     import sys
-    from lightmem.stores.sqlite import SQLiteStore
-    opened = SQLiteStore.__init__
+    from lightmem.stores.embedded.tables import SQLiteTables
+    opened = SQLiteTables.__init__
     def limited(self, *args, **kwargs):
         opened(self, *args, **kwargs)
         pages = self.connection.execute("PRAGMA page_count").fetchone()[0]
         self.connection.execute(f"PRAGMA max_page_count = {pages + 4}")
-    SQLiteStore.__init__ = limited
+    SQLiteTables.__init__ = limited
     from lightmem.cli import build_parser, main
     sys.exit(main(sys.argv[1:]))
     """

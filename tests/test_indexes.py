@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.vector_index import VectorIndex
+from lightmem.stores.views.lexical import LexicalIndex
+from lightmem.stores.views.vector import VectorIndex
 from lightmem.text import analyze
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()

@@ -83,7 +83,7 @@ def test_smollm2_gguf_converts_once_and_generates(smollm2_cache):
 
 @pytest.mark.gpu
 def test_faiss_gpu_index_matches_cpu():
-    from lightmem.stores.vector_index import VectorIndex
+    from lightmem.stores.views.vector import VectorIndex
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(500, 64)).astype(np.float32)

@@ -180,6 +180,6 @@ def test_the_hnsw_index_exists_only_for_an_hnsw_store_and_is_never_dropped(pg_ur
         assert hnsw.search_dense("u", np.ones(4, dtype=np.float32), 1, Filters())[0].size == 1
     finally:
         hnsw.close()
-    with caplog.at_level(logging.WARNING, logger="lightmem.stores.pg_schema"):
+    with caplog.at_level(logging.WARNING, logger="lightmem.stores.postgres.schema"):
         assert has_index()  # a flat store over it keeps it, and says what it costs
     assert any("every insert still updates it" in r.getMessage() for r in caplog.records)

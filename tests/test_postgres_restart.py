@@ -21,7 +21,8 @@ import pytest
 from conftest import ROOT
 
 from lightmem.errors import StoreError
-from lightmem.stores import open_store, pg_conn
+from lightmem.stores import open_store
+from lightmem.stores.postgres import conn as pg_conn
 from lightmem.types import MemoryItem, Turn
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed (pip install -e '.[postgres]')")
@@ -171,7 +172,7 @@ def test_lost_connections_are_replaced_and_the_call_retried(pg_uri, caplog):
     try:
         store.write("u", [Turn("t1", "u", "x", T0)], [_item(store, "u", "first note", "t1")], VEC, T0)
         assert _kill_connections(pg_uri) >= 1  # the pool's idle connection dies, as in a server restart
-        with caplog.at_level(logging.WARNING, logger="lightmem.stores.pg_conn"):
+        with caplog.at_level(logging.WARNING, logger="lightmem.stores.postgres.conn"):
             assert store.size("u") == 1  # a read: retried on a fresh connection
             _kill_connections(pg_uri)
             written = store.write("u", [Turn("t2", "u", "x", T0)], [_item(store, "u", "second note", "t2")], VEC, T0)
@@ -197,7 +198,7 @@ def test_a_search_after_a_restart_starts_its_snapshot_again_and_answers(pg_uri, 
         before = [h.item.id for h in m.search("Where does Ada keep bees?", "ada", k=3)]
         m.store.drop_views()  # the next search rebuilds the BM25 view, reading inside its snapshot
         assert _kill_connections(pg_uri) >= 1
-        with caplog.at_level(logging.WARNING, logger="lightmem.stores.pg_conn"):
+        with caplog.at_level(logging.WARNING, logger="lightmem.stores.postgres.conn"):
             after = [h.item.id for h in m.search("Where does Ada keep bees?", "ada", k=3)]
         assert after == before and len(after) == 1
         assert any("retrying" in r.getMessage() for r in caplog.records)
@@ -280,7 +281,7 @@ def test_a_commit_of_unknown_outcome_replays_only_the_idempotent_write(pg_uri):
 
 
 def test_a_statement_past_the_timeout_is_canceled_and_named(pg_uri):
-    from lightmem.stores import pg_schema
+    from lightmem.stores.postgres import schema as pg_schema
 
     store = open_store(pg_uri, dim=4, embedder="e", statement_timeout=200)
     try:
@@ -346,7 +347,7 @@ uri, stop = sys.argv[1], sys.argv[2]
 retried = []
 handler = logging.Handler(logging.WARNING)
 handler.emit = retried.append
-logging.getLogger("lightmem.stores.pg_conn").addHandler(handler)
+logging.getLogger("lightmem.stores.postgres.conn").addHandler(handler)
 m = Memory.open(uri, embedder=HashingEmbedder(dim=32), selector=Stage1Selector(), pool_size=2)
 print("READY", flush=True)
 i = 0

@@ -24,11 +24,11 @@ DAY = 86_400.0
 
 def _open(backend: str, where, dim: int = DIM, capacity: int = 10_000) -> MemoryStore:
     if backend == "sqlite":
-        from lightmem.stores.mtm import MTMStore
+        from lightmem.stores.embedded.store import MTMStore
 
         return MTMStore(where, dim=dim, embedder="contract-test", capacity=capacity, synchronous="NORMAL")
     if backend == "postgres":
-        from lightmem.stores.postgres import PostgresStore
+        from lightmem.stores.postgres.store import PostgresStore
 
         return PostgresStore(where, dim=dim, embedder="contract-test", capacity=capacity)
     raise ValueError(f"no such backend {backend!r}")

@@ -16,10 +16,10 @@ from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.roles.selector import Stage1Selector
 from lightmem.server import KeyRing, create_app
-from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.partition import Partition
-from lightmem.stores.vector_index import VectorIndex
-from lightmem.stores.view_cache import ViewCache, ceiling_bytes
+from lightmem.stores.views.cache import ViewCache, ceiling_bytes
+from lightmem.stores.views.lexical import LexicalIndex
+from lightmem.stores.views.partition import Partition
+from lightmem.stores.views.vector import VectorIndex
 from lightmem.types import Filters, ItemKind, MemoryItem
 
 PLACES = ["Lisbon", "Kyoto", "Oslo", "Lima", "Cairo", "Quito", "Perth", "Riga"]

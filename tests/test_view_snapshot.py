@@ -12,9 +12,10 @@ import pytest
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.roles.selector import Stage1Selector
-from lightmem.stores import sqlite_faults, view_snapshot
-from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.vector_index import VectorIndex
+from lightmem.stores.embedded import faults as sqlite_faults
+from lightmem.stores.embedded import snapshot as view_snapshot
+from lightmem.stores.views.lexical import LexicalIndex
+from lightmem.stores.views.vector import VectorIndex
 from lightmem.types import Filters
 
 PLACES = ["Lisbon", "Kyoto", "Oslo", "Lima", "Cairo", "Quito", "Perth", "Riga"]
@@ -125,7 +126,7 @@ def test_an_unreadable_snapshot_is_rebuilt_from_the_tables(tmp_path, caplog):
         with memory.store.sql.transaction() as c:
             c.execute("UPDATE view_snapshots SET data = ? WHERE user_id = 'ana'", (b"not a snapshot",))
         _cold(memory)
-        with caplog.at_level(logging.WARNING, logger="lightmem.stores.mtm"):
+        with caplog.at_level(logging.WARNING, logger="lightmem.stores.embedded.store"):
             assert _answers(memory, "ana") == expected
         assert "ignoring the view snapshot" in caplog.text
     with pytest.raises(view_snapshot.SnapshotError, match="dimension"):
@@ -223,7 +224,7 @@ def test_a_snapshot_that_cannot_be_written_costs_nothing_but_the_snapshot(tmp_pa
             raise StoreFullError("database or disk is full")
 
         monkeypatch.setattr(memory.store.sql, "put_view_snapshot", full)
-        with caplog.at_level(logging.WARNING, logger="lightmem.stores.mtm"):
+        with caplog.at_level(logging.WARNING, logger="lightmem.stores.embedded.store"):
             hits = memory.search("pottery lessons", user_id="ana", k=5)
         assert len(hits) == 5 and _snapshot(memory, "ana") is None
         assert "could not write the view snapshot: StoreFullError" in caplog.text

@@ -20,11 +20,12 @@ from lightmem.config.builders import (
 )
 from lightmem.config.hydra_app import compose_option, per_job, register_resolvers, register_schemas, to_container
 from lightmem.config.schemas import (
+    EmbeddedStoreConfig,
     MemoryConfig,
     PathsConfig,
     PipelineConfig,
     RetrievalConfig,
-    StoreConfig,
+    ServerStoreConfig,
     logger_field,
 )
 from lightmem.metric_logger import make_run_logger
@@ -36,7 +37,8 @@ __all__ = [
     "PipelineConfig",
     "RetrievalConfig",
     "SharedRuntime",
-    "StoreConfig",
+    "EmbeddedStoreConfig",
+    "ServerStoreConfig",
     "build_embedder",
     "build_memory",
     "build_write_path",

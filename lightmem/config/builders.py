@@ -119,14 +119,15 @@ def ltm_options(node: DictConfig | None, shared: SharedRuntime) -> Any:
 
 def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None,
                  shared: SharedRuntime | None = None) -> Memory:
-    """A Memory at ``path`` built from a PipelineConfig (pass ``embedder`` / ``shared`` to reuse them);
-    at ``store.uri`` instead when the config names a PostgreSQL database."""
+    """A Memory built from a PipelineConfig (pass ``embedder`` / ``shared`` to reuse them). The ``store``
+    node names its backend as ``_target_``: the embedded one is made in ``path``; a server node names
+    its own database (``uri``) instead."""
     shared = shared or SharedRuntime(cfg)
     embedder = embedder or build_embedder(cfg)
-    store = OmegaConf.to_container(cfg.store, resolve=True)
-    location = store.pop("uri", None) or path
+    where = {} if "uri" in cfg.store else {"path": str(path)}
+    store = instantiate(cfg.store, **where, dim=embedder.dim, embedder=embedder.name)
     return open_memory(
-        location,
+        store,
         embedder=embedder,
         selector=shared.selector(cfg.selector),
         controller=shared.role(cfg.controller),
@@ -137,5 +138,4 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
         retrieval=OmegaConf.to_container(cfg.retrieval, resolve=True),
         write_path=build_write_path(cfg.get("sensory"), embedder, shared),
         ltm=ltm_options(cfg.get("ltm"), shared),
-        **store,
     )

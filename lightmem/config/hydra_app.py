@@ -29,9 +29,13 @@ def register_schemas(schemas: Mapping[str, type]) -> None:
     (through ``lightmem.evaluation.schemas.register_configs`` or ``lightmem.training.schemas.register_configs``)
     before Hydra composes; importing lightmem registers nothing."""
     register_resolvers()
+    from lightmem.config.schemas import STORE_SCHEMAS
+
     cs = ConfigStore.instance()
     for name, node in schemas.items():
         cs.store(name=name, node=node)
+    for name, node in STORE_SCHEMAS.items():  # each backend's node, which conf/store/*.yaml extend
+        cs.store(group="store", name=name, node=node)
 
 
 def compose_option(config_dir: str | Path, config_name: str, group: str, option: str) -> DictConfig:

@@ -13,10 +13,8 @@ from typing import Any
 from omegaconf import MISSING
 
 from lightmem.retrieval.engine import TwoStageRetriever
-from lightmem.stores.base import DEFAULT_CAPACITY
-from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, RetryPolicy
-from lightmem.stores.view_cache import DEFAULT_CACHE_MB
-from lightmem.stores.view_snapshot import SNAPSHOT_MIN_ITEMS
+from lightmem.stores.embedded.store import MTMStore
+from lightmem.stores.postgres.store import PostgresStore
 
 
 @dataclass
@@ -27,45 +25,46 @@ class PathsConfig:
     distilled: str = "outputs/data"  # what data_gen/ writes
 
 
-@dataclass
-class StoreConfig:
-    # A postgresql:// URI (conf/store/postgres.yaml) replaces the runner's store folder; None: the folder.
-    uri: str | None = None
-    capacity: int = DEFAULT_CAPACITY
-    index: str = "flat"
-    faiss_device: str = "cpu"
-    synchronous: str = "FULL"
-    retention_half_life_days: float = 30.0
-    bm25_k1: float = 1.5
-    bm25_b: float = 0.75
-    cache_mb: float = DEFAULT_CACHE_MB  # ceiling of the per-user in-memory views (0: none)
-    snapshot_min_items: int = SNAPSHOT_MIN_ITEMS  # embedded only: users this large get a view snapshot (0: none)
-    pool_size: int = DEFAULT_POOL_SIZE  # postgresql:// only: most connections a process opens
-    statement_timeout: int = DEFAULT_STATEMENT_TIMEOUT_MS  # postgresql:// only: ms before a statement is canceled (0: none)
-    retries: int = RetryPolicy.retries  # postgresql:// only: runs again after transient errors (a restart)
-
-
 # TwoStageRetriever's arguments that other nodes supply: the objects it works on, and the LTM routing
 # (the ``ltm`` node). Everything else in its signature is a ``retrieval`` setting.
 _RETRIEVER_OBJECTS = ("self", "store", "embedder", "selector", "ltm", "routing", "cross_share", "ltm_hops")
 _PLAIN = {"int": int, "float": float, "bool": bool, "str": str}
 
 
-def _retriever_settings() -> list[tuple[str, type, Any]]:
-    """``(name, type, field)`` of each Stage-1/Stage-2 setting, with ``TwoStageRetriever.__init__``'s own
+def _settings(cls: type, skip: tuple[str, ...]) -> list[tuple[str, type, Any]]:
+    """``(name, type, field)`` of each setting of ``cls.__init__`` not in ``skip``, with the signature's own
     default: the defaults are written once, in the signature of the class that uses them."""
     out = []
-    for name, p in inspect.signature(TwoStageRetriever.__init__).parameters.items():
-        if name in _RETRIEVER_OBJECTS:
+    for name, p in inspect.signature(cls.__init__).parameters.items():
+        if name in skip:
             continue
         default = p.default.value if isinstance(p.default, enum.Enum) else p.default
-        out.append((name, _PLAIN.get(str(p.annotation), type(default)), field(default=default)))
+        if default is inspect.Parameter.empty:
+            out.append((name, _PLAIN.get(str(p.annotation), str), field(default=MISSING)))
+        else:
+            out.append((name, _PLAIN.get(str(p.annotation), type(default)), field(default=default)))
     return out
 
 
 # The ``retrieval`` node (conf/retrieval/*.yaml): TwoStageRetriever's settings and defaults.
-RetrievalConfig = make_dataclass("RetrievalConfig", _retriever_settings())
+RetrievalConfig = make_dataclass("RetrievalConfig", _settings(TwoStageRetriever, _RETRIEVER_OBJECTS))
 RetrievalConfig.__module__ = __name__
+
+
+def _store_schema(name: str, cls: type, supplied: tuple[str, ...]) -> type:
+    """The ``store`` node of one backend: its class as ``_target_`` and its settings with their defaults;
+    ``supplied`` are the arguments the builder passes (the run's folder, the embedder's dim and name)."""
+    target = ("_target_", str, field(default=f"{cls.__module__}.{cls.__qualname__}"))
+    schema = make_dataclass(name, [target, *_settings(cls, ("self", *supplied))])
+    schema.__module__ = __name__
+    return schema
+
+
+# conf/store/*.yaml extend one of these (``defaults: [schema_embedded, _self_]``). The embedded store lives
+# in the run's folder (the builder passes ``path``); the server store names its database (``uri``).
+EmbeddedStoreConfig = _store_schema("EmbeddedStoreConfig", MTMStore, ("path", "dim", "embedder"))
+ServerStoreConfig = _store_schema("ServerStoreConfig", PostgresStore, ("dim", "embedder"))
+STORE_SCHEMAS = {"schema_embedded": EmbeddedStoreConfig, "schema_server": ServerStoreConfig}
 
 
 @dataclass
@@ -95,7 +94,9 @@ class PipelineConfig:
     # ``encoder`` group (conf/encoder/*.yaml).
     encoder: Any = None
     paths: PathsConfig = field(default_factory=PathsConfig)
-    store: StoreConfig = field(default_factory=StoreConfig)
+    # A store backend as ``_target_`` with its settings, set by the ``store`` group (conf/store/*.yaml:
+    # sqlite_faiss, the embedded store, in every runner's defaults; postgres).
+    store: Any = None
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     controller: Any = _role("lightmem.roles.controller.PassthroughController")

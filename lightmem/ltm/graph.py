@@ -22,8 +22,8 @@ import numpy as np
 from lightmem.ltm.abstraction import KnowledgeUnit
 from lightmem.retrieval import scoring
 from lightmem.stores.base import GraphStore, GraphTransaction
-from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.vector_index import VectorIndex
+from lightmem.stores.views.lexical import LexicalIndex
+from lightmem.stores.views.vector import VectorIndex
 from lightmem.types import Edge, EdgeType, KnowledgeNode
 
 

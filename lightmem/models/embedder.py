@@ -299,7 +299,7 @@ def default_embedder(store: str | Path | None = None) -> Embedder:
     for a new one MiniLM with the trained memory adapter (base MiniLM, with a warning, without it),
     reading 128 tokens per text, on int8 ONNX Runtime on the CPU and torch on a GPU (README "Throughput":
     3x the ingest of fp32 at 256 tokens on 2 cores, the same LoCoMo and LongMemEval recall)."""
-    from lightmem.stores.mtm import stored_embedder
+    from lightmem.stores.embedded.store import stored_embedder
 
     name = stored_embedder(store) if store is not None else None
     if name and name != "unknown":

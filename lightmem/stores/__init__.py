@@ -1,9 +1,10 @@
 """Storage: the store interface (``base``), one way to open a store by location (``factory``), and
-its backends: the embedded SQLite + FAISS + BM25 store (``MTMStore``) and the PostgreSQL +
-pgvector server store (``postgres.PostgresStore``, imported on demand: it needs the ``postgres`` extra)."""
+its two backends: ``embedded`` (SQLite, the default: ``MTMStore``) and ``postgres`` (PostgreSQL +
+pgvector: ``postgres.store.PostgresStore``, imported on demand: it needs the ``postgres`` extra).
+Both search through the per-user in-process ``views`` and share the row rules of ``rows``."""
 from lightmem.stores.base import GraphStore, MemoryStore, OfflineChanges, OfflineCommit
+from lightmem.stores.embedded.store import MTMStore
 from lightmem.stores.factory import describe, is_server, open_store, stored_embedder
-from lightmem.stores.mtm import MTMStore
 
 __all__ = ["GraphStore", "MemoryStore", "MTMStore", "OfflineChanges", "OfflineCommit", "describe", "is_server",
            "open_store", "stored_embedder"]

@@ -144,12 +144,6 @@ class GraphStore(Protocol):
         ...
 
 
-def forgets_old_text(old_text: str, fields: Mapping[str, Any], keep_history: bool) -> bool:
-    """Whether an update erases the item's earlier texts from its history: it changes the text and
-    the caller did not ask to keep history (the rule of both backends' ``update``)."""
-    return "text" in fields and fields["text"] != old_text and not keep_history
-
-
 @runtime_checkable
 class MemoryStore(Protocol):
     """A per-user memory store: turns, items with vectors, history, search indexes and the LTM graph.
@@ -196,7 +190,7 @@ class MemoryStore(Protocol):
         ...
 
     def cache_stats(self) -> dict[str, int | float | None]:
-        """This process's per-user in-memory views (``view_cache.ViewCache.stats``): views, mb,
+        """This process's per-user in-memory views (``views.cache.ViewCache.stats``): views, mb,
         ceiling_mb, hits, misses, evictions."""
         ...
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lightmem.stores import pg_conn, pg_schema, sqlite
 from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
-from lightmem.stores.view_snapshot import SNAPSHOT_MIN_ITEMS
+from lightmem.stores.embedded import tables as sqlite
+from lightmem.stores.embedded.snapshot import SNAPSHOT_MIN_ITEMS
+from lightmem.stores.postgres import conn as pg_conn
+from lightmem.stores.postgres import schema as pg_schema
 
 # Settings of the embedded store that a server store does without: durability is the server's
 # (synchronous_commit), so ``synchronous`` is dropped; vectors are searched in the database, so
@@ -46,7 +48,7 @@ def open_store(location: str | Path, dim: int, embedder: str = "unknown", capaci
             retention_half_life_days, bm25_k1, bm25_b, cache_mb).
     """
     if is_server(location):
-        from lightmem.stores.postgres import PostgresStore
+        from lightmem.stores.postgres.store import PostgresStore
 
         for key, default in _EMBEDDED_ONLY.items():
             value = options.pop(key, default)
@@ -56,7 +58,7 @@ def open_store(location: str | Path, dim: int, embedder: str = "unknown", capaci
     for key, default in _SERVER_ONLY.items():
         if options.pop(key, default) != default:
             raise ValueError(f"{key} is a setting of a postgresql:// store; the embedded store has none")
-    from lightmem.stores.mtm import MTMStore
+    from lightmem.stores.embedded.store import MTMStore
 
     return MTMStore(location, dim=dim, embedder=embedder, capacity=capacity, **options)
 

@@ -25,8 +25,8 @@ def _device(cfg: DictConfig, backend: str) -> tuple[str, callable]:
     sync = (lambda: None)
     threads = f"{torch.get_num_threads()} torch threads" if backend == "torch" else f"encoder on onnxruntime ({backend})"
     desc = f"CPU ({platform.processor() or platform.machine()}, {threads})"
-    if torch.cuda.is_available() and (str(cfg.encoder.get("device", "")) in ("auto", "cuda") or cfg.store.faiss_device != "cpu"):
-        desc = f"{torch.cuda.get_device_name(0)}; encoder on {cfg.encoder.get('device')}, faiss on {cfg.store.faiss_device}"
+    if torch.cuda.is_available() and (str(cfg.encoder.get("device", "")) in ("auto", "cuda") or cfg.store.get("faiss_device", "cpu") != "cpu"):
+        desc = f"{torch.cuda.get_device_name(0)}; encoder on {cfg.encoder.get('device')}, faiss on {cfg.store.get('faiss_device', 'cpu')}"
         sync = torch.cuda.synchronize
     return desc, sync
 

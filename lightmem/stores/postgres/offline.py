@@ -11,12 +11,8 @@ import numpy as np
 
 from lightmem.retrieval.scoring import retention_score
 from lightmem.stores.base import OfflineChanges
-from lightmem.stores.sqlite import row_to_item
+from lightmem.stores.rows import CANDIDATE_COLS, row_to_item
 from lightmem.types import MemoryItem
-
-ITEM_COLS = ("rid, id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, topic, "
-             "entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata")
-_CANDIDATE_COLS = ", ".join(f"i.{c.strip()}" for c in ITEM_COLS.split(","))
 
 
 def log(cur: Any, user_id: str, item_id: str, event: str, old: str | None, new: str | None, at: float) -> None:
@@ -77,7 +73,7 @@ def evict(cur: Any, user_id: str, n_active: int, capacity: int, now: float, half
 def candidates(conn: Any, user_id: str, limit: int, reactivation: int, under_pressure: bool,
                half_life_days: float) -> list[tuple[int, MemoryItem, str]]:
     """Algorithm 3, step 1 (as ``offline.candidates``): (rid, item, reason) of at most ``limit`` active items."""
-    base = (f"SELECT {_CANDIDATE_COLS} FROM items i LEFT JOIN consolidated c ON c.user_id = i.user_id AND c.item_id = i.id "
+    base = (f"SELECT {CANDIDATE_COLS} FROM items i LEFT JOIN consolidated c ON c.user_id = i.user_id AND c.item_id = i.id "
             "WHERE i.user_id = %s AND NOT i.archived")
     rows = conn.execute(base + " AND c.item_id IS NULL ORDER BY i.rid", (user_id,)).fetchall()
     new = [(int(r[0]), row_to_item(r)) for r in rows]

@@ -2,7 +2,7 @@
 
 Truth and search both live in the database: dense search is a pgvector query (HNSW, cosine) and
 every other read is SQL, so each call sees every process's commits. Lexical search is the
-embedded store's BM25, kept fresh from the database per user (``pg_lexical``), so both backends
+embedded store's BM25, kept fresh from the database per user (``postgres.lexical``), so both backends
 score and fuse alike.
 
 Isolation: every statement on user data is scoped by ``user_id = %s`` with the caller's id, and
@@ -11,7 +11,7 @@ back); writes to one user are serialized by an advisory lock, consolidation cycl
 ``lock`` gives several reads one snapshot (a read-only REPEATABLE READ transaction), as the
 embedded store's lock gives one view of its indexes.
 
-Connections come from a pool (``pg_conn``): threads of one process read and write at once, each
+Connections come from a pool (``postgres.conn``): threads of one process read and write at once, each
 snapshot or transaction on a connection of its own; a server restart or a dropped connection is
 retried on a fresh one, and a write is never applied twice.
 """
@@ -28,21 +28,19 @@ from typing import Any
 import numpy as np
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError
-from lightmem.stores import pg_offline, pg_schema
 from lightmem.stores.access import AccessBuffer
-from lightmem.stores.base import DEFAULT_CAPACITY, GraphUpdate, OfflineChanges, OfflineCommit, forgets_old_text
-from lightmem.stores.partition import filter_mask, tags_of
-from lightmem.stores.pg_conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, Connections, RetryPolicy, pipelined
-from lightmem.stores.pg_graph import PostgresGraph, PostgresGraphTransaction, as_array
-from lightmem.stores.pg_lexical import LexicalView, sync
-from lightmem.stores.pg_offline import ITEM_COLS
-from lightmem.stores.sqlite import row_to_item
-from lightmem.stores.view_cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
+from lightmem.stores.base import DEFAULT_CAPACITY, GraphUpdate, OfflineChanges, OfflineCommit
+from lightmem.stores.postgres import offline as pg_offline
+from lightmem.stores.postgres import schema as pg_schema
+from lightmem.stores.postgres.conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, Connections, RetryPolicy, pipelined
+from lightmem.stores.postgres.graph import PostgresGraph, PostgresGraphTransaction, as_array
+from lightmem.stores.postgres.lexical import LexicalView, sync
+from lightmem.stores.rows import ITEM_COLS, check_update, forgets_old_text, row_to_item
+from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
+from lightmem.stores.views.partition import filter_mask, tags_of
 from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
 
 log = logging.getLogger(__name__)
-_UPDATABLE = {"text", "n_tokens", "utility", "topic", "entities", "valid_from", "valid_to", "superseded_by", "metadata",
-              "event_time", "provenance"}
 _KEEP_CHANGES = 10_000  # per user: older change-log rows are pruned on close (readers behind them reload)
 _EXACT = "(embedding <=> %(q)s) + 0"  # "+ 0" hides the distance from the HNSW index: an exact scan
 _EXACT_UP_TO = 2_000  # users with at most this many active items: exact dense search (no HNSW walk)
@@ -334,11 +332,7 @@ class PostgresStore:
                keep_history: bool = False, **fields) -> MemoryItem:
         """Change an item's fields (text needs ``vector``); a new text without ``keep_history``
         leaves no earlier text of the item in its history (the events stay)."""
-        unknown = set(fields) - _UPDATABLE
-        if unknown:
-            raise InvalidInputError(f"cannot update fields {sorted(unknown)}; updatable: {sorted(_UPDATABLE)}")
-        if "text" in fields and vector is None:
-            raise InvalidInputError("a new text needs its new vector")
+        check_update(fields, vector is not None)
 
         def op(cur: Any, _: bool) -> MemoryItem:
             old = self._get(cur, user_id, item_id, include_archived=True)

@@ -1,6 +1,6 @@
 """The LTM graph's tables in the PostgreSQL store (``GraphStore`` and ``GraphTransaction``).
 
-Same tables and rules as ``graph_tables.py`` (SQLite); the graph's logic lives in
+Same tables and rules as ``embedded/graph.py`` (SQLite); the graph's logic lives in
 ``lightmem.ltm.graph`` and reaches the tables only through these two classes.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from lightmem.stores.graph_tables import _EDGE_COLS, _NODE_COLS
+from lightmem.stores.rows import EDGE_COLS, NODE_COLS
 from lightmem.types import Edge, EdgeType, KnowledgeNode, NodeKind
 
 
@@ -47,29 +47,29 @@ class PostgresGraph:
         return int(cycle)
 
     def active_nodes(self) -> tuple[list[KnowledgeNode], np.ndarray]:
-        rows = self._query(f"SELECT {_NODE_COLS}, embedding FROM ltm_nodes WHERE active ORDER BY id")
+        rows = self._query(f"SELECT {NODE_COLS}, embedding FROM ltm_nodes WHERE active ORDER BY id")
         if not rows:
             return [], np.zeros((0, self.dim), dtype=np.float32)
         return [_row_to_node(r) for r in rows], np.stack([as_array(r[11]) for r in rows])
 
     def active_edges(self) -> list[Edge]:
-        return [_row_to_edge(r) for r in self._query(f"SELECT {_EDGE_COLS} FROM ltm_edges WHERE active ORDER BY src, dst")]
+        return [_row_to_edge(r) for r in self._query(f"SELECT {EDGE_COLS} FROM ltm_edges WHERE active ORDER BY src, dst")]
 
     def node(self, nid: int) -> KnowledgeNode | None:
-        rows = self._query(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE id = %s", (nid,))
+        rows = self._query(f"SELECT {NODE_COLS} FROM ltm_nodes WHERE id = %s", (nid,))
         return _row_to_node(rows[0]) if rows else None
 
     def node_by_key(self, key: str) -> KnowledgeNode | None:
-        rows = self._query(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE key = %s", (key,))
+        rows = self._query(f"SELECT {NODE_COLS} FROM ltm_nodes WHERE key = %s", (key,))
         return _row_to_node(rows[0]) if rows else None
 
     def nodes(self, include_dropped: bool = False) -> list[KnowledgeNode]:
         where = "" if include_dropped else " WHERE active"
-        return [_row_to_node(r) for r in self._query(f"SELECT {_NODE_COLS} FROM ltm_nodes{where} ORDER BY id")]
+        return [_row_to_node(r) for r in self._query(f"SELECT {NODE_COLS} FROM ltm_nodes{where} ORDER BY id")]
 
     def edges(self, include_dropped: bool = False) -> list[Edge]:
         where = "" if include_dropped else " WHERE active"
-        return [_row_to_edge(r) for r in self._query(f"SELECT {_EDGE_COLS} FROM ltm_edges{where} ORDER BY src, dst, type")]
+        return [_row_to_edge(r) for r in self._query(f"SELECT {EDGE_COLS} FROM ltm_edges{where} ORDER BY src, dst, type")]
 
     def stats(self) -> dict[str, int]:
         (n_act, n_all), = self._query("SELECT COUNT(*) FILTER (WHERE active), COUNT(*) FROM ltm_nodes")
@@ -103,11 +103,11 @@ class PostgresGraphTransaction:
         self._c = cur
 
     def node(self, nid: int) -> KnowledgeNode | None:
-        row = self._c.execute(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE id = %s", (nid,)).fetchone()
+        row = self._c.execute(f"SELECT {NODE_COLS} FROM ltm_nodes WHERE id = %s", (nid,)).fetchone()
         return _row_to_node(row) if row else None
 
     def node_by_key(self, key: str) -> KnowledgeNode | None:
-        row = self._c.execute(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE key = %s", (key,)).fetchone()
+        row = self._c.execute(f"SELECT {NODE_COLS} FROM ltm_nodes WHERE key = %s", (key,)).fetchone()
         return _row_to_node(row) if row else None
 
     def insert_node(self, key: str, kind: NodeKind, text: str, facts: list[str], confidence: float, evidence: int,

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.vector_index import VectorIndex
+from lightmem.stores.views.lexical import LexicalIndex
+from lightmem.stores.views.vector import VectorIndex
 from lightmem.types import Filters, ItemKind, MemoryItem
 
 
@@ -68,7 +68,7 @@ class Partition:
         return filter_mask(self.meta, ids, f, all_current=self.n_not_current == 0)
 
     def nbytes(self) -> int:
-        """Estimated bytes of this view (``view_cache.ViewCache`` keeps the sum under a ceiling)."""
+        """Estimated bytes of this view (``views.cache.ViewCache`` keeps the sum under a ceiling)."""
         return self.vectors.nbytes() + self.lexical.nbytes() + meta_nbytes(len(self.meta), self.n_tagged)
 
 
@@ -122,7 +122,7 @@ def row_meta(event_time: float, kind: str, topic: str | None, entities_json: str
 
 
 def fill(part: Partition, rows: Sequence[tuple], dim: int) -> None:
-    """Add ``SQLiteStore.active_vectors`` rows to a partition (the vectors in one call, BM25 in bulk)."""
+    """Add ``SQLiteTables.active_vectors`` rows to a partition (the vectors in one call, BM25 in bulk)."""
     rids = np.asarray([r[0] for r in rows], dtype=np.int64)
     part.vectors.add(rids, np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), dim))
     part.lexical.add_many([(int(r[0]), r[1]) for r in rows])

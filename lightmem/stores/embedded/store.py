@@ -9,10 +9,11 @@ Freshness across processes: whoever takes the store's lock first (``MTMStore.loc
 replays the commits other processes made since its last call (``refresh``), so a search
 never misses another process's turns and never returns an item it deleted.
 
-The jobs around it live beside it: ``partition`` (the index mirror), ``eviction`` (capacity),
-``offline`` (consolidation candidates and the cycle's MTM changes), ``access`` (buffered access
-counts), ``sqlite`` (tables and schema), ``graph_tables`` (the LTM graph's tables),
-``view_snapshot`` (a large user's view stored whole, so that it loads fast after a restart).
+The jobs around it live beside it in ``lightmem.stores.embedded``: ``tables`` (SQL and schema),
+``graph`` (the LTM graph's tables), ``eviction`` (capacity), ``offline`` (consolidation candidates
+and the cycle's MTM changes), ``snapshot`` (a large user's view stored whole, so that it loads fast
+after a restart); the per-user views are ``lightmem.stores.views``, the buffered access counts
+``lightmem.stores.access`` and the row rules ``lightmem.stores.rows``, shared with PostgreSQL.
 """
 from __future__ import annotations
 
@@ -29,18 +30,20 @@ from typing import Any
 import numpy as np
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
-from lightmem.stores import offline, view_snapshot
 from lightmem.stores.access import AccessBuffer
-from lightmem.stores.base import DEFAULT_CAPACITY, GraphUpdate, OfflineChanges, OfflineCommit, forgets_old_text
-from lightmem.stores.eviction import evict
+from lightmem.stores.base import DEFAULT_CAPACITY, GraphUpdate, OfflineChanges, OfflineCommit
+from lightmem.stores.embedded import offline
+from lightmem.stores.embedded import snapshot as view_snapshot
+from lightmem.stores.embedded.eviction import evict
+from lightmem.stores.embedded.graph import SQLiteGraph, SQLiteGraphTransaction
+from lightmem.stores.embedded.snapshot import SNAPSHOT_MIN_ITEMS
+from lightmem.stores.embedded.tables import DB_NAME, SQLiteTables, database_path
 from lightmem.stores.factory import stored_embedder
-from lightmem.stores.graph_tables import SQLiteGraph, SQLiteGraphTransaction
-from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.partition import Partition, SyncingLock, fill, no_gc_pauses
-from lightmem.stores.sqlite import DB_NAME, SQLiteStore, database_path, row_to_item
-from lightmem.stores.vector_index import VectorIndex
-from lightmem.stores.view_cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
-from lightmem.stores.view_snapshot import SNAPSHOT_MIN_ITEMS
+from lightmem.stores.rows import check_update, forgets_old_text, row_to_item
+from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
+from lightmem.stores.views.lexical import LexicalIndex
+from lightmem.stores.views.partition import Partition, SyncingLock, fill, no_gc_pauses
+from lightmem.stores.views.vector import VectorIndex
 from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
 
 __all__ = ["DB_NAME", "MTMStore", "OfflineChanges", "database_path", "stored_embedder"]
@@ -93,7 +96,7 @@ class MTMStore:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
         db = database_path(path)
-        self.sql = SQLiteStore(db, synchronous=synchronous)
+        self.sql = SQLiteTables(db, synchronous=synchronous)
         self.path = db
         self.dim, self.embedder = dim, embedder
         self.capacity = capacity
@@ -326,13 +329,7 @@ class MTMStore:
         (the events stay, their texts are blanked); with ``keep_history=True`` the old text is
         logged beside the new one.
         """
-        allowed = {"text", "n_tokens", "utility", "topic", "entities", "valid_from", "valid_to", "superseded_by", "metadata",
-                   "event_time", "provenance"}
-        unknown = set(fields) - allowed
-        if unknown:
-            raise InvalidInputError(f"cannot update fields {sorted(unknown)}; updatable: {sorted(allowed)}")
-        if "text" in fields and vector is None:
-            raise InvalidInputError("a new text needs its new vector")
+        check_update(fields, vector is not None)
         with self._lock:
             old = self.get(user_id, item_id, include_archived=True)
             new = replace(old, **fields)

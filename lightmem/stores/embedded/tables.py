@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from lightmem.errors import NotAStoreError, StoreError, StoreReadOnlyError
-from lightmem.stores import sqlite_faults
-from lightmem.types import HistoryEvent, ItemKind, MemoryItem, Turn
+from lightmem.stores.embedded import faults as sqlite_faults
+from lightmem.stores.rows import ITEM_COLS, row_to_item
+from lightmem.types import HistoryEvent, MemoryItem, Turn
 
 log = logging.getLogger(__name__)
 
@@ -103,28 +104,12 @@ CREATE INDEX IF NOT EXISTS ltm_edges_dst ON ltm_edges (dst);
 CREATE TABLE IF NOT EXISTS ltm_cycles (cycle INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, stats TEXT NOT NULL);
 """
 
-_ITEM_COLS = (
-    "rid, id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, topic, "
-    "entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata"
-)
-
-
-def row_to_item(row: sqlite3.Row | tuple) -> MemoryItem:
-    (_, iid, uid, text, prov, created, event, last, count, util, topic, ents, kind, vf, vt, sup, arch, ntok, meta) = row
-    return MemoryItem(
-        id=iid, user_id=uid, text=text, provenance=json.loads(prov), created_at=created, event_time=event,
-        last_access=last, access_count=count, utility=util, topic=topic, entities=json.loads(ents),
-        kind=ItemKind(kind), valid_from=vf, valid_to=vt, superseded_by=sup, archived=bool(arch), n_tokens=ntok,
-        metadata=json.loads(meta),
-    )
-
-
 def _row_to_turn(r: tuple) -> Turn:
     """(turn_id, speaker, text, timestamp, session_id, caption, metadata) → Turn."""
     return Turn(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]))
 
 
-class SQLiteStore:
+class SQLiteTables:
     """Thread-safe access to one lightmem database file.
 
     Args:
@@ -412,7 +397,7 @@ class SQLiteStore:
 
     # -- reads -----------------------------------------------------------------------------
     def item_rows(self, user_id: str, where: str = "", params: Sequence[Any] = (), order: str = "rid") -> list[tuple]:
-        sql = f"SELECT {_ITEM_COLS} FROM items WHERE user_id = ?" + (f" AND {where}" if where else "") + f" ORDER BY {order}"
+        sql = f"SELECT {ITEM_COLS} FROM items WHERE user_id = ?" + (f" AND {where}" if where else "") + f" ORDER BY {order}"
         return self.query(sql, [user_id, *params])
 
     def items_by_rid(self, user_id: str, rids: Sequence[int]) -> dict[int, MemoryItem]:
@@ -422,7 +407,7 @@ class SQLiteStore:
             marks = ",".join("?" * len(chunk))
             # "+user_id" keeps the planner on the primary key: the user-index scan it would
             # otherwise pick reads every row of the user (the user check still applies).
-            sql = f"SELECT {_ITEM_COLS} FROM items WHERE rid IN ({marks}) AND +user_id = ?"
+            sql = f"SELECT {ITEM_COLS} FROM items WHERE rid IN ({marks}) AND +user_id = ?"
             for row in self.query(sql, [*chunk, user_id]):
                 out[int(row[0])] = row_to_item(row)
         return out

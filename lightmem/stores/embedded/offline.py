@@ -13,11 +13,10 @@ import numpy as np
 
 from lightmem.retrieval.scoring import retention_score
 from lightmem.stores.base import OfflineChanges
-from lightmem.stores.partition import Partition
-from lightmem.stores.sqlite import _ITEM_COLS, SQLiteStore, row_to_item
+from lightmem.stores.embedded.tables import SQLiteTables
+from lightmem.stores.rows import CANDIDATE_COLS, row_to_item
+from lightmem.stores.views.partition import Partition
 from lightmem.types import MemoryItem
-
-_CANDIDATE_COLS = ", ".join(f"i.{c.strip()}" for c in _ITEM_COLS.split(","))
 
 
 @dataclass
@@ -31,7 +30,7 @@ class OfflineDelta:
                                                             "marked": 0, "skipped": 0})
 
 
-def candidates(sql: SQLiteStore, user_id: str, limit: int, reactivation: int, under_pressure: bool,
+def candidates(sql: SQLiteTables, user_id: str, limit: int, reactivation: int, under_pressure: bool,
                half_life_days: float) -> list[tuple[int, MemoryItem, str]]:
     """Algorithm 3, step 1: (rid, item, reason) of at most ``limit`` unarchived items.
 
@@ -40,7 +39,7 @@ def candidates(sql: SQLiteStore, user_id: str, limit: int, reactivation: int, un
     least retained unconsolidated items come first: they are next to be archived).
     Access counts must be flushed first.
     """
-    base = (f"SELECT {_CANDIDATE_COLS} FROM items i LEFT JOIN consolidated c ON c.user_id = i.user_id AND c.item_id = i.id "
+    base = (f"SELECT {CANDIDATE_COLS} FROM items i LEFT JOIN consolidated c ON c.user_id = i.user_id AND c.item_id = i.id "
             "WHERE i.user_id = ? AND i.archived = 0")
     rows = sql.query(base + " AND c.item_id IS NULL ORDER BY i.rid", (user_id,))
     new = [(int(r[0]), row_to_item(r)) for r in rows]
@@ -57,7 +56,7 @@ def candidates(sql: SQLiteStore, user_id: str, limit: int, reactivation: int, un
     return out
 
 
-def apply(sql: SQLiteStore, c: sqlite3.Connection, user_id: str, changes: OfflineChanges, cycle: int,
+def apply(sql: SQLiteTables, c: sqlite3.Connection, user_id: str, changes: OfflineChanges, cycle: int,
           now: float) -> OfflineDelta:
     """Write a cycle's MTM changes inside ``commit_offline``'s transaction.
 
@@ -122,7 +121,7 @@ def refresh(part: Partition, d: OfflineDelta) -> None:
         part.add(rid, item, vec)
 
 
-def state(sql: SQLiteStore, user_id: str) -> dict[str, int]:
+def state(sql: SQLiteTables, user_id: str) -> dict[str, int]:
     """Consolidated and not-yet-consolidated active items of a user."""
     (done,), = sql.query(
         "SELECT COUNT(*) FROM consolidated c JOIN items i ON i.user_id = c.user_id AND i.id = c.item_id "

@@ -2,7 +2,7 @@
 
 Both backends mirror each user they serve in process memory: the embedded store its vectors,
 BM25 terms and filter metadata (``partition.Partition``), the PostgreSQL store its BM25 terms and
-metadata (``pg_lexical.LexicalView``). A view is a copy of rows the database holds, so dropping one
+metadata (``postgres.lexical.LexicalView``). A view is a copy of rows the database holds, so dropping one
 loses nothing: the next request of that user rebuilds it from the tables. This cache drops the
 least recently used views once their estimated size passes ``max_bytes``; without it a worker grows
 by every user it has ever served.

@@ -1,11 +1,11 @@
 """PostgreSQL as the source of truth: connection, schema (versioned), and the store's identity.
 
-The tables mirror the SQLite store's (``sqlite.py``), with pgvector ``vector(dim)`` columns; the HNSW
+The tables mirror the SQLite store's (``embedded/tables.py``), with pgvector ``vector(dim)`` columns; the HNSW
 index (cosine) on the items' embeddings exists once a store opened with ``index="hnsw"`` made it. Item
 changes are logged per user by a trigger (``item_changes``) under a per-user version
 (``item_versions``): a user's versions are handed out under that row's lock, so they commit in order
 and a reader that saw version v misses nothing by reading the changes after v. The in-process BM25
-view (``pg_lexical``) stays fresh that way.
+view (``postgres.lexical``) stays fresh that way.
 
 Needs PostgreSQL >= 14 and pgvector >= 0.5 (HNSW); with >= 0.8 dense search scans the index iteratively, so a
 per-user filter never leaves a search short of its ``k``.

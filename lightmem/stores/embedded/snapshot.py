@@ -15,9 +15,9 @@ import zipfile
 
 import numpy as np
 
-from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.partition import IndexMeta, Partition, tags_of
-from lightmem.stores.vector_index import VectorIndex
+from lightmem.stores.views.lexical import LexicalIndex
+from lightmem.stores.views.partition import IndexMeta, Partition, tags_of
+from lightmem.stores.views.vector import VectorIndex
 from lightmem.types import ItemKind
 
 FORMAT = 1

@@ -16,9 +16,9 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from lightmem.errors import LightMemError, NotAStoreError, StoreCorruptError, StoreError, StoreFullError
-from lightmem.stores import sqlite_faults
+from lightmem.stores.embedded import faults as sqlite_faults
+from lightmem.stores.embedded.tables import MIGRATABLE, SCHEMA_VERSION, database_path, schema_version, store_label
 from lightmem.stores.factory import describe, is_server
-from lightmem.stores.sqlite import MIGRATABLE, SCHEMA_VERSION, database_path, schema_version, store_label
 
 log = logging.getLogger(__name__)
 

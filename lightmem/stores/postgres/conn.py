@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from lightmem.errors import StoreError
-from lightmem.stores.pg_schema import named_faults
+from lightmem.stores.postgres.schema import named_faults
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -6,7 +6,7 @@ import sqlite3
 import numpy as np
 
 from lightmem.retrieval.scoring import retention_score
-from lightmem.stores.sqlite import SQLiteStore
+from lightmem.stores.embedded.tables import SQLiteTables
 
 
 def evict(c: sqlite3.Connection, user_id: str, n_active: int, capacity: int, now: float,
@@ -27,5 +27,5 @@ def evict(c: sqlite3.Connection, user_id: str, n_active: int, capacity: int, now
     victims = [rows[i] for i in np.argsort(scores, kind="stable")[:excess]]
     for rid, iid, *_, text in victims:
         c.execute("UPDATE items SET archived = 1 WHERE rid = ?", (rid,))
-        SQLiteStore.log(c, user_id, iid, "ARCHIVE", text, text, now)
+        SQLiteTables.log(c, user_id, iid, "ARCHIVE", text, text, now)
     return [int(v[0]) for v in victims]

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightmem.stores.lexical_index import LexicalIndex
-from lightmem.stores.partition import IndexMeta, meta_nbytes, no_gc_pauses, row_meta
+from lightmem.stores.views.lexical import LexicalIndex
+from lightmem.stores.views.partition import IndexMeta, meta_nbytes, no_gc_pauses, row_meta
 
 _COLS = "rid, text, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
 # The user's version, and each row changed since a version with the columns of _COLS (NULLs when it is no
@@ -55,7 +55,7 @@ class LexicalView:
                 self.n_tagged -= bool(gone.tags)
 
     def nbytes(self) -> int:
-        """Estimated bytes of this view (``view_cache.ViewCache`` keeps the sum under a ceiling)."""
+        """Estimated bytes of this view (``views.cache.ViewCache`` keeps the sum under a ceiling)."""
         return self.lexical.nbytes() + meta_nbytes(len(self.meta), self.n_tagged)
 
 

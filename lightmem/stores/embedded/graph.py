@@ -1,6 +1,6 @@
 """The LTM graph's tables in the store's SQLite database (``GraphStore`` and ``GraphTransaction``).
 
-The tables are part of the store's schema (``sqlite.py``); the graph's rules (merge, link,
+The tables are part of the store's schema (``tables.py``); the graph's rules (merge, link,
 decay) live in ``lightmem.ltm.graph`` and reach the tables only through these two classes.
 """
 from __future__ import annotations
@@ -12,11 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from lightmem.stores.sqlite import SQLiteStore
+from lightmem.stores.embedded.tables import SQLiteTables
+from lightmem.stores.rows import EDGE_COLS, NODE_COLS
 from lightmem.types import Edge, EdgeType, KnowledgeNode, NodeKind
-
-_NODE_COLS = "id, key, kind, text, facts, confidence, evidence, first_seen, last_seen, last_cycle, active"
-_EDGE_COLS = "src, dst, type, label, confidence, evidence"
 
 
 def _row_to_node(r: Sequence[Any]) -> KnowledgeNode:
@@ -32,7 +30,7 @@ def _row_to_edge(r: Sequence[Any]) -> Edge:
 class SQLiteGraph:
     """Reads of the LTM graph (``GraphStore``) over the store's database."""
 
-    def __init__(self, sql: SQLiteStore, dim: int) -> None:
+    def __init__(self, sql: SQLiteTables, dim: int) -> None:
         self.sql, self.dim = sql, dim
 
     def data_version(self) -> int:
@@ -43,30 +41,30 @@ class SQLiteGraph:
         return int(cycle)
 
     def active_nodes(self) -> tuple[list[KnowledgeNode], np.ndarray]:
-        rows = self.sql.query(f"SELECT {_NODE_COLS}, embedding FROM ltm_nodes WHERE active = 1 ORDER BY id")
+        rows = self.sql.query(f"SELECT {NODE_COLS}, embedding FROM ltm_nodes WHERE active = 1 ORDER BY id")
         if not rows:
             return [], np.zeros((0, self.dim), dtype=np.float32)
         vecs = np.frombuffer(b"".join(r[11] for r in rows), dtype=np.float32).reshape(len(rows), self.dim)
         return [_row_to_node(r) for r in rows], vecs
 
     def active_edges(self) -> list[Edge]:
-        return [_row_to_edge(r) for r in self.sql.query(f"SELECT {_EDGE_COLS} FROM ltm_edges WHERE active = 1")]
+        return [_row_to_edge(r) for r in self.sql.query(f"SELECT {EDGE_COLS} FROM ltm_edges WHERE active = 1")]
 
     def node(self, nid: int) -> KnowledgeNode | None:
-        rows = self.sql.query(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE id = ?", (nid,))
+        rows = self.sql.query(f"SELECT {NODE_COLS} FROM ltm_nodes WHERE id = ?", (nid,))
         return _row_to_node(rows[0]) if rows else None
 
     def node_by_key(self, key: str) -> KnowledgeNode | None:
-        rows = self.sql.query(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE key = ?", (key,))
+        rows = self.sql.query(f"SELECT {NODE_COLS} FROM ltm_nodes WHERE key = ?", (key,))
         return _row_to_node(rows[0]) if rows else None
 
     def nodes(self, include_dropped: bool = False) -> list[KnowledgeNode]:
         where = "" if include_dropped else " WHERE active = 1"
-        return [_row_to_node(r) for r in self.sql.query(f"SELECT {_NODE_COLS} FROM ltm_nodes{where} ORDER BY id")]
+        return [_row_to_node(r) for r in self.sql.query(f"SELECT {NODE_COLS} FROM ltm_nodes{where} ORDER BY id")]
 
     def edges(self, include_dropped: bool = False) -> list[Edge]:
         where = "" if include_dropped else " WHERE active = 1"
-        return [_row_to_edge(r) for r in self.sql.query(f"SELECT {_EDGE_COLS} FROM ltm_edges{where} ORDER BY src, dst")]
+        return [_row_to_edge(r) for r in self.sql.query(f"SELECT {EDGE_COLS} FROM ltm_edges{where} ORDER BY src, dst")]
 
     def stats(self) -> dict[str, int]:
         (n_act, n_all), = self.sql.query("SELECT COALESCE(SUM(active), 0), COUNT(*) FROM ltm_nodes")
@@ -97,11 +95,11 @@ class SQLiteGraphTransaction:
         self._c = c
 
     def node(self, nid: int) -> KnowledgeNode | None:
-        row = self._c.execute(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE id = ?", (nid,)).fetchone()
+        row = self._c.execute(f"SELECT {NODE_COLS} FROM ltm_nodes WHERE id = ?", (nid,)).fetchone()
         return _row_to_node(row) if row else None
 
     def node_by_key(self, key: str) -> KnowledgeNode | None:
-        row = self._c.execute(f"SELECT {_NODE_COLS} FROM ltm_nodes WHERE key = ?", (key,)).fetchone()
+        row = self._c.execute(f"SELECT {NODE_COLS} FROM ltm_nodes WHERE key = ?", (key,)).fetchone()
         return _row_to_node(row) if row else None
 
     def insert_node(self, key: str, kind: NodeKind, text: str, facts: list[str], confidence: float, evidence: int,

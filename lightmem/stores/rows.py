@@ -1,0 +1,46 @@
+"""The backend-free rules of a store's rows, which both backends call: the column order of an item
+and of the LTM graph's nodes and edges, an item row turned back into a ``MemoryItem``, which fields an
+update may change, and when an update erases an item's earlier texts."""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lightmem.errors import InvalidInputError
+from lightmem.types import ItemKind, MemoryItem
+
+ITEM_COLS = ("rid, id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, topic, "
+             "entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata")
+# The same columns read through the alias ``i`` (the consolidation-candidate joins).
+CANDIDATE_COLS = ", ".join(f"i.{c.strip()}" for c in ITEM_COLS.split(","))
+NODE_COLS = "id, key, kind, text, facts, confidence, evidence, first_seen, last_seen, last_cycle, active"
+EDGE_COLS = "src, dst, type, label, confidence, evidence"
+UPDATABLE = frozenset({"text", "n_tokens", "utility", "topic", "entities", "valid_from", "valid_to", "superseded_by",
+                       "metadata", "event_time", "provenance"})
+
+
+def row_to_item(row: Sequence[Any]) -> MemoryItem:
+    """An ``ITEM_COLS`` row (JSON fields as text) → ``MemoryItem``."""
+    (_, iid, uid, text, prov, created, event, last, count, util, topic, ents, kind, vf, vt, sup, arch, ntok, meta) = row
+    return MemoryItem(
+        id=iid, user_id=uid, text=text, provenance=json.loads(prov), created_at=created, event_time=event,
+        last_access=last, access_count=count, utility=util, topic=topic, entities=json.loads(ents),
+        kind=ItemKind(kind), valid_from=vf, valid_to=vt, superseded_by=sup, archived=bool(arch), n_tokens=ntok,
+        metadata=json.loads(meta),
+    )
+
+
+def check_update(fields: Mapping[str, Any], has_vector: bool) -> None:
+    """Refuse an update of fields outside ``UPDATABLE``, or a new text without its new vector."""
+    unknown = set(fields) - UPDATABLE
+    if unknown:
+        raise InvalidInputError(f"cannot update fields {sorted(unknown)}; updatable: {sorted(UPDATABLE)}")
+    if "text" in fields and not has_vector:
+        raise InvalidInputError("a new text needs its new vector")
+
+
+def forgets_old_text(old_text: str, fields: Mapping[str, Any], keep_history: bool) -> bool:
+    """Whether an update erases the item's earlier texts from its history: it changes the text and
+    the caller did not ask to keep history."""
+    return "text" in fields and fields["text"] != old_text and not keep_history

@@ -85,11 +85,13 @@ def test_only_transient_errors_are_retried():
 
 
 def test_pool_and_timeout_are_options_of_the_server_store_only(tmp_path):
-    s = open_store(tmp_path / "s", dim=4, pool_size=pg_conn.DEFAULT_POOL_SIZE,
-                   statement_timeout=pg_conn.DEFAULT_STATEMENT_TIMEOUT_MS, synchronous="NORMAL")
-    s.close()  # Hydra passes the defaults to either store: the embedded one drops them
-    with pytest.raises(ValueError, match="pool_size is a setting of a postgresql:// store"):
-        open_store(tmp_path / "s", dim=4, pool_size=8)
+    s = open_store(tmp_path / "s", dim=4, synchronous="NORMAL")
+    s.close()
+    for options in ({"pool_size": 8}, {"statement_timeout": pg_conn.DEFAULT_STATEMENT_TIMEOUT_MS}):
+        with pytest.raises(ValueError, match=f"{next(iter(options))}: not a setting of the embedded store"):
+            open_store(tmp_path / "s", dim=4, **options)
+    with pytest.raises(ValueError, match="synchronous: not a setting of a postgresql:// store"):
+        open_store("postgresql://nobody@localhost:1/none", dim=4, synchronous="FULL")
 
 
 # -- the store on the shared test server -----------------------------------------------------------------

@@ -45,17 +45,27 @@ def per_positive_softmax(logits: torch.Tensor, labels: torch.Tensor, mask: torch
     return per[pos].mean()
 
 
+def _both(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, listwise_weight: float) -> torch.Tensor:
+    return pointwise_bce(logits, labels, mask) + listwise_weight * listwise_softmax(logits, labels, mask)
+
+
+def _both_per_positive(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, listwise_weight: float) -> torch.Tensor:
+    return pointwise_bce(logits, labels, mask) + listwise_weight * per_positive_softmax(logits, labels, mask)
+
+
+# The ranking losses by the name a config gives (``task.loss``, ``loss``): each takes (logits, labels, mask,
+# listwise_weight); the weight scales the listwise term of the two sums and is unused by the others.
+RANKING_LOSSES = {
+    "pointwise": lambda logits, labels, mask, _: pointwise_bce(logits, labels, mask),  # BCE per candidate
+    "listwise": lambda logits, labels, mask, _: listwise_softmax(logits, labels, mask),  # softmax over the group
+    "both": _both,  # BCE + weighted listwise
+    "per_positive": lambda logits, labels, mask, _: per_positive_softmax(logits, labels, mask),  # each positive vs the negatives
+    "both_per_positive": _both_per_positive,  # BCE + weighted per-positive
+}
+
+
 def ranking_loss(name: str, logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, listwise_weight: float = 1.0) -> torch.Tensor:
-    """``pointwise`` (BCE), ``listwise`` (softmax over the group), ``both`` (their sum, listwise weighted),
-    ``per_positive`` (every positive against the negatives) or ``both_per_positive`` (BCE + that)."""
-    if name == "per_positive":
-        return per_positive_softmax(logits, labels, mask)
-    if name == "both_per_positive":
-        return pointwise_bce(logits, labels, mask) + listwise_weight * per_positive_softmax(logits, labels, mask)
-    if name == "pointwise":
-        return pointwise_bce(logits, labels, mask)
-    if name == "listwise":
-        return listwise_softmax(logits, labels, mask)
-    if name == "both":
-        return pointwise_bce(logits, labels, mask) + listwise_weight * listwise_softmax(logits, labels, mask)
-    raise ValueError(f"unknown ranking loss {name!r}: use pointwise, listwise, both, per_positive or both_per_positive")
+    """The ranking loss ``name`` (one of ``RANKING_LOSSES``) of a batch of groups."""
+    if name not in RANKING_LOSSES:
+        raise ValueError(f"unknown ranking loss {name!r}: use {', '.join(RANKING_LOSSES)}")
+    return RANKING_LOSSES[name](logits, labels, mask, listwise_weight)

@@ -38,7 +38,7 @@ class RankerTrainConfig(DistillConfig):
 
     k: int = 20  # retrieve(k): the ranker orders the candidate_factor × K Stage-1 candidates
     budget: int = 600  # tokens: the held-out metric packs the ranked candidates into it
-    loss: str = "both"  # pointwise | listwise | both | per_positive | both_per_positive
+    loss: str = "both"  # a name in training.losses.RANKING_LOSSES
     l2: float = 1.0e-3
     listwise_weight: float = 1.0
     out_dir: str = "checkpoints/runs/ranker"

@@ -24,7 +24,7 @@ class SelectorTask:
 
     group_size: int = 16  # candidates per group in a training step (positives first, then sampled negatives)
     max_pos: int = 4
-    loss: str = "both"  # pointwise | listwise | both
+    loss: str = "both"  # a name in training.losses.RANKING_LOSSES
     listwise_weight: float = 1.0
     max_length: int = 128
     k: int = 10  # the K of precision@K / recall_all@K in evaluation

@@ -29,7 +29,7 @@ class SLMTask:
     top_m: int = 30  # negatives are drawn from the ranker's top M: the mistakes the stacked model must fix
     group_size: int = 12  # candidates per group in a step (positives first, then hard negatives)
     max_pos: int = 4
-    loss: str = "both"  # pointwise | listwise | both | per_positive | both_per_positive
+    loss: str = "both"  # a name in training.losses.RANKING_LOSSES
     listwise_weight: float = 1.0
     max_length: int = 96  # pair length in tokens
     num_layers: int = 3  # encoder layers kept (of MiniLM's 6): the CPU cost per pair scales with it

@@ -20,7 +20,7 @@ from lightmem.roles.controller import Controller
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector, default_selector
 from lightmem.roles.writer import Writer
-from lightmem.sensory.pipeline import WritePath
+from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
 from lightmem.stores.factory import open_store
 
@@ -94,7 +94,7 @@ def open_memory(
     budget: int = 2048,
     capacity: int = DEFAULT_CAPACITY,
     retrieval: Mapping[str, Any] | None = None,
-    write_path: WritePath | None = None,
+    sensory_stage: SensoryStage | None = None,
     ltm: LTMOptions | None = None,
     **store_kwargs: Any,
 ) -> Memory:
@@ -116,4 +116,4 @@ def open_memory(
     retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **{**dict(retrieval or {}), **routing})
     counter = embedder.token_counter()
     return Memory(store, embedder, retriever, ContextComposer(counter, budget), controller=controller, writer=writer,
-                  maintainer=maintainer, counter=counter, k=k, write_path=write_path, ltm=runtime)
+                  maintainer=maintainer, counter=counter, k=k, sensory_stage=sensory_stage, ltm=runtime)

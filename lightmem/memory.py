@@ -18,7 +18,7 @@ from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector
 from lightmem.roles.writer import TurnWriter, Writer
-from lightmem.sensory.pipeline import WritePath
+from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
 from lightmem.timeutil import now as wall_clock
 from lightmem.timeutil import parse_timestamp
@@ -52,7 +52,7 @@ class Memory:
         counter: TokenCounter | None = None,
         k: int = 10,
         clock: Callable[[], float] = wall_clock,
-        write_path: WritePath | None = None,
+        sensory_stage: SensoryStage | None = None,
         ltm: LTMRuntime | None = None,
     ) -> None:
         self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
@@ -61,7 +61,7 @@ class Memory:
         self.k = check_k(k)
         self.ltm = ltm
         self._write = WritePipeline(store, embedder, self.counter, writer or TurnWriter(compact=True), clock,
-                                    write_path=write_path, maintainer=maintainer, ltm=ltm)
+                                    sensory_stage=sensory_stage, maintainer=maintainer, ltm=ltm)
 
     # The write pipeline's parts, settable (an evaluation wraps the writer, a test swaps the clock).
     @property
@@ -81,8 +81,8 @@ class Memory:
         self._write.maintainer = maintainer
 
     @property
-    def write_path(self) -> WritePath | None:
-        return self._write.write_path
+    def sensory_stage(self) -> SensoryStage | None:
+        return self._write.sensory_stage
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -105,7 +105,7 @@ class Memory:
         budget: int = 2048,
         capacity: int = DEFAULT_CAPACITY,
         retrieval: Mapping[str, Any] | None = None,
-        write_path: WritePath | None = None,
+        sensory_stage: SensoryStage | None = None,
         ltm: LTMOptions | None = None,
         **store_kwargs: Any,
     ) -> "Memory":
@@ -125,7 +125,7 @@ class Memory:
             budget: Default prompt budget of ``build_context`` (tokens).
             capacity: Active items per user before the least retained are archived.
             retrieval: Keyword arguments of ``TwoStageRetriever`` (fusion, weights...).
-            write_path: Sensory stages and STM buffer before the Writer (compression, topic
+            sensory_stage: Sensory stages and STM buffer before the Writer (compression, topic
                 segmentation, gates, normalization); none by default: the Writer gets raw turns.
             ltm: Long-term memory: the de-identified knowledge graph, its offline consolidation
                 (in a background thread unless ``background=False``) and LTM routing of
@@ -137,7 +137,7 @@ class Memory:
 
         return open_memory(path, embedder=embedder, selector=selector, controller=controller, writer=writer,
                            maintainer=maintainer, k=k, budget=budget, capacity=capacity, retrieval=retrieval,
-                           write_path=write_path, ltm=ltm, **store_kwargs)
+                           sensory_stage=sensory_stage, ltm=ltm, **store_kwargs)
 
     # -- write path --------------------------------------------------------------------------
     def add(

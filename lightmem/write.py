@@ -1,7 +1,7 @@
-"""The write pipeline: turns → (write path) → Writer → embedded items → store, then maintenance and LTM.
+"""The write pipeline: turns → (sensory stage) → Writer → embedded items → store, then maintenance and LTM.
 
 ``Memory.add_turns`` and ``Memory.flush`` delegate here. One call commits its turns and items in
-one store transaction; the write path's buffers roll back to the store's state when it fails.
+one store transaction; the sensory stage's buffers roll back to the store's state when it fails.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import DraftItem, Writer, write_segments
-from lightmem.sensory.pipeline import WritePath
+from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import MemoryStore
 from lightmem.types import MemoryItem, Turn
 
@@ -28,7 +28,7 @@ class WritePipeline:
         counter: Counts the items' tokens.
         writer: Turns (or write-path segments) → draft items.
         clock: The time stamped on items (Unix seconds).
-        write_path: Sensory stages and STM buffer before the Writer; None: the Writer gets raw turns.
+        sensory_stage: Sensory stages and STM buffer before the Writer; None: the Writer gets raw turns.
         maintainer: Online maintenance after each write (merges, supersessions); None: none.
         ltm: The LTM runtime whose scheduler is told of new turns; None: MTM only.
     """
@@ -40,34 +40,34 @@ class WritePipeline:
         counter: TokenCounter,
         writer: Writer,
         clock: Callable[[], float],
-        write_path: WritePath | None = None,
+        sensory_stage: SensoryStage | None = None,
         maintainer: Maintainer | None = None,
         ltm: LTMRuntime | None = None,
     ) -> None:
         self.store, self.embedder, self.counter = store, embedder, counter
-        self.writer, self.clock, self.write_path, self.maintainer, self.ltm = writer, clock, write_path, maintainer, ltm
+        self.writer, self.clock, self.sensory_stage, self.maintainer, self.ltm = writer, clock, sensory_stage, maintainer, ltm
 
     def add_turns(self, user_id: str, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[MemoryItem]:
-        """Write ``turns`` not stored yet (through the write path when there is one); returns the items written."""
+        """Write ``turns`` not stored yet (through the sensory stage when there is one); returns the items written."""
         known = self.store.known_turns(user_id, [t.turn_id for t in turns]) if turns else set()
         turns = [t for t in turns if t.turn_id not in known]  # a resumed ingest skips what is stored
-        if self.write_path is None:
+        if self.sensory_stage is None:
             return self._commit(user_id, turns, self.writer.write(turns, context) if turns else [])
         return self._through_write_path(user_id, turns, context, drain=False)
 
     def flush(self, user_id: str, context: Sequence[str] = ()) -> list[MemoryItem]:
-        """Write everything the write path still buffers for ``user_id``."""
-        if self.write_path is None:
+        """Write everything the sensory stage still buffers for ``user_id``."""
+        if self.sensory_stage is None:
             return []
         return self._through_write_path(user_id, [], context, drain=True)
 
     def forget(self, user_id: str) -> None:
         """Drop the write path's buffers of a user (their turns are being deleted)."""
-        if self.write_path is not None:
-            self.write_path.forget(user_id)
+        if self.sensory_stage is not None:
+            self.sensory_stage.forget(user_id)
 
     def _through_write_path(self, user_id: str, turns: Sequence[Turn], context: Sequence[str], drain: bool) -> list[MemoryItem]:
-        wp = self.write_path
+        wp = self.sensory_stage
         assert wp is not None
         # After a restart, the buffers start from the turns the store marks pending.
         restored = [] if wp.has_state(user_id) else self.store.pending_turns(user_id)

@@ -77,7 +77,7 @@ def test_every_experiment_builds_a_memory_that_stores_and_finds_a_turn(tmp_path,
         if "tau" in cfg.selector:  # hashing vectors of paraphrases sit below the 0.30 cosine
             cfg.selector.tau = 0.0
     m = build_memory(cfg, tmp_path / "s")
-    assert (m.write_path is not None) == cfg.sensory.enabled and (m.ltm is not None) == cfg.ltm.enabled
+    assert (m.sensory_stage is not None) == cfg.sensory.enabled and (m.ltm is not None) == cfg.ltm.enabled
     m.add(TURNS, user_id="u", timestamp="2023-05-07")
     m.flush("u")  # the write path's buffers
     if m.ltm is not None:
@@ -115,13 +115,13 @@ def test_shared_runtime_builds_a_selector_once_per_config(tmp_path, tiny_selecto
 
 @pytest.mark.parametrize("option", ["none", "lightmem", "full", "cross_entropy"])
 def test_sensory_options_compose_into_a_write_path_spec(option):
-    from lightmem.config import write_path_spec
+    from lightmem.config import sensory_spec
 
     cfg = compose("locomo", [f"sensory={option}"])
     if option == "none":
         assert cfg.sensory.enabled is False
         return
-    spec = write_path_spec(cfg.sensory)
+    spec = sensory_spec(cfg.sensory)
     assert spec.compress.rate == 0.6 and spec.segment.buffer_tokens == 512 and spec.stm_threshold == 512
     assert spec.gate.enabled is (option == "full") and spec.importance.enabled is (option == "full")
     assert spec.segment.layers == (-3, -2, -1)
@@ -133,7 +133,7 @@ def test_build_memory_wires_the_write_path(tmp_path, embedder):
     cfg = compose("locomo", ["sensory=lightmem", "sensory.compress.enabled=false", "sensory.segment.method=similarity",
                              "selector=none", "sensory.stm_threshold=0"])
     m = build_memory(cfg, tmp_path / "s", embedder=embedder)
-    assert m.write_path is not None and m.write_path.compressor is None
+    assert m.sensory_stage is not None and m.sensory_stage.compressor is None
     m.add([{"speaker": "Caroline", "text": "I went hiking yesterday."}], user_id="u", timestamp="2023-05-08")
     m.flush("u")
     assert m.get_all("u")[0].text == "Caroline: Caroline went hiking yesterday [2023-05-07]."

@@ -327,11 +327,11 @@ def test_every_training_config_names_an_optimizer_class_the_loop_builds():
         assert type(opt) is torch.optim.AdamW and opt.defaults["lr"] == spec.lr, name
 
 
-def test_the_selector_model_is_chosen_by_its_recipe_class_with_its_own_settings():
+def test_the_selector_recipe_is_chosen_by_its_recipe_class_with_its_own_settings():
     from conftest import compose
     from hydra.utils import instantiate
 
     default = instantiate(compose("train_selector", []).model)
     assert type(default) is sel.CrossEncoderRecipe and (default.kind, default.base_model) == ("cross_encoder", "all-MiniLM-L6-v2")
-    gen = instantiate(compose("train_selector", ["selector_model@model=generative", "model.quantize=8bit"]).model)
+    gen = instantiate(compose("train_selector", ["selector_recipe@model=generative", "model.quantize=8bit"]).model)
     assert type(gen) is sel.GenerativeRecipe and (gen.kind, gen.base_model, gen.quantize) == ("generative", "SmolLM2-135M-Instruct", "8bit")

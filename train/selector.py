@@ -2,7 +2,7 @@
 
     python train/selector.py
     python train/selector.py -m lora.r=4,8,16 optim.lr=3e-4,1e-3
-    python train/selector.py selector_model@model=generative lora=causal_lm model.quantize=4bit  # SmolLM2, CUDA
+    python train/selector.py selector_recipe@model=generative lora=causal_lm model.quantize=4bit  # SmolLM2, CUDA
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def run(cfg: DictConfig) -> dict:
     test = read_jsonl(data / "selector_test.jsonl")
     if cfg.max_test_groups:  # per source (the generative variant is slow on CPU)
         test = [g for s in sorted({g["source"] for g in test}) for g in [x for x in test if x["source"] == s][: cfg.max_test_groups]]
-    recipe = instantiate(cfg.model)  # conf/selector_model/*.yaml: the model choice and its own settings
+    recipe = instantiate(cfg.model)  # conf/selector_recipe/*.yaml: the model choice and its own settings
     recipe.build(task, lora_spec(cfg.lora), spec.cpu)
 
     def held_out(best: Path) -> dict[str, float]:

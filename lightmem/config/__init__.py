@@ -14,9 +14,9 @@ from lightmem.config.builders import (
     SharedRuntime,
     build_embedder,
     build_memory,
-    build_write_path,
+    build_sensory_stage,
     ltm_options,
-    write_path_spec,
+    sensory_spec,
 )
 from lightmem.config.hydra_app import compose_option, per_job, register_resolvers, register_schemas, to_container
 from lightmem.config.schemas import (
@@ -41,7 +41,7 @@ __all__ = [
     "ServerStoreConfig",
     "build_embedder",
     "build_memory",
-    "build_write_path",
+    "build_sensory_stage",
     "compose_option",
     "ltm_options",
     "make_run_logger",
@@ -49,5 +49,5 @@ __all__ = [
     "register_resolvers",
     "register_schemas",
     "to_container",
-    "write_path_spec",
+    "sensory_spec",
 ]

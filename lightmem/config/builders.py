@@ -85,31 +85,31 @@ class SharedRuntime:
         return instantiate(node, **kwargs)
 
 
-def write_path_spec(node: DictConfig) -> Any:
-    """The ``sensory`` node → WritePathSpec (unknown keys fail loudly)."""
+def sensory_spec(node: DictConfig) -> Any:
+    """The ``sensory`` node → SensorySpec (unknown keys fail loudly)."""
     from lightmem.sensory import pipeline as p
 
     d = to_container(node)
     seg = dict(d.get("segment", {}))
     if "layers" in seg:
         seg["layers"] = tuple(seg["layers"])
-    return p.WritePathSpec(
+    return p.SensorySpec(
         normalize=p.NormalizeSpec(**d.get("normalize", {})), compress=p.CompressSpec(**d.get("compress", {})),
         segment=p.SegmentSpec(**seg), stm_threshold=int(d.get("stm_threshold", 512)),
         gate=p.GateSpec(**d.get("gate", {})), importance=p.ImportanceSpec(**d.get("importance", {})),
     )
 
 
-def build_write_path(node: DictConfig | None, embedder: Embedder, shared: SharedRuntime) -> Any:
+def build_sensory_stage(node: DictConfig | None, embedder: Embedder, shared: SharedRuntime) -> Any:
     """The write path of a ``sensory`` node, or None when it is off."""
     if node is None or not node.get("enabled", False):
         return None
-    from lightmem.sensory.pipeline import WritePath
+    from lightmem.sensory.pipeline import SensoryStage
 
-    spec = write_path_spec(node)
+    spec = sensory_spec(node)
     needs_model = spec.compress.enabled or (spec.segment.enabled and spec.segment.method != "similarity")
     compressor = shared.compressor(node.compressor) if needs_model and node.get("compressor") else None
-    return WritePath.build(embedder, spec, compressor, shared.nlp() if node.get("nlp") else None)
+    return SensoryStage.build(embedder, spec, compressor, shared.nlp() if node.get("nlp") else None)
 
 
 def ltm_options(node: DictConfig | None, shared: SharedRuntime) -> Any:
@@ -136,6 +136,6 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
         k=cfg.memory.k,
         budget=cfg.memory.budget,
         retrieval=OmegaConf.to_container(cfg.retrieval, resolve=True),
-        write_path=build_write_path(cfg.get("sensory"), embedder, shared),
+        sensory_stage=build_sensory_stage(cfg.get("sensory"), embedder, shared),
         ltm=ltm_options(cfg.get("ltm"), shared),
     )

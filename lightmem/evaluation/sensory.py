@@ -43,18 +43,18 @@ def user_stream(conv: Conversation, role: str = "user") -> list[Turn]:
     return [t for s in conv.sessions for t in s.turns if t.speaker == role]
 
 
-def segment_stream(write_path: Any, turns: Sequence[Turn], user: str = "bench") -> list[list[str]]:
-    """Turn ids per segment when ``turns`` stream through ``write_path`` (its buffers drained at the end).
+def segment_stream(sensory_stage: Any, turns: Sequence[Turn], user: str = "bench") -> list[list[str]]:
+    """Turn ids per segment when ``turns`` stream through ``sensory_stage`` (its buffers drained at the end).
 
     Session ids are hidden from the write path, so only the segmenter can find the sessions.
     """
     hidden = [replace(t, session_id=None) for t in turns]
-    segments = write_path.push(user, hidden).segments + write_path.drain(user).segments
-    write_path.forget(user)
+    segments = sensory_stage.push(user, hidden).segments + sensory_stage.drain(user).segments
+    sensory_stage.forget(user)
     return [s.turn_ids for s in segments]
 
 
-def segmentation_eval(write_path: Any, streams: Sequence[Sequence[Turn]], tolerance: int = 0) -> dict[str, float]:
+def segmentation_eval(sensory_stage: Any, streams: Sequence[Sequence[Turn]], tolerance: int = 0) -> dict[str, float]:
     """Boundary recall / precision / F1 of the write path's segments against session starts."""
     counts = []
     for turns in streams:
@@ -62,7 +62,7 @@ def segmentation_eval(write_path: Any, streams: Sequence[Sequence[Turn]], tolera
             continue
         pos = {t.turn_id: i for i, t in enumerate(turns)}
         true = {i for i in range(1, len(turns)) if turns[i].session_id != turns[i - 1].session_id}
-        pred = {pos[seg[0]] for seg in segment_stream(write_path, turns)} - {0}
+        pred = {pos[seg[0]] for seg in segment_stream(sensory_stage, turns)} - {0}
         counts.append(boundary_scores(pred, true, tolerance))
     return summarize_boundaries(counts)
 

@@ -8,7 +8,7 @@
           ─ entropy gate / importance windows on the flushed block
           → segments for the Writer ({topic, turns})
 
-Every stage is switchable (``WritePathSpec``). ``push`` returns the segments ready to be written;
+Every stage is switchable (``SensorySpec``). ``push`` returns the segments ready to be written;
 turns still buffered are ``pending`` and the Memory keeps their ids in the store, so a killed
 process loses nothing: the next ``push`` for the user starts from the restored pending turns.
 """
@@ -77,7 +77,7 @@ class ImportanceSpec:
 
 
 @dataclass
-class WritePathSpec:
+class SensorySpec:
     """Switches and knobs of every stage (conf/sensory/*.yaml)."""
 
     normalize: NormalizeSpec = field(default_factory=NormalizeSpec)
@@ -152,7 +152,7 @@ def _packaged_classifier(**kwargs: Any) -> Any:
     return TokenClassifierCompressor(str(checkpoint_path("compressor")), device="cpu", backend="onnx_int8", **kwargs)
 
 
-class WritePath:
+class SensoryStage:
     """Runs the sensory stages and both buffers for every user of a Memory.
 
     Args:
@@ -164,9 +164,9 @@ class WritePath:
         counter: Token counter of the buffers (the embedder's by default).
     """
 
-    def __init__(self, spec: WritePathSpec | None = None, embedder: Any = None, compressor: Any = None, segmenter: Any = None,
+    def __init__(self, spec: SensorySpec | None = None, embedder: Any = None, compressor: Any = None, segmenter: Any = None,
                  nlp: Any = None, counter: Any = None) -> None:
-        self.spec = spec or WritePathSpec()
+        self.spec = spec or SensorySpec()
         if embedder is None:
             raise ValueError("the write path needs an embedder")
         if self.spec.compress.enabled and compressor is None:
@@ -179,7 +179,7 @@ class WritePath:
         self.stats: Counter[str] = Counter()
 
     @classmethod
-    def build(cls, embedder: Any, spec: WritePathSpec | None = None, compressor: Any = None, nlp: Any = None) -> "WritePath":
+    def build(cls, embedder: Any, spec: SensorySpec | None = None, compressor: Any = None, nlp: Any = None) -> "SensoryStage":
         """A write path whose compressor and segmenter come from the trained checkpoint when not given.
 
         The segmenter reads attention from the compressor's encoder; with a compressor that has
@@ -188,7 +188,7 @@ class WritePath:
         from lightmem.sensory.compressor import TokenClassifierCompressor
         from lightmem.sensory.segmenter import TopicSegmenter
 
-        spec = spec or WritePathSpec()
+        spec = spec or SensorySpec()
         seg = spec.segment
         needs_encoder = seg.enabled and seg.method != "similarity"
         if compressor is None and (spec.compress.enabled or needs_encoder):

@@ -180,7 +180,7 @@ def generative_scorer(llm) -> Callable[[list[str], list[str]], list[float]]:
     return score
 
 
-# --- the model choices (conf/selector_model/*.yaml name one as _target_) ---------------------------
+# --- the model choices (conf/selector_recipe/*.yaml name one as _target_) ---------------------------
 
 
 Scorer = Callable[[list[str], list[str]], list[float]]

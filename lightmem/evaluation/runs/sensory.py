@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lightmem.config import SharedRuntime, build_embedder, build_memory, build_write_path, compose_option, to_container
+from lightmem.config import SharedRuntime, build_embedder, build_memory, build_sensory_stage, compose_option, to_container
 from lightmem.datasets import load_conversations, load_locomo, select_conversations
 from lightmem.evaluation.report import plot_segmentation, sensory_tables
 from lightmem.evaluation.sensory import compression_eval, ingest_eval, segmentation_eval, user_stream
@@ -28,7 +28,7 @@ def _segmentation(cfg: DictConfig, embedder, shared: SharedRuntime) -> list[dict
             for tau in ([cfg.seg_taus[0]] if method == "attention" else cfg.seg_taus):
                 node = OmegaConf.merge(cfg.sensory, {"stm_threshold": 0, "compress": {"rate": rate},
                                                      "segment": {"method": method, "tau": tau, "session_boundaries": False}})
-                wp = build_write_path(node, embedder, shared)
+                wp = build_sensory_stage(node, embedder, shared)
                 exact, near = segmentation_eval(wp, streams), segmentation_eval(wp, streams, tolerance=1)
                 rows.append({"rate": rate, "method": method, "tau": tau if method != "attention" else None, **exact,
                              "recall_tol1": near["recall"], "precision_tol1": near["precision"], "f1_tol1": near["f1"],

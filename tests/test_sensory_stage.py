@@ -13,7 +13,7 @@ from lightmem.memory import Memory
 from lightmem.roles.selector import Stage1Selector
 from lightmem.roles.writer import ExtractiveWriter, GenerativeWriter
 from lightmem.sensory.compressor import _WordCompressor
-from lightmem.sensory.pipeline import GateSpec, NormalizeSpec, SegmentSpec, WritePath, WritePathSpec
+from lightmem.sensory.pipeline import GateSpec, NormalizeSpec, SegmentSpec, SensorySpec, SensoryStage
 from lightmem.sensory.segmenter import TopicSegmenter
 from lightmem.types import Turn
 
@@ -30,11 +30,11 @@ class LengthCompressor(_WordCompressor):
         return [[float(len(w)) for w in words] for words in docs]
 
 
-def make_path(embedder, **spec_kw) -> WritePath:
-    spec = WritePathSpec(**{"segment": SegmentSpec(method="similarity", tau=0.2, buffer_tokens=64), "stm_threshold": 40,
+def make_path(embedder, **spec_kw) -> SensoryStage:
+    spec = SensorySpec(**{"segment": SegmentSpec(method="similarity", tau=0.2, buffer_tokens=64), "stm_threshold": 40,
                             **spec_kw})
     seg = TopicSegmenter(method="similarity", tau=spec.segment.tau, max_tokens=spec.segment.buffer_tokens)
-    return WritePath(spec, embedder, LengthCompressor(spec.compress.rate), seg if spec.segment.enabled else None)
+    return SensoryStage(spec, embedder, LengthCompressor(spec.compress.rate), seg if spec.segment.enabled else None)
 
 
 def turns(n: int, session: str = "s1", start: int = 0, ts: float = DAY) -> list[Turn]:
@@ -44,9 +44,9 @@ def turns(n: int, session: str = "s1", start: int = 0, ts: float = DAY) -> list[
             for i in range(start, start + n)]
 
 
-def open_memory(path, embedder, write_path, writer=None) -> Memory:
+def open_memory(path, embedder, sensory_stage, writer=None) -> Memory:
     return Memory.open(path, embedder=embedder, selector=Stage1Selector(), writer=writer or ExtractiveWriter(),
-                       write_path=write_path, synchronous="NORMAL")
+                       sensory_stage=sensory_stage, synchronous="NORMAL")
 
 
 def covered(memory: Memory, user: str) -> set[str]:
@@ -98,7 +98,7 @@ def test_a_failed_write_rolls_the_buffers_back(tmp_path, embedder):
     m = open_memory(tmp_path / "s", embedder, make_path(embedder, stm_threshold=0), writer=Broken())
     with pytest.raises(RuntimeError):
         m.add_turns("u", turns(6))
-    assert m.stats().get("u", {}).get("turns", 0) == 0 and m.write_path.pending("u") == []
+    assert m.stats().get("u", {}).get("turns", 0) == 0 and m.sensory_stage.pending("u") == []
     m.add_turns("u", turns(6))
     m.flush("u")
     assert covered(m, "u") == {f"s1:{i}" for i in range(6)}
@@ -116,13 +116,13 @@ def test_a_failed_write_puts_back_exactly_what_was_buffered_before_it(tmp_path, 
 
     m = open_memory(tmp_path / "s", embedder, make_path(embedder, stm_threshold=10_000), writer=Broken())
     m.add_turns("u", turns(8))  # segmented into the STM buffer, nothing written yet
-    state = m.write_path._users["u"]
+    state = m.sensory_stage._users["u"]
     before = ([p.turn.turn_id for p in state.sensory], [s.turn_ids for s in state.stm], len(state.recent))
     assert before[1] and m.get_all("u") == []
     Broken.fail = True
     with pytest.raises(RuntimeError):
         m.flush("u")  # drains both buffers into the writer, which fails
-    state = m.write_path._users["u"]
+    state = m.sensory_stage._users["u"]
     assert ([p.turn.turn_id for p in state.sensory], [s.turn_ids for s in state.stm], len(state.recent)) == before
     Broken.fail = False
     m.flush("u")
@@ -146,13 +146,13 @@ def test_every_stage_can_be_switched(tmp_path, embedder, switch):
     if switch in ("normalize", "all_off"):
         kw["normalize"] = NormalizeSpec(enabled=False)
     if switch in ("compress", "all_off"):
-        kw["compress"] = type(WritePathSpec().compress)(enabled=False)
+        kw["compress"] = type(SensorySpec().compress)(enabled=False)
     if switch in ("segment", "all_off"):
         kw["segment"] = SegmentSpec(enabled=False)
     if switch == "gate":
         kw["gate"] = GateSpec(enabled=True, tau=0.0)
     if switch == "importance":
-        kw["importance"] = type(WritePathSpec().importance)(enabled=True, tau=-1.0)
+        kw["importance"] = type(SensorySpec().importance)(enabled=True, tau=-1.0)
     wp = make_path(embedder, **kw)
     m = open_memory(tmp_path / "s", embedder, wp)
     m.add_turns("u", turns(8))
@@ -240,16 +240,16 @@ def test_delete_user_clears_the_buffers(tmp_path, embedder):
     m = open_memory(tmp_path / "s", embedder, make_path(embedder))
     m.add_turns("u", turns(3))
     m.delete_user("u")
-    assert m.pending("u") == [] and m.write_path.pending("u") == []
+    assert m.pending("u") == [] and m.sensory_stage.pending("u") == []
     assert m.flush("u") == []
     m.close()
 
 
 def test_write_path_needs_its_parts(embedder):
     with pytest.raises(ValueError, match="compressor"):
-        WritePath(WritePathSpec(), embedder)
+        SensoryStage(SensorySpec(), embedder)
     with pytest.raises(ValueError, match="segmenter"):
-        WritePath(WritePathSpec(), embedder, LengthCompressor())
+        SensoryStage(SensorySpec(), embedder, LengthCompressor())
     with pytest.raises(ValueError, match="encoder"):
         TopicSegmenter(method="hybrid")
 

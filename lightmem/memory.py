@@ -17,7 +17,7 @@ from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector
-from lightmem.roles.writer import TurnWriter, Writer
+from lightmem.roles.writer import Writer, default_writer
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
 from lightmem.timeutil import now as wall_clock
@@ -60,7 +60,7 @@ class Memory:
         self.counter = counter or embedder.token_counter()
         self.k = check_k(k)
         self.ltm = ltm
-        self._write = WritePipeline(store, embedder, self.counter, writer or TurnWriter(compact=True), clock,
+        self._write = WritePipeline(store, embedder, self.counter, writer or default_writer(), clock,
                                     sensory_stage=sensory_stage, maintainer=maintainer, ltm=ltm)
 
     # The write pipeline's parts, settable (an evaluation wraps the writer, a test swaps the clock).

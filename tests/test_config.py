@@ -251,3 +251,24 @@ def test_the_store_backend_is_a_target_whose_settings_and_defaults_come_from_its
         mem.close()
     with pytest.raises(Exception, match="pool_size"):  # a server setting is not the embedded store's
         compose("locomo", ["store.pool_size=2"])
+
+
+def test_a_config_that_names_no_role_builds_the_roles_memory_open_uses(tmp_path, embedder):
+    from omegaconf import OmegaConf
+
+    from lightmem.config.builders import SharedRuntime
+    from lightmem.config.schemas import PipelineConfig
+    from lightmem.memory import Memory
+
+    node = OmegaConf.structured(PipelineConfig)
+    shared = SharedRuntime(node)
+    built = {name: shared.role(node[name]) for name in ("controller", "selector", "writer")}
+    mem = Memory.open(tmp_path / "m", embedder=embedder)
+    try:
+        opened = {"controller": mem.controller, "selector": mem.retriever.selector, "writer": mem.writer}
+        for name, role in built.items():
+            assert type(role) is type(opened[name]), name
+        assert built["writer"].compact and mem.writer.compact
+        assert type(built["selector"]).__name__ == "LearnedRanker"  # the shipped checkpoint, not the Stage-1 order
+    finally:
+        mem.close()

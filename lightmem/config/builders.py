@@ -9,7 +9,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lightmem.build import ltm_options as options_for_ltm
@@ -73,7 +73,7 @@ class SharedRuntime:
 
     def role(self, node: DictConfig) -> Any:
         """Instantiate a role, passing ``llm`` / ``nlp`` when its class takes them (``nlp: true`` in YAML)."""
-        params = inspect.signature(get_class(node._target_)).parameters
+        params = inspect.signature(get_object(node._target_)).parameters
         kwargs: dict[str, Any] = {}
         if "llm" in params and "llm" not in node:
             kwargs["llm"] = self.llm()

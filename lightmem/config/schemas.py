@@ -99,9 +99,10 @@ class PipelineConfig:
     store: Any = None
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    # The roles default to Memory.open's: the raw query as the one HQ, the trained ranker, compact turns.
     controller: Any = _role("lightmem.roles.controller.PassthroughController")
-    selector: Any = _role("lightmem.roles.selector.Stage1Selector")
-    writer: Any = _role("lightmem.roles.writer.TurnWriter")
+    selector: Any = _role("lightmem.roles.selector.default_selector")
+    writer: Any = _role("lightmem.roles.writer.default_writer")
     # The sensory stages before the Writer (conf/sensory/*.yaml); off unless ``enabled``.
     sensory: Any = field(default_factory=lambda: {"enabled": False})
     # Long-term memory and offline consolidation (conf/ltm/*.yaml); off unless ``enabled``.

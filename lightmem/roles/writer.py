@@ -144,6 +144,12 @@ class TurnWriter:
         return segment_drafts(segments, "turn", writer="turn")
 
 
+def default_writer() -> TurnWriter:
+    """The default Writer: one item per turn without its chit-chat sentences (``Memory.open`` and a
+    Hydra config that names no ``writer`` both use it; conf/writer/turn_compact.yaml is the same)."""
+    return TurnWriter(compact=True)
+
+
 def _listener(turns: Sequence[Turn], i: int, context: Sequence[str]) -> str | None:
     """The other party of turn i: the nearest earlier (else later) different speaker."""
     me = turns[i].speaker

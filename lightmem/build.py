@@ -6,6 +6,7 @@ built here once, whatever the caller. No Hydra here: config nodes are mapped in 
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -98,8 +99,32 @@ def open_memory(
     ltm: LTMOptions | None = None,
     **store_kwargs: Any,
 ) -> Memory:
-    """Open (or create) the store at ``path`` and assemble a Memory over it (see ``Memory.open``); ``path``
-    may also be a store already opened (the Hydra builder's ``store`` node), which takes no store settings."""
+    """Open (or create) a store and assemble a Memory over it (``Memory.open`` is this); every part
+    left out is the default CPU pipeline's.
+
+    Args:
+        path: Store folder (or ``.sqlite`` file), created when missing; or a PostgreSQL
+            database, ``postgresql://user:password@host/db`` (needs the ``postgres`` extra); or a store
+            already opened (the Hydra builder's ``store`` node), which then takes no store settings.
+        embedder: Defaults to the embedder that wrote the store; for a new store the packaged
+            all-MiniLM-L6-v2 with the trained memory adapter of checkpoints/embedder.
+        selector: Stage-2 selector; defaults to the learned ranker of checkpoints/ranker
+            (``Stage1Selector()`` keeps the Stage-1 order and loads no model).
+        controller: Defaults to the raw query as the single HQ.
+        writer: Defaults to one item per turn, its chit-chat sentences left out (the turn is stored whole).
+        maintainer: Online maintenance after writes; none by default.
+        k: Default number of items ``search`` returns.
+        budget: Default prompt budget of ``build_context`` (tokens).
+        capacity: Active items per user before the least retained are archived.
+        retrieval: Keyword arguments of ``TwoStageRetriever`` (fusion, weights...).
+        sensory_stage: Sensory stages and STM buffer before the Writer (compression, topic
+            segmentation, gates, normalization); none by default: the Writer gets raw turns.
+        ltm: Long-term memory: the de-identified knowledge graph, its offline consolidation
+            (in a background thread unless ``background=False``) and LTM routing of
+            search. None by default: MTM only.
+        **store_kwargs: Keyword arguments of the store (``MTMStore``: index, synchronous...;
+            ``PostgresStore``: index, ef_search...).
+    """
     if isinstance(path, MemoryStore):
         if embedder is None or store_kwargs or capacity != DEFAULT_CAPACITY:
             raise ValueError("an opened store comes with its settings: pass its embedder and no store options")
@@ -117,3 +142,9 @@ def open_memory(
     counter = embedder.token_counter()
     return Memory(store, embedder, retriever, ContextComposer(counter, budget), controller=controller, writer=writer,
                   maintainer=maintainer, counter=counter, k=k, sensory_stage=sensory_stage, ltm=runtime)
+
+
+# ``Memory.open`` hands its arguments to ``open_memory``: help() and editors show them there too.
+_signature = inspect.signature(open_memory)
+Memory.open.__func__.__signature__ = _signature.replace(
+    parameters=[inspect.Parameter("cls", inspect.Parameter.POSITIONAL_OR_KEYWORD), *_signature.parameters.values()])

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lightmem.errors import InvalidInputError
-from lightmem.ltm import CycleReport, LTMOptions, LTMRuntime
+from lightmem.ltm import CycleReport, LTMRuntime
 from lightmem.messages import check_budget, check_item_fields, check_k, check_stm, check_user_id, to_turns
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
@@ -16,10 +16,9 @@ from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
-from lightmem.roles.selector import Selector
 from lightmem.roles.writer import Writer, default_writer
 from lightmem.sensory.pipeline import SensoryStage
-from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
+from lightmem.stores.base import MemoryStore
 from lightmem.timeutil import now as wall_clock
 from lightmem.timeutil import parse_timestamp
 from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, MemoryItem, Turn
@@ -93,51 +92,14 @@ class Memory:
         self._write.clock = clock
 
     @classmethod
-    def open(
-        cls,
-        path: str | Path,
-        embedder: Embedder | None = None,
-        selector: Selector | None = None,
-        controller: Controller | None = None,
-        writer: Writer | None = None,
-        maintainer: Maintainer | None = None,
-        k: int = 10,
-        budget: int = 2048,
-        capacity: int = DEFAULT_CAPACITY,
-        retrieval: Mapping[str, Any] | None = None,
-        sensory_stage: SensoryStage | None = None,
-        ltm: LTMOptions | None = None,
-        **store_kwargs: Any,
-    ) -> "Memory":
-        """Open (or create) a store; every part left out is the default CPU pipeline's.
-
-        Args:
-            path: Store folder (or ``.sqlite`` file), created when missing; or a PostgreSQL
-                database, ``postgresql://user:password@host/db`` (needs the ``postgres`` extra).
-            embedder: Defaults to the embedder that wrote the store; for a new store the packaged
-                all-MiniLM-L6-v2 with the trained memory adapter of checkpoints/embedder.
-            selector: Stage-2 selector; defaults to the learned ranker of checkpoints/ranker
-                (``Stage1Selector()`` keeps the Stage-1 order and loads no model).
-            controller: Defaults to the raw query as the single HQ.
-            writer: Defaults to one item per turn, its chit-chat sentences left out (the turn is stored whole).
-            maintainer: Online maintenance after writes; none by default.
-            k: Default number of items ``search`` returns.
-            budget: Default prompt budget of ``build_context`` (tokens).
-            capacity: Active items per user before the least retained are archived.
-            retrieval: Keyword arguments of ``TwoStageRetriever`` (fusion, weights...).
-            sensory_stage: Sensory stages and STM buffer before the Writer (compression, topic
-                segmentation, gates, normalization); none by default: the Writer gets raw turns.
-            ltm: Long-term memory: the de-identified knowledge graph, its offline consolidation
-                (in a background thread unless ``background=False``) and LTM routing of
-                search. None by default: MTM only.
-            **store_kwargs: Keyword arguments of the store (``MTMStore``: index, synchronous...;
-                ``PostgresStore``: index, ef_search...).
-        """
+    def open(cls, path: str | Path, **options: Any) -> "Memory":
+        """Open (or create) a store and the pipeline over it; every part left out is the default CPU
+        pipeline's. The arguments are ``lightmem.build.open_memory``'s (the one construction path):
+        embedder, selector, controller, writer, maintainer, k, budget, capacity, retrieval,
+        sensory_stage, ltm and the store's own settings."""
         from lightmem.build import open_memory  # the one construction path (it imports this module)
 
-        return open_memory(path, embedder=embedder, selector=selector, controller=controller, writer=writer,
-                           maintainer=maintainer, k=k, budget=budget, capacity=capacity, retrieval=retrieval,
-                           sensory_stage=sensory_stage, ltm=ltm, **store_kwargs)
+        return open_memory(path, **options)
 
     # -- write path --------------------------------------------------------------------------
     def add(

@@ -24,6 +24,7 @@ from lightmem.ltm.sleep import Decision, QueueSpec, resolve, rule_decision, upda
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.roles.selector import Stage1Selector
+from lightmem.stores import is_server
 from lightmem.types import Edge, ItemKind, KnowledgeNode, NodeKind
 
 DAY = 86_400.0
@@ -33,7 +34,8 @@ T0 = 1_680_000_000.0
 def _memory(path, spec: ConsolidationSpec | None = None, graph: GraphSpec | None = None, **opts) -> Memory:
     opts.setdefault("background", False)
     ltm = LTMOptions(consolidation=spec or ConsolidationSpec(), graph=graph or GraphSpec(), **opts)
-    return Memory.open(path, embedder=HashingEmbedder(dim=64), selector=Stage1Selector(), synchronous="NORMAL", ltm=ltm)
+    fast = {} if is_server(path) else {"synchronous": "NORMAL"}  # a server keeps its own durability
+    return Memory.open(path, embedder=HashingEmbedder(dim=64), selector=Stage1Selector(), ltm=ltm, **fast)
 
 
 def _say(m: Memory, user: str, texts: list[str], speaker: str = "Caroline", t: float = T0, prefix: str = "D") -> None:

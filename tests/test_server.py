@@ -20,6 +20,7 @@ from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.roles.selector import Stage1Selector
 from lightmem.server import KeyFileError, KeyRing, create_app
+from lightmem.stores import is_server
 
 ALICE, BOB, ADMIN, TEAM = "alice-key-0000000001", "bob-key-00000000002", "admin-key-0000000003", "team-key-00000000004"
 KEYS = {ALICE: ["alice"], BOB: ["bob"], ADMIN: ["*"], TEAM: ["alice", "carol"]}
@@ -31,7 +32,8 @@ def auth(key: str) -> dict[str, str]:
 
 
 def _open(path) -> Memory:
-    return Memory.open(path, embedder=HashingEmbedder(64), selector=Stage1Selector(), synchronous="NORMAL")
+    fast = {} if is_server(path) else {"synchronous": "NORMAL"}  # a server keeps its own durability
+    return Memory.open(path, embedder=HashingEmbedder(64), selector=Stage1Selector(), **fast)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

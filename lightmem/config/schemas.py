@@ -12,7 +12,9 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from lightmem.build import open_memory
 from lightmem.retrieval.engine import TwoStageRetriever
+from lightmem.roles.maintenance import Maintainer
 from lightmem.stores.embedded.store import MTMStore
 from lightmem.stores.postgres.store import PostgresStore
 
@@ -67,12 +69,16 @@ ServerStoreConfig = _store_schema("ServerStoreConfig", PostgresStore, ("dim", "e
 STORE_SCHEMAS = {"schema_embedded": EmbeddedStoreConfig, "schema_server": ServerStoreConfig}
 
 
+def _default(fn: Any, name: str) -> Any:
+    return inspect.signature(fn).parameters[name].default
+
+
 @dataclass
 class MemoryConfig:
-    k: int = 10
-    budget: int = 2048
+    k: int = _default(open_memory, "k")  # Memory.open's defaults, stated there once
+    budget: int = _default(open_memory, "budget")
     maintenance: bool = False  # merge near-duplicates / supersede conflicts after each write
-    dup_threshold: float = 0.95
+    dup_threshold: float = _default(Maintainer.__init__, "dup_threshold")
 
 
 def logger_field() -> Any:

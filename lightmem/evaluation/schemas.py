@@ -50,7 +50,9 @@ class LocomoEvalConfig(PipelineConfig):
     budget: int = 600
     out_dir: str = "outputs/locomo"
     keep_stores: bool = False
-    system: str = "memory"  # memory | full_context
+    # None: the Memory this config builds; else a baseline System as ``_target_`` (e.g. conf/experiment/
+    # baseline_full_context.yaml), given the embedder's token counter as ``counter``.
+    system: Any = None
     qa: QAConfig = field(default_factory=QAConfig)
     inject: InjectConfig = field(default_factory=InjectConfig)
     seed: int = 0  # seeds the stochastic parts: error injection (and sampling generators)

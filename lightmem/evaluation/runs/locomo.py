@@ -10,13 +10,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightmem.config import SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.datasets.formats import Conversation
 from lightmem.errors import InvalidInputError
-from lightmem.evaluation.baselines import FullContext
 from lightmem.evaluation.failures import failures_md, qa_failures
 from lightmem.evaluation.inject import NoisyController, NoisyWriter, pools, saturate
 from lightmem.evaluation.locomo import evaluate_locomo
@@ -26,21 +26,19 @@ from lightmem.evaluation.system import System
 from lightmem.metric_logger import log_results, quiet_third_party_logs
 from lightmem.seeding import seed_everything
 
-SYSTEMS = ("memory", "full_context")
-
 
 def system_factory(cfg: DictConfig, stores: Path, embedder, shared: SharedRuntime,
                    everything: Sequence[Conversation]) -> Callable[[str], System]:
     """``make(conv_id)``: a fresh system for one conversation, with the configured injectors."""
-    system = str(cfg.get("system", "memory"))
-    if system not in SYSTEMS:
-        raise InvalidInputError(f"system must be one of {SYSTEMS}, got {system!r}")
+    baseline = cfg.get("system")
+    if baseline is not None and not (isinstance(baseline, DictConfig) and "_target_" in baseline):
+        raise InvalidInputError(f"system must be null (the Memory) or a baseline node with a _target_, got {baseline!r}")
     inject = cfg.get("inject") or {}
     seed = int(cfg.get("seed", 0))
 
     def make(conv_id: str) -> System:
-        if system == "full_context":
-            return FullContext(embedder.token_counter(), int(cfg.qa.window))
+        if baseline is not None:
+            return instantiate(baseline, counter=embedder.token_counter())
         memory = build_memory(cfg, stores / conv_id, embedder=embedder, shared=shared)
         questions, texts = pools(everything, conv_id)
         if float(inject.get("hq_noise", 0)) > 0:

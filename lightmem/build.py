@@ -7,7 +7,7 @@ built here once, whatever the caller. No Hydra here: config nodes are mapped in 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,31 +57,6 @@ def resolve_embedder(location: str | Path, encoder: str | None = None) -> Embedd
     if encoder in (None, "tuned"):
         return default_embedder()
     return embedder_for(ENCODERS[encoder])
-
-
-def ltm_options(spec: Mapping[str, Any] | None, parser: Callable[[], Any], llm: Callable[[], Any] | None = None) -> LTMOptions | None:
-    """LTMOptions from plain settings (the keys of conf/ltm/*.yaml), or None when LTM is off.
-
-    Args:
-        spec: ``enabled`` plus LTMOptions' fields, ``consolidation`` (with ``queue`` and ``cluster``)
-            and ``graph`` as nested mappings; ``nlp`` is a flag. Unknown keys fail loudly.
-        parser: Loads the spaCy pipeline with the parser (called only when ``nlp`` is true).
-        llm: Loads the offline LLM (called only for the generative abstractor).
-    """
-    if spec is None or not spec.get("enabled", False):
-        return None
-    from lightmem.ltm import ConsolidationSpec, GraphSpec
-    from lightmem.ltm.recursive import ClusterSpec
-    from lightmem.ltm.sleep import QueueSpec
-
-    d = dict(spec)
-    d.pop("enabled")
-    cons = dict(d.pop("consolidation", {}))
-    queue, cluster = QueueSpec(**cons.pop("queue", {})), ClusterSpec(**cons.pop("cluster", {}))
-    nlp = d.pop("nlp", False)
-    generative = d.get("abstractor") == "generative"
-    return LTMOptions(consolidation=ConsolidationSpec(queue=queue, cluster=cluster, **cons), graph=GraphSpec(**d.pop("graph", {})),
-                      nlp=parser() if nlp else None, llm=llm() if generative and llm is not None else None, **d)
 
 
 def open_memory(

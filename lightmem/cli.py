@@ -62,10 +62,10 @@ def _shown(store: str) -> str:
 
 def _ltm_options(no_nlp: bool = False):
     """Foreground LTM (the CLI runs cycles itself), with spaCy unless ``no_nlp``."""
-    from lightmem.build import ltm_options
+    from lightmem.ltm import LTMOptions
     from lightmem.models.registry import ModelRegistry
 
-    return ltm_options({"enabled": True, "background": False, "nlp": not no_nlp}, parser=lambda: ModelRegistry().spacy())
+    return LTMOptions(background=False, nlp=None if no_nlp else ModelRegistry().spacy())
 
 
 _USER_HINTS = {

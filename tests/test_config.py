@@ -178,7 +178,7 @@ def test_a_benchmark_recomposing_its_own_option_keeps_the_command_lines_override
         finally:
             HydraConfig.instance().cfg = None
     assert (own.compress.rate, own.compressor.backend) == (0.5, "onnx_int8")
-    assert not other.enabled and "compressor" not in other
+    assert not other.enabled and other.compressor is None
     fresh = compose_option(ROOT / "conf", "sensory_bench", "sensory", "lightmem")  # outside an app: the file as written
     assert fresh.compress.rate == 0.6
 
@@ -272,3 +272,48 @@ def test_a_config_that_names_no_role_builds_the_roles_memory_open_uses(tmp_path,
         assert type(built["selector"]).__name__ == "LearnedRanker"  # the shipped checkpoint, not the Stage-1 order
     finally:
         mem.close()
+
+
+@pytest.mark.parametrize("group", ["sensory", "ltm"])
+def test_the_sensory_and_ltm_nodes_take_their_defaults_from_the_dataclasses(group):
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from lightmem.config.schemas import NODE_SWITCHES
+    from lightmem.config.specs import build_spec
+    from lightmem.ltm import LTMOptions
+    from lightmem.sensory.pipeline import SensorySpec
+
+    cls = {"sensory": SensorySpec, "ltm": LTMOptions}[group]
+    node = compose("locomo", [f"{group}=lightmem"])[group]
+    built = build_spec(cls, {k: v for k, v in OmegaConf.to_container(node).items() if k not in NODE_SWITCHES})
+    defaults = cls()
+    for f in dataclasses.fields(cls):  # no YAML value differs from the dataclass unless it says so
+        if f.name not in ("nlp", "llm"):
+            assert getattr(built, f.name) == getattr(defaults, f.name), f.name
+
+    def leaves(d, prefix=""):
+        for k, v in d.items():
+            yield from leaves(v, f"{prefix}{k}.") if isinstance(v, dict) and "_target_" not in v else [(prefix + k, v)]
+
+    schema = OmegaConf.to_container(compose("locomo", [f"{group}=none"])[group])
+    flat = dict(leaves(schema))
+    for name in sorted((ROOT / "conf" / group).glob("*.yaml")):  # every value a YAML sets differs from the default
+        for key, value in leaves(OmegaConf.to_container(OmegaConf.load(name))):
+            if key not in ("defaults", "enabled") and key in flat and not isinstance(value, dict):  # enabled: the option
+                assert value != flat[key], f"{name.name} restates {key}={value!r}"
+    tweaked = compose("locomo", [f"{group}=lightmem", f"{group}.{'segment.layers=[-2,-1]' if group == 'sensory' else 'consolidation.queue.k=5'}"])
+    spec = build_spec(cls, {k: v for k, v in OmegaConf.to_container(tweaked[group]).items() if k not in NODE_SWITCHES})
+    assert (spec.segment.layers == (-2, -1)) if group == "sensory" else (spec.consolidation.queue.k == 5)
+    with pytest.raises(TypeError, match="no setting"):
+        build_spec(cls, {"nonexistent": 1})
+
+
+def test_the_ltm_abstractor_is_chosen_from_a_table_that_says_what_it_needs():
+    from lightmem.ltm.abstraction import ABSTRACTORS, ExtractiveAbstractor, GenerativeAbstractor
+    from lightmem.ltm.deidentify import Deidentifier
+
+    assert not ABSTRACTORS["extractive"].needs_llm and ABSTRACTORS["generative"].needs_llm
+    assert isinstance(ABSTRACTORS["extractive"].build(None, None, Deidentifier()), ExtractiveAbstractor)
+    assert isinstance(ABSTRACTORS["generative"].build(None, object(), Deidentifier()), GenerativeAbstractor)

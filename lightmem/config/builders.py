@@ -6,15 +6,17 @@ Swappable roles (controller, selector, writer) are ``_target_`` nodes.
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from lightmem.build import ltm_options as options_for_ltm
 from lightmem.build import open_memory
 from lightmem.config.hydra_app import to_container
+from lightmem.config.schemas import NODE_SWITCHES
+from lightmem.config.specs import build_spec
 from lightmem.memory import Memory
 from lightmem.models.embedder import Embedder
 from lightmem.roles.maintenance import Maintainer
@@ -86,18 +88,10 @@ class SharedRuntime:
 
 
 def sensory_spec(node: DictConfig) -> Any:
-    """The ``sensory`` node → SensorySpec (unknown keys fail loudly)."""
-    from lightmem.sensory import pipeline as p
+    """The ``sensory`` node → SensorySpec (its switches aside; unknown keys fail loudly)."""
+    from lightmem.sensory.pipeline import SensorySpec
 
-    d = to_container(node)
-    seg = dict(d.get("segment", {}))
-    if "layers" in seg:
-        seg["layers"] = tuple(seg["layers"])
-    return p.SensorySpec(
-        normalize=p.NormalizeSpec(**d.get("normalize", {})), compress=p.CompressSpec(**d.get("compress", {})),
-        segment=p.SegmentSpec(**seg), stm_threshold=int(d.get("stm_threshold", 512)),
-        gate=p.GateSpec(**d.get("gate", {})), importance=p.ImportanceSpec(**d.get("importance", {})),
-    )
+    return build_spec(SensorySpec, {k: v for k, v in to_container(node).items() if k not in NODE_SWITCHES})
 
 
 def build_sensory_stage(node: DictConfig | None, embedder: Embedder, shared: SharedRuntime) -> Any:
@@ -113,8 +107,16 @@ def build_sensory_stage(node: DictConfig | None, embedder: Embedder, shared: Sha
 
 
 def ltm_options(node: DictConfig | None, shared: SharedRuntime) -> Any:
-    """The ``ltm`` node → LTMOptions, or None when LTM is off (unknown keys fail loudly)."""
-    return options_for_ltm(None if node is None else to_container(node), shared.parser, shared.llm)
+    """The ``ltm`` node → LTMOptions, or None when LTM is off (unknown keys fail loudly). The spaCy
+    pipeline is loaded when ``nlp`` is set, the LLM runtime when the abstractor needs one."""
+    if node is None or not node.get("enabled", False):
+        return None
+    from lightmem.ltm import LTMOptions
+    from lightmem.ltm.abstraction import ABSTRACTORS
+
+    options = build_spec(LTMOptions, {k: v for k, v in to_container(node).items() if k not in NODE_SWITCHES})
+    needs_llm = options.abstractor in ABSTRACTORS and ABSTRACTORS[options.abstractor].needs_llm
+    return replace(options, nlp=shared.parser() if node.get("nlp") else None, llm=shared.llm() if needs_llm else None)
 
 
 def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None,

@@ -13,8 +13,11 @@ from typing import Any
 from omegaconf import MISSING
 
 from lightmem.build import open_memory
+from lightmem.config.specs import schema_of
+from lightmem.ltm import LTMOptions
 from lightmem.retrieval.engine import TwoStageRetriever
 from lightmem.roles.maintenance import Maintainer
+from lightmem.sensory.pipeline import SensorySpec
 from lightmem.stores.embedded.store import MTMStore
 from lightmem.stores.postgres.store import PostgresStore
 
@@ -92,6 +95,14 @@ def _role(target: str) -> Any:
     return field(default_factory=lambda: {"_target_": target})
 
 
+# The ``sensory`` and ``ltm`` nodes: SensorySpec's and LTMOptions' settings with their own defaults, plus the
+# switches and the parts a builder supplies (the spaCy pipeline as a flag, the compressor as a ``_target_``).
+SensoryConfig = schema_of(SensorySpec, "SensoryConfig", extra=[("enabled", bool, False), ("nlp", bool, False),
+                                                                ("compressor", Any, None)])
+LTMConfig = schema_of(LTMOptions, "LTMConfig", drop=("nlp", "llm"), extra=[("enabled", bool, False), ("nlp", bool, False)])
+NODE_SWITCHES = ("enabled", "nlp", "compressor")  # the keys of those nodes that are not the dataclass's
+
+
 @dataclass
 class PipelineConfig:
     """Everything that builds a Memory."""
@@ -110,9 +121,9 @@ class PipelineConfig:
     selector: Any = _role("lightmem.roles.selector.default_selector")
     writer: Any = _role("lightmem.roles.writer.default_writer")
     # The sensory stages before the Writer (conf/sensory/*.yaml); off unless ``enabled``.
-    sensory: Any = field(default_factory=lambda: {"enabled": False})
+    sensory: SensoryConfig = field(default_factory=SensoryConfig)
     # Long-term memory and offline consolidation (conf/ltm/*.yaml); off unless ``enabled``.
-    ltm: Any = field(default_factory=lambda: {"enabled": False})
+    ltm: LTMConfig = field(default_factory=LTMConfig)
     # The LLM runtime shared by the generative roles; built only when one of them asks.
     llm: Any = field(default_factory=lambda: {"_target_": "lightmem.llm.transformers_backend.TransformersLLM"})
     # Where metrics go: a MetricLogger class and its settings (conf/logger/*.yaml); nothing by default.

@@ -32,7 +32,8 @@ class LTMOptions:
             ``controller`` (only the routed tier), ``mtm_only``, ``ltm_only``.
         cross_share: Share of an HQ's quota spent on the tier it was not routed to.
         hops: Edge hops of LTM expansion (1 or 2).
-        abstractor: ``extractive`` (spaCy patterns) or ``generative`` (the LLM runtime).
+        abstractor: A name in ``abstraction.ABSTRACTORS``: ``extractive`` (spaCy patterns) or ``generative``
+            (the LLM runtime).
         nlp: A spaCy pipeline with the parser for the extractive abstractor and
             de-identification (None: rules only).
         llm: The offline LLM (generative abstraction, update decisions, cluster abstracts).
@@ -59,17 +60,17 @@ class LTMRuntime:
 
 def build_ltm(store: MemoryStore, embedder: Any, options: LTMOptions, clock: Any = None) -> LTMRuntime:
     """The graph over ``store``'s database, its consolidator and (when ``background``) its scheduler."""
-    from lightmem.ltm.abstraction import ExtractiveAbstractor, GenerativeAbstractor
+    from lightmem.ltm.abstraction import ABSTRACTORS
     from lightmem.ltm.deidentify import Deidentifier
 
-    if options.abstractor not in ("extractive", "generative"):
-        raise ValueError(f"abstractor must be 'extractive' or 'generative', got {options.abstractor!r}")
-    if options.abstractor == "generative" and options.llm is None:
-        raise ValueError("the generative abstractor needs an LLM runtime (LTMOptions.llm)")
+    choice = ABSTRACTORS.get(options.abstractor)
+    if choice is None:
+        raise ValueError(f"abstractor must be one of {', '.join(ABSTRACTORS)}, got {options.abstractor!r}")
+    if choice.needs_llm and options.llm is None:
+        raise ValueError(f"the {options.abstractor} abstractor needs an LLM runtime (LTMOptions.llm)")
     graph = KnowledgeGraph(store.graph, embedder.encode, embedder.dim, options.graph)
     deid = Deidentifier(options.nlp)
-    extractive = ExtractiveAbstractor(options.nlp)
-    abstractor = GenerativeAbstractor(options.llm, extractive, deid) if options.abstractor == "generative" else extractive
+    abstractor = choice.build(options.nlp, options.llm, deid)
     kw = {"clock": clock} if clock is not None else {}
     consolidator = Consolidator(store, embedder, graph, abstractor, deid, options.llm, options.consolidation, **kw)
     scheduler = (ConsolidationScheduler(consolidator, options.consolidation.every_n_turns, options.nice)

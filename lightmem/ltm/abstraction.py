@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -319,3 +319,19 @@ class GenerativeAbstractor:
             if nodes:
                 units.append(KnowledgeUnit(statement, list(nodes.values()), edges))
         return units
+
+
+@dataclass(frozen=True)
+class AbstractorChoice:
+    """How ``build_ltm`` makes the abstractor ``LTMOptions.abstractor`` names."""
+
+    build: Callable[[Any, LLM | None, Deidentifier], Any]  # (spaCy pipeline, LLM runtime, de-identifier) → abstractor
+    needs_llm: bool
+
+
+# The abstractors by the name a config gives (``ltm.abstractor``).
+ABSTRACTORS = {
+    "extractive": AbstractorChoice(lambda nlp, llm, deid: ExtractiveAbstractor(nlp), needs_llm=False),
+    "generative": AbstractorChoice(lambda nlp, llm, deid: GenerativeAbstractor(llm, ExtractiveAbstractor(nlp), deid),
+                                   needs_llm=True),
+}

@@ -8,6 +8,7 @@ optimizer, scheduler, RNG, position in the data); ``out_dir/best`` the best weig
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -73,6 +74,158 @@ def _state_path(out: Path) -> Path:
     return out / "last" / "trainer_state.json"
 
 
+@dataclass
+class TrainState:
+    """Where a run stands; saved beside the resumable state (``out_dir/last/trainer_state.json``)."""
+
+    step: int = 0  # optimizer steps taken
+    epoch: int = 0
+    micro: int = 0  # micro-batches of the current epoch taken
+    best: float = -math.inf  # the best value of the metric so far
+    bad_evals: int = 0  # evaluations since it last improved
+    history: list[dict[str, float]] = field(default_factory=list)
+    seconds: float = 0.0  # training time before the last save
+
+
+class Trainer:
+    """One training run (a torchtune-style recipe): ``train`` loops over ``step``, ``evaluate`` and
+    ``save``; everything it must remember between them is a ``TrainState``.
+
+    Args:
+        model: The model; its trainable parameters are optimised.
+        examples: Training examples, shuffled per epoch.
+        make_batch: A list of examples → tensors (given an RNG seeded per step, so sampled negatives
+            are the same after a resume).
+        loss_fn: (model, batch) → scalar loss.
+        evaluate: Metrics of the unwrapped model in eval mode.
+        metric: The metric to maximise; the weights that do are kept in ``out_dir/best``.
+        out_dir: Where ``last`` (resumable state) and ``best`` go.
+        spec: Optimisation and schedule settings.
+        logger: Where training and evaluation metrics go.
+    """
+
+    def __init__(self, model: torch.nn.Module, examples: Sequence[Any],
+                 make_batch: Callable[[Sequence[Any], random.Random], dict[str, Any]],
+                 loss_fn: Callable[[torch.nn.Module, dict[str, Any]], torch.Tensor],
+                 evaluate: Callable[[torch.nn.Module], dict[str, float]], metric: str, out_dir: str | Path,
+                 spec: TrainSpec, logger: MetricLogger | None = None) -> None:
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+
+        if not examples:
+            raise ValueError("no training examples: check the data paths and splits")
+        self.examples, self.make_batch, self.loss_fn, self.eval_fn = examples, make_batch, loss_fn, evaluate
+        self.metric, self.out, self.spec, self.logger = metric, Path(out_dir), spec, logger
+        self.acc = acc = Accelerator(gradient_accumulation_steps=spec.grad_accum, mixed_precision=spec.mixed_precision,
+                                     cpu=spec.cpu)
+        set_seed(spec.seed)
+        self.micro_per_epoch = math.ceil(len(examples) / spec.batch_size / acc.num_processes)
+        self.steps_per_epoch = max(1, self.micro_per_epoch // spec.grad_accum)
+        self.total = total = spec.max_steps or max(1, round(self.steps_per_epoch * spec.epochs))
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        opt = make_optimizer(spec, self.params)
+        warm = max(1, int(spec.warmup_ratio * total))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
+        self.model, self.opt, self.sched = acc.prepare(model, opt, sched)
+        self.state = TrainState()
+        if spec.resume and _state_path(self.out).exists():
+            acc.load_state(str(self.out / "last"))
+            self.state = TrainState(**json.loads(_state_path(self.out).read_text()))
+            log.info("resumed from %s at step %d", self.out / "last", self.state.step)
+
+    def step(self, batch: dict[str, Any]) -> torch.Tensor:
+        """One micro-batch forward and backward; the optimizer steps when the accumulation is complete."""
+        acc = self.acc
+        batch = {k: v.to(acc.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        with acc.accumulate(self.model):
+            loss = self.loss_fn(self.model, batch)
+            acc.backward(loss)
+            if acc.sync_gradients:
+                acc.clip_grad_norm_(self.params, self.spec.max_grad_norm)
+            self.opt.step()
+            self.sched.step()
+            self.opt.zero_grad()
+        return loss
+
+    def evaluate(self) -> bool:
+        """Evaluate, keep the best weights; True when patience has run out."""
+        st, acc = self.state, self.acc
+        unwrapped = acc.unwrap_model(self.model)
+        unwrapped.eval()
+        with torch.no_grad():
+            metrics = self.eval_fn(unwrapped)
+        unwrapped.train()
+        st.history.append({"step": st.step, **metrics})
+        if self.logger:
+            self.logger.log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=st.step)
+        score = metrics[self.metric]
+        if score > st.best:
+            st.best, st.bad_evals = score, 0
+            if acc.is_main_process:
+                shutil.rmtree(self.out / "best", ignore_errors=True)
+                unwrapped.save_pretrained(str(self.out / "best"))
+                (self.out / "best" / "metrics.json").write_text(json.dumps({"step": st.step, **metrics}, indent=2))
+        else:
+            st.bad_evals += 1
+        log.info("step %d: %s (best %s %.4f)", st.step, metrics, self.metric, st.best)
+        return self.spec.patience > 0 and st.bad_evals >= self.spec.patience
+
+    def save(self) -> None:
+        """The resumable state to ``out_dir/last``; a kill mid-save leaves the previous one intact."""
+        acc, out = self.acc, self.out
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            shutil.rmtree(out / "last.tmp", ignore_errors=True)
+        acc.save_state(str(out / "last.tmp"))
+        if acc.is_main_process:
+            (out / "last.tmp" / "trainer_state.json").write_text(json.dumps(dataclasses.asdict(self.state)))
+            shutil.rmtree(out / "last", ignore_errors=True)
+            (out / "last.tmp").rename(out / "last")
+
+    def _epoch_order(self) -> list[int]:
+        """This process's share of the epoch's shuffled examples (equal shards: every process takes the same steps)."""
+        acc, order = self.acc, list(range(len(self.examples)))
+        random.Random(self.spec.seed * 1_000_003 + self.state.epoch).shuffle(order)
+        order += order[: -len(order) % acc.num_processes]
+        return order[acc.process_index :: acc.num_processes]
+
+    def train(self, show_progress: bool = True) -> TrainResult:
+        """Train until ``epochs``/``max_steps`` or early stop (from where a resumed run stood)."""
+        st, spec, acc = self.state, self.spec, self.acc
+        self.model.train()
+        t_start = time.perf_counter() - st.seconds
+        stopped = False
+        bar = tqdm(total=self.total, initial=st.step, desc="train", disable=not (show_progress and acc.is_local_main_process))
+        if st.step == 0 and not st.history:
+            stopped = self.evaluate()  # the untrained baseline, so every run shows what training bought
+        while st.step < self.total and not stopped:
+            order = self._epoch_order()
+            for m in range(st.micro, self.micro_per_epoch):
+                rows = [self.examples[i] for i in order[m * spec.batch_size : (m + 1) * spec.batch_size]]
+                loss = self.step(self.make_batch(rows, random.Random(hash((spec.seed, st.epoch, m)) & 0xFFFFFFFF)))
+                st.micro = m + 1
+                if not acc.sync_gradients:
+                    continue
+                st.step += 1
+                bar.update(1)
+                if self.logger:
+                    self.logger.log_metrics({"train/loss": float(loss.detach()), "train/lr": self.sched.get_last_lr()[0]},
+                                            step=st.step)
+                if st.step % spec.eval_every == 0 or st.step >= self.total:
+                    st.seconds = time.perf_counter() - t_start
+                    stopped = self.evaluate()
+                    self.save()
+                if stopped or st.step >= self.total:
+                    break
+            if st.micro >= self.micro_per_epoch:
+                st.epoch, st.micro = st.epoch + 1, 0
+        bar.close()
+        seconds = time.perf_counter() - t_start
+        epochs_done = st.step / self.steps_per_epoch
+        best = next((h for h in st.history if h.get(self.metric) == st.best), {})
+        return TrainResult(best, st.step, epochs_done, seconds, seconds / max(epochs_done, 1e-9), stopped, st.history)
+
+
 def fit(
     model: torch.nn.Module,
     examples: Sequence[Any],
@@ -85,108 +238,6 @@ def fit(
     logger: MetricLogger | None = None,
     show_progress: bool = True,
 ) -> TrainResult:
-    """Train until ``epochs``/``max_steps`` or early stop; keep the weights that maximise ``metric``.
-
-    ``make_batch`` turns a list of examples into tensors (it gets an RNG seeded per step, so
-    sampled negatives are the same after a resume). ``evaluate`` returns metrics for the
-    unwrapped model in eval mode; ``metric`` names the one to maximise.
-    """
-    from accelerate import Accelerator
-    from accelerate.utils import set_seed
-
-    if not examples:
-        raise ValueError("no training examples: check the data paths and splits")
-    out = Path(out_dir)
-    acc = Accelerator(gradient_accumulation_steps=spec.grad_accum, mixed_precision=spec.mixed_precision, cpu=spec.cpu)
-    set_seed(spec.seed)
-    micro_per_epoch = math.ceil(len(examples) / spec.batch_size / acc.num_processes)
-    steps_per_epoch = max(1, micro_per_epoch // spec.grad_accum)
-    total = spec.max_steps or max(1, round(steps_per_epoch * spec.epochs))
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(spec, params)
-    warm = max(1, int(spec.warmup_ratio * total))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
-    model, opt, sched = acc.prepare(model, opt, sched)
-
-    st = {"step": 0, "epoch": 0, "micro": 0, "best": -math.inf, "bad_evals": 0, "history": [], "seconds": 0.0}
-    if spec.resume and _state_path(out).exists():
-        acc.load_state(str(out / "last"))
-        st.update(json.loads(_state_path(out).read_text()))
-        log.info("resumed from %s at step %d", out / "last", st["step"])
-
-    def save_last() -> None:
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            tmp = out / "last.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-        acc.save_state(str(out / "last.tmp"))
-        if acc.is_main_process:
-            (out / "last.tmp" / "trainer_state.json").write_text(json.dumps(st))
-            shutil.rmtree(out / "last", ignore_errors=True)
-            (out / "last.tmp").rename(out / "last")  # a kill mid-save leaves the previous state intact
-
-    def run_eval() -> bool:
-        """Evaluate; save the best; return True when patience has run out."""
-        unwrapped = acc.unwrap_model(model)
-        unwrapped.eval()
-        with torch.no_grad():
-            metrics = evaluate(unwrapped)
-        unwrapped.train()
-        st["history"].append({"step": st["step"], **metrics})
-        if logger:
-            logger.log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=st["step"])
-        score = metrics[metric]
-        if score > st["best"]:
-            st["best"], st["bad_evals"] = score, 0
-            if acc.is_main_process:
-                shutil.rmtree(out / "best", ignore_errors=True)
-                unwrapped.save_pretrained(str(out / "best"))
-                (out / "best" / "metrics.json").write_text(json.dumps({"step": st["step"], **metrics}, indent=2))
-        else:
-            st["bad_evals"] += 1
-        log.info("step %d: %s (best %s %.4f)", st["step"], metrics, metric, st["best"])
-        return spec.patience > 0 and st["bad_evals"] >= spec.patience
-
-    model.train()
-    t_start = time.perf_counter() - st["seconds"]
-    stopped = False
-    bar = tqdm(total=total, initial=st["step"], desc="train", disable=not (show_progress and acc.is_local_main_process))
-    if st["step"] == 0 and not st["history"]:
-        stopped = run_eval()  # the untrained baseline, so every run shows what training bought
-    while st["step"] < total and not stopped:
-        order = list(range(len(examples)))
-        random.Random(spec.seed * 1_000_003 + st["epoch"]).shuffle(order)
-        order += order[: -len(order) % acc.num_processes]  # equal shards: every process takes the same steps
-        order = order[acc.process_index :: acc.num_processes]
-        for m in range(st["micro"], micro_per_epoch):
-            rows = [examples[i] for i in order[m * spec.batch_size : (m + 1) * spec.batch_size]]
-            batch = make_batch(rows, random.Random(hash((spec.seed, st["epoch"], m)) & 0xFFFFFFFF))
-            batch = {k: v.to(acc.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-            with acc.accumulate(model):
-                loss = loss_fn(model, batch)
-                acc.backward(loss)
-                if acc.sync_gradients:
-                    acc.clip_grad_norm_(params, spec.max_grad_norm)
-                opt.step()
-                sched.step()
-                opt.zero_grad()
-            st["micro"] = m + 1
-            if not acc.sync_gradients:
-                continue
-            st["step"] += 1
-            bar.update(1)
-            if logger:
-                logger.log_metrics({"train/loss": float(loss.detach()), "train/lr": sched.get_last_lr()[0]}, step=st["step"])
-            if st["step"] % spec.eval_every == 0 or st["step"] >= total:
-                st["seconds"] = time.perf_counter() - t_start
-                stopped = run_eval()
-                save_last()
-            if stopped or st["step"] >= total:
-                break
-        if st["micro"] >= micro_per_epoch:
-            st["epoch"], st["micro"] = st["epoch"] + 1, 0
-    bar.close()
-    seconds = time.perf_counter() - t_start
-    epochs_done = st["step"] / steps_per_epoch
-    best = next((h for h in st["history"] if h.get(metric) == st["best"]), {})
-    return TrainResult(best, st["step"], epochs_done, seconds, seconds / max(epochs_done, 1e-9), stopped, st["history"])
+    """Train until ``epochs``/``max_steps`` or early stop; keep the weights that maximise ``metric``
+    (a ``Trainer`` run from start to end, or from where a killed one stopped)."""
+    return Trainer(model, examples, make_batch, loss_fn, evaluate, metric, out_dir, spec, logger).train(show_progress)

@@ -1,12 +1,14 @@
-"""Run the evaluation suite from conf/suite.yaml: every LoCoMo configuration × seeds, MTM growth,
-LongMemEval (through their runners in this package); then suite.md / suite.json and the plots, with
-the comparison over seeds of ``lightmem.evaluation.comparison``. ``eval/suite.py`` is the thin entry point."""
+"""Run the evaluation suite from conf/suite.yaml in three steps: ``plan`` (every LoCoMo configuration ×
+seeds, MTM growth, LongMemEval), ``execute`` (through their runners in this package, resuming finished
+parts) and ``report`` (suite.md / suite.json and the plots, with the comparison over seeds of
+``lightmem.evaluation.comparison``). ``eval/suite.py`` is the thin entry point."""
 from __future__ import annotations
 
 import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,52 +56,74 @@ def _run_part(failures: dict[str, str], timings: dict[str, float], key: str, fol
         failures[key] = "; ".join(recorded)
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Run every planned part of the suite, then write suite.md, suite.json and the plots to ``out_dir``.
+@dataclass
+class Part:
+    """One planned run of the suite: its key in the report, its folder, and how to run it there."""
 
-    A part that fails does not stop the others; it is listed in suite.md's "failed runs" section.
+    key: str
+    folder: Path
+    config_name: str  # locomo | growth | longmemeval
+    overrides: list[str]
+    run_name: str | None = None  # the LoCoMo configuration it belongs to (None: growth, LongMemEval)
 
-    Args:
-        cfg: The composed suite config (conf/suite.yaml).
 
-    Returns:
-        The summary written to suite.json: ``tables`` (the numbers), ``timings_s``, ``planned`` (every
-        part's key), ``failures`` (key -> what went wrong; empty when everything completed), ``total_s``.
-    """
-    quiet_third_party_logs()
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    timings: dict[str, float] = {}
-    failures: dict[str, str] = {}
-    seeds = [int(s) for s in cfg.seeds]
-    report_only = bool(cfg.get("report_only", False))
-    sections_cfg = {name: sec for name, sec in cfg.tables.items() if sec is not None}  # `name: null` drops a section
-    needed = sorted({name for sec in sections_cfg.values() for name in sec.runs})
+RUNNERS = {"locomo": locomo.run, "growth": growth.run, "longmemeval": longmemeval.run}
+
+
+def plan(cfg: DictConfig) -> list[Part]:
+    """Every part the suite's config asks for, in the order they run: each LoCoMo configuration's first
+    seed before any further seed (a suite cut short still covers all), then growth and LongMemEval."""
+    out, seeds = Path(cfg.out_dir), [int(s) for s in cfg.seeds]
+    sections = {name: sec for name, sec in cfg.tables.items() if sec is not None}  # `name: null` drops a section
+    needed = sorted({name for sec in sections.values() for name in sec.runs})
     unknown = [n for n in needed if n not in cfg.runs]
     if unknown:
         raise ValueError(f"tables name runs that `runs` does not define: {unknown}")
-    seed_dirs: dict[str, list[Path]] = {}
-    plan = []  # every configuration's first seed before any further seed: a suite cut short still covers all
+    parts = []
     for rank, seed in enumerate(seeds):
         for name in needed:
             if rank == 0 or cfg.runs[name].get("stochastic", False):
-                plan.append((name, seed))
-    planned = [f"{name}/seed{seed}" for name, seed in plan]
-    for i, (name, seed) in enumerate(plan, 1):
-        key, folder = f"{name}/seed{seed}", out / "locomo" / name / f"seed{seed}"
-        seed_dirs.setdefault(name, []).append(folder)
-        skip = _done(folder, cfg.resume, report_only)
-        overrides = [*cfg.locomo_common, *cfg.runs[name].overrides, f"seed={seed}", f"out_dir={folder}", *_logger_overrides(cfg),
-                     f"++logger.name={name}-seed{seed}"]
-        log.info("[%d/%d] %s: %s", i, len(plan), key, "done before, reused" if skip else " ".join(overrides))
-        _run_part(failures, timings, key, folder, skip,
-                            lambda o=overrides: locomo.run(compose(config_name="locomo", overrides=o), quiet=True))
+                folder = out / "locomo" / name / f"seed{seed}"
+                overrides = [*cfg.locomo_common, *cfg.runs[name].overrides, f"seed={seed}", f"out_dir={folder}",
+                             *_logger_overrides(cfg), f"++logger.name={name}-seed{seed}"]
+                parts.append(Part(f"{name}/seed{seed}", folder, "locomo", overrides, name))
+    for name in ("growth", "longmemeval"):
+        if cfg[name].enabled:
+            folder = out / name
+            parts.append(Part(name, folder, name, [*cfg[name].overrides, f"out_dir={folder}", *_logger_overrides(cfg)]))
+    return parts
+
+
+def execute(cfg: DictConfig, parts: list[Part]) -> tuple[dict[str, float], dict[str, str]]:
+    """Run each part not finished before (``resume``) and not ``report_only``; returns the seconds of the
+    parts that ran and what went wrong in any part (a failed part does not stop the others)."""
+    timings: dict[str, float] = {}
+    failures: dict[str, str] = {}
+    report_only = bool(cfg.get("report_only", False))
+    for i, part in enumerate(parts, 1):
+        skip = _done(part.folder, cfg.resume, report_only)
+        if part.run_name is not None:
+            log.info("[%d/%d] %s: %s", i, len(parts), part.key, "done before, reused" if skip else " ".join(part.overrides))
+        runner = RUNNERS[part.config_name]
+        _run_part(failures, timings, part.key, part.folder, skip,
+                  lambda p=part, r=runner: r(compose(config_name=p.config_name, overrides=p.overrides), quiet=True))
+    return timings, failures
+
+
+def report(cfg: DictConfig, parts: list[Part], timings: dict[str, float], failures: dict[str, str],
+           total: float) -> dict[str, Any]:
+    """suite.md, suite.json and the plots in ``out_dir`` from the parts' folders; returns the summary."""
+    out = Path(cfg.out_dir)
+    seed_dirs: dict[str, list[Path]] = {}
+    for part in parts:
+        if part.run_name is not None:
+            seed_dirs.setdefault(part.run_name, []).append(part.folder)
     runs = {name: load_run(name, [d for d in dirs if (d / "results.json").exists()]) for name, dirs in seed_dirs.items()}
     missing = sorted(name for name, run in runs.items() if not run.results)
     runs = {name: run for name, run in runs.items() if run.results}
     reference = runs.get(cfg.reference)
 
+    sections_cfg = {name: sec for name, sec in cfg.tables.items() if sec is not None}
     sections, numbers = [], {}
     for sec_name, sec in sections_cfg.items():
         members = [runs[n] for n in sec.runs if n in runs]
@@ -114,28 +138,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             sections[-1] += f"\n![{sec_name}]({sec_name}.png)\n"
     plot_budget_curves({n: budget_curve(runs[n]) for n in sections_cfg["baselines"].runs if n in runs} if "baselines" in sections_cfg else {}, out / "recall_vs_budget.png")
 
-    if cfg.growth.enabled:
-        planned.append("growth")
-        folder = out / "growth"
-        overrides = [*cfg.growth.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]
-        _run_part(failures, timings, "growth", folder, _done(folder, cfg.resume, report_only),
-                            lambda: growth.run(compose(config_name="growth", overrides=overrides), quiet=True))
     if cfg.growth.enabled and (folder := out / "growth" / "results.json").exists():
         g = json.loads(folder.read_text())["growth"]
         numbers["growth"] = [{k: v for k, v in r.items() if k != "per_question"} for r in g["rows"]]
         sections.append(f"## MTM growth (K={g['k']})\n\n{growth_table(g['rows'])}\n\n![growth](growth/growth.png)\n")
-    if cfg.longmemeval.enabled:
-        planned.append("longmemeval")
-        folder = out / "longmemeval"
-        overrides = [*cfg.longmemeval.overrides, f"out_dir={folder}", *_logger_overrides(cfg)]
-        _run_part(failures, timings, "longmemeval", folder, _done(folder, cfg.resume, report_only),
-                            lambda: longmemeval.run(compose(config_name="longmemeval", overrides=overrides), quiet=True))
     if cfg.longmemeval.enabled and (folder := out / "longmemeval" / "results.json").exists():
         r = json.loads(folder.read_text())
         numbers["longmemeval"] = r["retrieval"]
         sections.append(f"## LongMemEval\n\n{longmemeval_table(r, sorted(r['config']['ks']))}\n")
 
-    total = time.perf_counter() - t_start
+    planned = [part.key for part in parts]
     head = (f"# lightmem evaluation suite\n\nreference: `{cfg.reference}`; mean ± std over seeds where a run is stochastic; "
             f"Δ = paired bootstrap ({cfg.bootstrap_resamples} resamples) of run − reference over shared questions, "
             f"95% CI, two-sided p (* p < 0.05).\nLoCoMo overrides: `{' '.join(cfg.locomo_common)}`. "
@@ -154,6 +166,26 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             for run, rd in d.items() for col, v in rd["columns"].items() if v["n"]}
     log_results(make_run_logger(cfg.logger, out, "suite"), summary["config"], flat, out / "suite.json")
     return summary
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Plan the suite's parts, run them, then write suite.md, suite.json and the plots to ``out_dir``.
+
+    A part that fails does not stop the others; it is listed in suite.md's "failed runs" section.
+
+    Args:
+        cfg: The composed suite config (conf/suite.yaml).
+
+    Returns:
+        The summary written to suite.json: ``tables`` (the numbers), ``timings_s``, ``planned`` (every
+        part's key), ``failures`` (key -> what went wrong; empty when everything completed), ``total_s``.
+    """
+    quiet_third_party_logs()
+    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    parts = plan(cfg)
+    timings, failures = execute(cfg, parts)
+    return report(cfg, parts, timings, failures, time.perf_counter() - t_start)
 
 
 HEADLINE = ("R_all@10", "R_all@budget", "F1", "retr. P50 ms")  # the reference run's numbers in the closing summary

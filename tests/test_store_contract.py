@@ -102,6 +102,18 @@ def test_the_backend_implements_the_protocol(store):
     assert isinstance(store, MemoryStore)
 
 
+def test_the_protocol_is_four_parts_and_the_backend_is_each(store):
+    import inspect
+
+    from lightmem.stores.base import ItemStore, OfflineStore, SearchIndex, StoreAdmin
+
+    parts = (StoreAdmin, ItemStore, SearchIndex, OfflineStore)
+    assert all(isinstance(store, part) for part in parts)
+    own = [{n for n, _ in inspect.getmembers(part) if not n.startswith("_")} - {"register"} for part in parts]
+    assert sum(len(o) for o in own) == len(set().union(*own))  # no method in two parts
+    assert set().union(*own) >= {"write", "search_dense", "commit_offline", "users", "lock", "graph"}
+
+
 def test_write_then_read_back(store):
     w = _write(store, "u", ["alpha beta", "gamma delta", "epsilon"], topic="greek", entities=["Ava"])
     assert [it.text for it in w.items] == ["alpha beta", "gamma delta", "epsilon"]

@@ -24,7 +24,7 @@ from lightmem.retrieval.diversity import spread_sessions
 from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
 from lightmem.retrieval.scoring import Fusion
 from lightmem.roles.selector import Selector
-from lightmem.stores.base import MemoryStore
+from lightmem.stores.base import SearchIndex
 from lightmem.types import Hit, ItemKind, MemoryItem, RetrievalPlan, Route
 
 ROUTINGS = ("concurrent", "controller", "mtm_only", "ltm_only")
@@ -44,7 +44,7 @@ class TwoStageRetriever:
     """Stage 1 hybrid retrieval over MTM, then Stage 2 selection.
 
     Args:
-        store: The MTM store.
+        store: The MTM store (the engine reads it through its ``SearchIndex`` part).
         embedder: Encodes hypothetical queries.
         selector: Stage-2 selector.
         fusion: ``weighted`` (SimpleMem Eq. 7; the default, best on LoCoMo dev) or ``rrf``.
@@ -77,7 +77,7 @@ class TwoStageRetriever:
 
     def __init__(
         self,
-        store: MemoryStore,
+        store: SearchIndex,
         embedder: Embedder,
         selector: Selector,
         fusion: str | Fusion = Fusion.WEIGHTED,

@@ -145,30 +145,13 @@ class GraphStore(Protocol):
 
 
 @runtime_checkable
-class MemoryStore(Protocol):
-    """A per-user memory store: turns, items with vectors, history, search indexes and the LTM graph.
-
-    Attributes:
-        dim: Embedding dimension of the stored vectors.
-        embedder: Name of the embedder that made them.
-        capacity: Bound on active items per user; the least retained are archived beyond it.
-    """
+class StoreAdmin(Protocol):
+    """What a store is and how it is run: its embedder and capacity, its users and counts, and its per-process views (refresh, drop, stats), flush and close."""
 
     dim: int
     embedder: str
     capacity: int
 
-    @property
-    def lock(self) -> AbstractContextManager[Any]:
-        """Re-entrant; hold it for several reads that must see one state of the store."""
-        ...
-
-    @property
-    def graph(self) -> GraphStore:
-        """The LTM graph's tables."""
-        ...
-
-    # -- store --------------------------------------------------------------------------------
     def info(self) -> dict[str, str | None]:
         """``embedder``, ``dim`` and ``schema_version`` as recorded in the store."""
         ...
@@ -205,7 +188,12 @@ class MemoryStore(Protocol):
         """A fresh item id."""
         ...
 
-    # -- turns and the write path -----------------------------------------------------------------
+
+@runtime_checkable
+class ItemStore(Protocol):
+    """Turns and items of one user at a time: the atomic write of a call, reads, updates, archiving,
+    deletion and each item's history."""
+
     def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray, now: float,
               pending: Sequence[str] | None = None) -> list[MemoryItem]:
         """Persist turns and their items atomically; skip turns the user has (and their items);
@@ -224,7 +212,6 @@ class MemoryStore(Protocol):
 
     def speakers(self, user_id: str) -> list[str]: ...
 
-    # -- items ----------------------------------------------------------------------------------
     def get(self, user_id: str, item_id: str, include_archived: bool = False) -> MemoryItem:
         """Raises ``ItemNotFoundError`` when the user has no such item."""
         ...
@@ -253,7 +240,17 @@ class MemoryStore(Protocol):
 
     def history(self, user_id: str, item_id: str) -> list[HistoryEvent]: ...
 
-    # -- read path --------------------------------------------------------------------------------
+
+@runtime_checkable
+class SearchIndex(Protocol):
+    """What the read path asks: one lock for reads that must agree, dense and lexical search of a user's
+    active items, the signals the ranker scores, and access counts."""
+
+    @property
+    def lock(self) -> AbstractContextManager[Any]:
+        """Re-entrant; hold it for several reads that must see one state of the store."""
+        ...
+
     def search_dense(self, user_id: str, qvec: np.ndarray, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
         """(row ids, cosines) of the top ``k`` active items passing ``filters``, best first."""
         ...
@@ -281,7 +278,17 @@ class MemoryStore(Protocol):
         """Count a retrieval of these items (may be buffered until ``flush``)."""
         ...
 
-    # -- offline consolidation ----------------------------------------------------------------------
+
+@runtime_checkable
+class OfflineStore(Protocol):
+    """What a consolidation cycle asks: its candidates and progress, the LTM graph's tables, and one
+    transaction that commits the cycle."""
+
+    @property
+    def graph(self) -> GraphStore:
+        """The LTM graph's tables."""
+        ...
+
     def indexed(self, user_id: str, rids: Sequence[int]) -> set[int]:
         """Which of these row ids are active items of the user."""
         ...
@@ -307,3 +314,16 @@ class MemoryStore(Protocol):
         the MTM changes, ``before_commit`` (raise there to roll everything back) and the cycle's
         stats. Changes to items deleted or archived since the cycle read them are skipped."""
         ...
+
+
+@runtime_checkable
+class MemoryStore(StoreAdmin, ItemStore, SearchIndex, OfflineStore, Protocol):
+    """A per-user memory store: turns, items with vectors, history, search indexes and the LTM graph.
+    A backend implements all four parts; each caller types against the part it uses (the retrieval
+    engine a ``SearchIndex``, the consolidator an ``OfflineStore``...).
+
+    Attributes:
+        dim: Embedding dimension of the stored vectors.
+        embedder: Name of the embedder that made them.
+        capacity: Bound on active items per user; the least retained are archived beyond it.
+    """

@@ -12,7 +12,7 @@ import torch
 
 from lightmem.datasets.formats import describe_bad_rows, read_jsonl_rows
 from lightmem.errors import InvalidInputError
-from lightmem.metric_logger import make_run_logger
+from lightmem.metric_logger import MetricLogger, make_run_logger
 from lightmem.training.export import export, git_commit, sha256_files
 from lightmem.training.loop import TrainSpec, fit
 from lightmem.training.lora import trainable_summary
@@ -65,10 +65,20 @@ def train_and_export(
     summary = {"train": asdict(result), "test": metrics, "params": params, "n_train": len(train)}
     training = {k: v for k, v in summary["train"].items() if k != "history"}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    finish_run(out, export_dir, card, params=params, data_files=data_files, metrics=metrics, training=training,
+               config=config, logger=logger)
+    return summary
+
+
+def finish_run(out: Path, export_dir: str | None, card: dict[str, Any], *, params: dict[str, Any],
+               data_files: Sequence[str | Path], metrics: dict[str, float], training: dict[str, Any],
+               config: dict[str, Any], logger: MetricLogger) -> None:
+    """How every trainer ends: with ``export_dir``, ``out/best`` goes there with its card (the trainer's own
+    fields, then the trainable parameters, the training data's digest, the commit, the held-out metrics,
+    the training facts and the config); then the logger is closed."""
     if export_dir:
         full = {**card, "params": params, "data_sha256": sha256_files(data_files), "commit": git_commit(), "metrics": metrics,
                 "training": training, "config": config}
         export(out / "best", export_dir, full)
         logger.log_artifact(Path(export_dir) / "card.json")
     logger.finish()
-    return summary

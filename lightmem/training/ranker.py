@@ -203,3 +203,53 @@ def evaluate_orders(groups: Sequence[dict[str, Any]], orders: Sequence[Sequence[
         out[f"{key}/recall_all@budget"] = float(np.mean([b for _, b in vals]))
     out["n"] = float(len(groups))
     return out
+
+
+def train_ranker(cfg: Any) -> dict[str, Any]:
+    """``train/ranker.py``'s run: mine (or reuse) the groups, fit the ranker, score it and the Stage-1 order
+    on the held-out groups (with ``where_lost``), write ``out_dir/best/ranker.json`` and finish as every
+    trainer does (``job.finish_run``: card and export when ``cfg.export_dir`` is set)."""
+    import time
+
+    from lightmem.config import make_run_logger, to_container
+    from lightmem.datasets.catalog import repo_root
+    from lightmem.training.job import finish_run
+
+    t0 = time.perf_counter()
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = json.loads(json.dumps(to_container(cfg)).replace(str(repo_root()) + "/", ""))  # no machine paths
+    logger = make_run_logger(cfg.logger, out, "train-ranker")
+    logger.log_config(config)
+    groups, cache, cached = mined_groups(cfg, out / "stores")
+    train = groups["train"]
+    test = {"locomo": groups["test_locomo"], "longmemeval": groups["test_longmemeval"]}
+    mined_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    weights = fit_linear(train, cfg.loss, cfg.l2, cfg.listwise_weight)
+    fit_s = time.perf_counter() - t1
+    metrics: dict[str, float] = {}
+    for source, held_out in test.items():
+        for name, w in (("stage1", None), ("ranker", weights)):
+            metrics.update({f"test/{source}/{name}/{k}": v for k, v in evaluate(held_out, w, cfg.k, cfg.budget).items()})
+    logger.log_metrics(metrics)
+    lost = {source: where_lost(held_out, weights, cfg.budget) for source, held_out in test.items()}
+    groups_file = out / "ranker_groups.jsonl"
+    groups_file.write_text("".join(json.dumps(g) + "\n" for g in train))
+    n_params = len(weights["coef"]) + 1
+    card = {"name": "lightmem learned ranker (Stage 2)", "task": "linear listwise ranker of Stage-1 candidates",
+            "description": "Scores each Stage-1 candidate from cheap features (lightmem/retrieval/features.py); "
+                           "LearnedRanker loads it (conf/selector/ranker.yaml).",
+            "base_model": f"features over the Stage-1 signals of {cfg.encoder.get('model')} "
+                          f"(adapter: {'yes' if cfg.encoder.get('adapter') else 'no'})",
+            "command": "make train  (python train/ranker.py)"}
+    training = {"n_train_groups": len(train), "mine_seconds": round(mined_s, 1),
+                "groups_from_cache": str(cache) if cached else None, "fit_seconds": round(fit_s, 2)}
+    summary = {"weights": weights, "test": metrics, "where_lost": lost,
+               "card": {**card, "params": {"trainable": n_params, "total": n_params}, "training": training}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "best").mkdir(exist_ok=True)
+    (out / "best" / "ranker.json").write_text(json.dumps(weights, indent=2))
+    finish_run(out, cfg.export_dir, card, params={"trainable": n_params, "total": n_params}, data_files=[groups_file],
+               metrics=metrics, training=training, config=config, logger=logger)
+    return summary

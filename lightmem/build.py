@@ -15,7 +15,7 @@ from lightmem.errors import LightMemError
 from lightmem.ltm import LTMOptions, build_ltm
 from lightmem.memory import Memory
 from lightmem.models.embedder import Embedder
-from lightmem.retrieval.composer import ContextComposer
+from lightmem.retrieval.composer import DEFAULT_BUDGET, ContextComposer
 from lightmem.retrieval.engine import TwoStageRetriever
 from lightmem.roles.controller import Controller
 from lightmem.roles.maintenance import Maintainer
@@ -67,7 +67,7 @@ def open_memory(
     writer: Writer | None = None,
     maintainer: Maintainer | None = None,
     k: int = 10,
-    budget: int = 2048,
+    budget: int = DEFAULT_BUDGET,
     capacity: int = DEFAULT_CAPACITY,
     retrieval: Mapping[str, Any] | None = None,
     sensory_stage: SensoryStage | None = None,

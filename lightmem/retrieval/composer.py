@@ -11,6 +11,8 @@ from lightmem.models.tokens import TokenCounter
 from lightmem.timeutil import spoken_date
 from lightmem.types import ComposedContext, ItemKind, MemoryItem
 
+DEFAULT_BUDGET = 2048  # tokens of a composed prompt when the caller names no budget (Memory.open's too)
+
 
 def pack_by_budget(costs: Sequence[int], budget: int) -> list[int]:
     """Indices of the items kept when packing ``costs`` in order into ``budget``.
@@ -47,7 +49,7 @@ class ContextComposer:
 
     HEADERS = ("### Query", "### Recent conversation", "### Retrieved memories")
 
-    def __init__(self, counter: TokenCounter, budget: int = 2048) -> None:
+    def __init__(self, counter: TokenCounter, budget: int = DEFAULT_BUDGET) -> None:
         if budget <= 0:
             raise ValueError("budget must be positive")
         self.counter, self.budget = counter, budget

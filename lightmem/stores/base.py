@@ -23,6 +23,8 @@ from lightmem.types import Edge, EdgeType, Filters, HistoryEvent, KnowledgeNode,
 # B, the active items a user keeps before the least retained are archived: every backend and every entry
 # point (Memory.open, open_store, the Hydra store node) defaults to this one value.
 DEFAULT_CAPACITY = 10_000
+# The half-life (days) of the retention score that picks which items capacity archives first.
+DEFAULT_RETENTION_HALF_LIFE_DAYS = 30.0
 
 
 @dataclass

@@ -31,7 +31,7 @@ import numpy as np
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.stores.access import AccessBuffer
-from lightmem.stores.base import DEFAULT_CAPACITY, GraphUpdate, OfflineChanges, OfflineCommit
+from lightmem.stores.base import DEFAULT_CAPACITY, DEFAULT_RETENTION_HALF_LIFE_DAYS, GraphUpdate, OfflineChanges, OfflineCommit
 from lightmem.stores.embedded import offline
 from lightmem.stores.embedded import snapshot as view_snapshot
 from lightmem.stores.embedded.eviction import evict
@@ -41,7 +41,7 @@ from lightmem.stores.embedded.tables import DB_NAME, SQLiteTables, database_path
 from lightmem.stores.factory import stored_embedder
 from lightmem.stores.rows import check_update, forgets_old_text, row_to_item
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
-from lightmem.stores.views.lexical import LexicalIndex
+from lightmem.stores.views.lexical import BM25_B, BM25_K1, LexicalIndex
 from lightmem.stores.views.partition import Partition, SyncingLock, fill, no_gc_pauses
 from lightmem.stores.views.vector import VectorIndex
 from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
@@ -86,9 +86,9 @@ class MTMStore:
         index: str = "flat",
         faiss_device: str = "cpu",
         synchronous: str = "FULL",
-        retention_half_life_days: float = 30.0,
-        bm25_k1: float = 1.5,
-        bm25_b: float = 0.75,
+        retention_half_life_days: float = DEFAULT_RETENTION_HALF_LIFE_DAYS,
+        bm25_k1: float = BM25_K1,
+        bm25_b: float = BM25_B,
         keep_changes: int = 100_000,
         cache_mb: float | None = DEFAULT_CACHE_MB,
         snapshot_min_items: int | None = SNAPSHOT_MIN_ITEMS,

@@ -29,7 +29,7 @@ import numpy as np
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.stores.access import AccessBuffer
-from lightmem.stores.base import DEFAULT_CAPACITY, GraphUpdate, OfflineChanges, OfflineCommit
+from lightmem.stores.base import DEFAULT_CAPACITY, DEFAULT_RETENTION_HALF_LIFE_DAYS, GraphUpdate, OfflineChanges, OfflineCommit
 from lightmem.stores.postgres import offline as pg_offline
 from lightmem.stores.postgres import schema as pg_schema
 from lightmem.stores.postgres.conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, Connections, RetryPolicy, pipelined
@@ -37,6 +37,7 @@ from lightmem.stores.postgres.graph import PostgresGraph, PostgresGraphTransacti
 from lightmem.stores.postgres.lexical import LexicalView, sync
 from lightmem.stores.rows import ITEM_COLS, check_update, forgets_old_text, row_to_item
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
+from lightmem.stores.views.lexical import BM25_B, BM25_K1
 from lightmem.stores.views.partition import filter_mask, tags_of
 from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
 
@@ -134,9 +135,9 @@ class PostgresStore:
         capacity: int = DEFAULT_CAPACITY,
         index: str = "flat",
         ef_search: int = 100,
-        retention_half_life_days: float = 30.0,
-        bm25_k1: float = 1.5,
-        bm25_b: float = 0.75,
+        retention_half_life_days: float = DEFAULT_RETENTION_HALF_LIFE_DAYS,
+        bm25_k1: float = BM25_K1,
+        bm25_b: float = BM25_B,
         cache_mb: float | None = DEFAULT_CACHE_MB,
         pool_size: int = DEFAULT_POOL_SIZE,
         statement_timeout: int = DEFAULT_STATEMENT_TIMEOUT_MS,

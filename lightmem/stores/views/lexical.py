@@ -17,6 +17,9 @@ from lightmem.text import analyze
 _DICT_ENTRY = 100  # an int → int dict entry with its key and value objects
 _TERM_ENTRY = 300  # a term's dict entry: the string, the tuple and the two array headers
 
+# BM25's term-frequency saturation and length normalisation: the defaults of every store and view.
+BM25_K1, BM25_B = 1.5, 0.75
+
 
 class LexicalHits(NamedTuple):
     ids: np.ndarray
@@ -35,7 +38,7 @@ class LexicalIndex:
         b: Length normalisation.
     """
 
-    def __init__(self, k1: float = 1.5, b: float = 0.75) -> None:
+    def __init__(self, k1: float = BM25_K1, b: float = BM25_B) -> None:
         self.k1, self.b = k1, b
         self._ids = array("q")
         self._len = array("i")

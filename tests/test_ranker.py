@@ -152,3 +152,30 @@ def test_where_lost_counts_pool_misses_packed_questions_and_the_ranks_of_what_th
     assert lost["category_1"] == {"n": 3, "in_pool": 2, "packed": 1, "missed_ranks": [2], "list_questions": 1,
                                   "list_in_pool": 0}
     assert lost["category_4"]["packed"] == 1 and list(lost) == ["category_1", "category_4"]
+
+
+def test_served_packing_counts_evidence_that_only_its_excerpt_brings_within_the_budget():
+    from lightmem.models.tokens import WhitespaceTokenCounter
+    from lightmem.retrieval.composer import pack_by_budget
+    from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
+    from lightmem.training.ranker import ServedPacking, evaluate_orders
+
+    filler = "We talked about the weather and the traffic on the long drive home that evening."
+    texts = [f"[2023-05-0{i + 1}] {filler} Nothing else happened." for i in range(3)]
+    texts.append("[2023-05-04] " + filler + " " + filler + " Caroline adopted a puppy named Rex.")
+    group = {"query": "What is the name of Caroline's puppy?", "texts": texts,
+             "tokens": [len(t.split()) - 1 for t in texts], "provenance": [["D1:1"], ["D1:2"], ["D1:3"], ["D1:4"]],
+             "evidence": ["D1:4"], "category": 1, "labels": [0, 0, 0, 1]}
+    budget = sum(group["tokens"][:3]) + 8  # the fourth memory fits only as its excerpt
+    counter = WhitespaceTokenCounter()
+    whole = evaluate_orders([group], [[0, 1, 2, 3]], k=2, budget=budget)
+    served = evaluate_orders([group], [[0, 1, 2, 3]], k=2, budget=budget, packing=ServedPacking(counter, 0.75))
+    assert whole["overall/recall_all@budget"] == 0.0 and served["overall/recall_all@budget"] == 1.0
+    # the same rule the engine packs with: its whole head, then excerpts of the date-less text
+    terms = query_terms([group["query"]])
+    cost = lambda j: counter.count([best_excerpt(texts[j].split("] ", 1)[1], terms)])[0]  # noqa: E731
+    expected = [i for i, _ in pack_whole_then_excerpts(group["tokens"], cost, budget, round(0.75 * budget))]
+    assert ServedPacking(counter, 0.75).kept(group, [0, 1, 2, 3], budget) == expected
+    assert ServedPacking(counter, 1.0).kept(group, [0, 1, 2, 3], budget) == pack_by_budget(group["tokens"], budget)
+    with pytest.raises(ValueError):
+        ServedPacking(counter, 1.5)

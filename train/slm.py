@@ -13,7 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from lightmem.config import per_job, to_container
+from lightmem.config import build_embedder, per_job, to_container
 from lightmem.datasets.catalog import repo_root
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.seeding import seed_everything
@@ -47,6 +47,9 @@ def run(cfg: DictConfig) -> dict:
     test = {"locomo": slm.with_ranker(groups["test_locomo"], weights),
             "longmemeval": slm.with_ranker(groups["test_longmemeval"], weights)}
     mined_s = time.perf_counter() - t0
+    # alpha and N are chosen, and the held-out groups scored, packed as the engine serves them (whole memories in
+    # retrieval.whole_share of the budget, then excerpts); served_packing=false: whole memories only.
+    packing = rk.ServedPacking(build_embedder(cfg).token_counter(), cfg.retrieval.whole_share) if cfg.served_packing else None
 
     seed_everything(cfg.optim.seed)  # the head and the LoRA matrices are drawn when the model is built
     task = slm.SLMTask(**to_container(cfg.task))
@@ -54,7 +57,7 @@ def run(cfg: DictConfig) -> dict:
     ns, alphas = [int(n) for n in cfg.top_ns], [float(a) for a in cfg.alphas]
 
     def choose(score: slm.Scorer) -> dict:
-        return slm.fit_stack(stack, slm.top_scores(score, stack, max(ns)), alphas, ns, cfg.k, cfg.budget)
+        return slm.fit_stack(stack, slm.top_scores(score, stack, max(ns)), alphas, ns, cfg.k, cfg.budget, packing)
 
     def evaluate(m) -> dict[str, float]:
         best = choose(CrossEncoderSelector.from_objects(m, tok, max_length=task.max_length).scores)
@@ -77,8 +80,13 @@ def run(cfg: DictConfig) -> dict:
             base = [g["order"] for g in held]
             new = slm.orders_for(held, ce, chosen["alpha"], chosen["top_n"])
             for name, orders in (("ranker", base), ("slm", new)):
-                metrics.update({f"test/{source}/{name}/{k}": v for k, v in rk.evaluate_orders(held, orders, cfg.k, cfg.budget).items()})
-            metrics.update({f"test/{source}/gain/{k}": v for k, v in slm.paired_gain(held, base, new, cfg.k, cfg.budget).items()})
+                metrics.update({f"test/{source}/{name}/{k}": v
+                                for k, v in rk.evaluate_orders(held, orders, cfg.k, cfg.budget, packing=packing).items()})
+            metrics.update({f"test/{source}/gain/{k}": v
+                            for k, v in slm.paired_gain(held, base, new, cfg.k, cfg.budget, packing=packing).items()})
+            if packing is not None:  # the whole-memories metric beside it, as the cards before served packing had it
+                metrics.update({f"test/{source}/gain_whole_only/{k}": v
+                                for k, v in slm.paired_gain(held, base, new, cfg.k, cfg.budget).items()})
         return metrics
 
     groups_file = out / "slm_groups.jsonl"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -181,17 +182,55 @@ def where_lost(groups: Sequence[dict[str, Any]], weights: dict[str, Any], budget
     return dict(sorted(out.items()))
 
 
+class ServedPacking:
+    """Packs a group's ranked candidates as the engine serves them (``TwoStageRetriever.pack``): whole memories
+    in the first ``whole_share`` of the budget, then each later one as its best-matching sentence
+    (``retrieval.excerpts``), counted with ``counter`` (the served embedder's tokenizer). An excerpt keeps
+    its memory's provenance, so it counts for recall as the whole memory would."""
+
+    _DATE = re.compile(r"^\[\d{4}-\d{2}-\d{2}\] ")  # candidate_text's "[YYYY-MM-DD] " before the memory's text
+
+    def __init__(self, counter: Any, whole_share: float) -> None:
+        if not 0.0 <= whole_share <= 1.0:
+            raise ValueError(f"whole_share must be in [0, 1], got {whole_share!r}")
+        self.counter, self.whole_share = counter, float(whole_share)
+        self._tokens: dict[str, int] = {}
+
+    def _count(self, text: str) -> int:
+        if text not in self._tokens:
+            self._tokens[text] = self.counter.count([text])[0]
+        return self._tokens[text]
+
+    def kept(self, group: dict[str, Any], pool: Sequence[int], budget: int) -> list[int]:
+        """The candidates of ``pool`` (rank order) that reach the prompt within ``budget`` tokens."""
+        from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
+
+        terms = query_terms([group["query"], group["query"]])  # the engine's: the query and its one HQ
+
+        def excerpt(j: int) -> int | None:
+            text = best_excerpt(self._DATE.sub("", group["texts"][pool[j]], count=1), terms)
+            return None if text is None else self._count(text)
+
+        whole = [group["tokens"][i] for i in pool]
+        return [pool[j] for j, _ in pack_whole_then_excerpts(whole, excerpt, budget, int(round(self.whole_share * budget)))]
+
+
 def evaluate_orders(groups: Sequence[dict[str, Any]], orders: Sequence[Sequence[int]], k: int, budget: int,
-                    fill: bool = True, per_group: list[float] | None = None) -> dict[str, float]:
+                    fill: bool = True, per_group: list[float] | None = None,
+                    packing: ServedPacking | None = None) -> dict[str, float]:
     """recall_all@K and within ``budget`` tokens (packed as the composer packs), overall and per category,
     of one candidate order per group. ``fill`` packs the budget from every ranked candidate, as the
     engine does by default (``fill_budget``); otherwise from the best K only. ``per_group`` (a list)
-    receives each group's 0/1 recall within the budget, for paired comparisons."""
+    receives each group's 0/1 recall within the budget, for paired comparisons. ``packing``: pack as the
+    engine serves (whole memories, then excerpts); None: whole memories only."""
     per: dict[str, list[tuple[float, float]]] = {}
     for g, order in zip(groups, orders):
         top = list(order[:k])
         pool = list(order) if fill else top
-        kept = [pool[i] for i in pack_by_budget([g["tokens"][i] for i in pool], budget)]
+        if packing is not None:
+            kept = packing.kept(g, pool, budget)
+        else:
+            kept = [pool[i] for i in pack_by_budget([g["tokens"][i] for i in pool], budget)]
         scores = tuple(_found(g, idx) for idx in (top, kept))
         if per_group is not None:
             per_group.append(scores[1])

@@ -58,6 +58,9 @@ class SLMTrainConfig(RankerTrainConfig):
     alphas: Any = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0, 4.0])
     # 0: the ranker alone. The grid stops where the CPU cost does: 10 pairs take ~17 ms with 3 int8 layers (2 cores)
     top_ns: Any = field(default_factory=lambda: [0, 5, 10])
+    # Choose alpha and N (and score the held-out groups) packing as the engine serves: whole memories in
+    # retrieval.whole_share of the budget, then excerpts. False: whole memories only (the metric before).
+    served_packing: bool = True
     int8: bool = True  # choose and test with the int8 model retrieval serves on CPU
     task: Any = None  # SLMTask (lightmem/training/slm.py)
     optim: Any = None  # TrainSpec

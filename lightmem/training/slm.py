@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lightmem.training.ranker import evaluate_orders, ranker_order
+from lightmem.training.ranker import ServedPacking, evaluate_orders, ranker_order
 from lightmem.training.selector import cross_encoder_batcher
 
 Scorer = Callable[[list[str], list[str]], list[float]]
@@ -77,7 +77,7 @@ def orders_for(groups: Sequence[dict[str, Any]], ce: Sequence[Sequence[float]], 
 
 
 def fit_stack(groups: Sequence[dict[str, Any]], ce: Sequence[Sequence[float]], alphas: Sequence[float], ns: Sequence[int],
-              k: int, budget: int) -> dict[str, Any]:
+              k: int, budget: int, packing: ServedPacking | None = None) -> dict[str, Any]:
     """The (alpha, N) with the best recall within ``budget`` on ``groups``; a tie goes to the smaller N, then the
     smaller alpha (cheaper, and closer to the ranker). ``ce`` must cover each group's top ``max(ns)``."""
     if not groups:
@@ -85,19 +85,19 @@ def fit_stack(groups: Sequence[dict[str, Any]], ce: Sequence[Sequence[float]], a
     grid = []
     for n in sorted(ns):
         for alpha in sorted(alphas):
-            m = evaluate_orders(groups, orders_for(groups, ce, alpha, n), k, budget)
+            m = evaluate_orders(groups, orders_for(groups, ce, alpha, n), k, budget, packing=packing)
             grid.append({"alpha": float(alpha), "n": int(n), "recall_all@budget": m["overall/recall_all@budget"]})
     best = max(grid, key=lambda x: (round(x["recall_all@budget"], 9), -x["n"], -x["alpha"]))
     return {"alpha": best["alpha"], "top_n": best["n"], "fit_recall_all@budget": best["recall_all@budget"], "grid": grid}
 
 
 def paired_gain(groups: Sequence[dict[str, Any]], base: Sequence[Sequence[int]], new: Sequence[Sequence[int]], k: int,
-                budget: int, seed: int = 0) -> dict[str, float]:
+                budget: int, seed: int = 0, packing: ServedPacking | None = None) -> dict[str, float]:
     """Recall within the budget of ``new`` minus ``base`` over the same groups, with a paired-bootstrap 95% CI."""
     from lightmem.evaluation.stats import paired_bootstrap
 
     a: list[float] = []
     b: list[float] = []
-    evaluate_orders(groups, base, k, budget, per_group=a)
-    evaluate_orders(groups, new, k, budget, per_group=b)
+    evaluate_orders(groups, base, k, budget, per_group=a, packing=packing)
+    evaluate_orders(groups, new, k, budget, per_group=b, packing=packing)
     return paired_bootstrap(b, a, seed=seed).to_dict()

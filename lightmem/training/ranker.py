@@ -267,10 +267,18 @@ def train_ranker(cfg: Any) -> dict[str, Any]:
     t1 = time.perf_counter()
     weights = fit_linear(train, cfg.loss, cfg.l2, cfg.listwise_weight)
     fit_s = time.perf_counter() - t1
+    # Held out: packing whole memories only (``{name}/``), and as the engine serves (``{name}_served/``: whole
+    # memories in retrieval.whole_share of the budget, then excerpts, counted with the served tokenizer).
+    from lightmem.config import build_embedder
+
+    packing = ServedPacking(build_embedder(cfg).token_counter(), cfg.retrieval.whole_share)
     metrics: dict[str, float] = {}
     for source, held_out in test.items():
         for name, w in (("stage1", None), ("ranker", weights)):
-            metrics.update({f"test/{source}/{name}/{k}": v for k, v in evaluate(held_out, w, cfg.k, cfg.budget).items()})
+            orders = [list(range(len(g["labels"]))) if w is None else ranker_order(g, w)[1] for g in held_out]
+            metrics.update({f"test/{source}/{name}/{k}": v for k, v in evaluate_orders(held_out, orders, cfg.k, cfg.budget).items()})
+            metrics.update({f"test/{source}/{name}_served/{k}": v
+                            for k, v in evaluate_orders(held_out, orders, cfg.k, cfg.budget, packing=packing).items()})
     logger.log_metrics(metrics)
     lost = {source: where_lost(held_out, weights, cfg.budget) for source, held_out in test.items()}
     groups_file = out / "ranker_groups.jsonl"

@@ -11,10 +11,6 @@ from typing import Any
 _PLAIN = (bool, int, float, str)
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
 def _schema_type(hint: Any) -> Any:
     """The type a Hydra schema can hold for ``hint``: plain types as they are, a tuple of ints as a list."""
     if hint in _PLAIN:
@@ -30,7 +26,7 @@ def schema_of(cls: type, name: str, drop: Sequence[str] = (), extra: Sequence[tu
     fields in ``drop`` and with the ``extra`` ``(name, type, default)`` fields first; Hydra can override
     every field of it (a frozen dataclass would make the node read-only)."""
     fields: list[tuple[str, Any, Any]] = [(n, t, dataclasses.field(default=d)) for n, t, d in extra]
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in drop:
             continue
@@ -53,7 +49,7 @@ def schema_of(cls: type, name: str, drop: Sequence[str] = (), extra: Sequence[tu
 def build_spec(cls: type, data: Mapping[str, Any]) -> Any:
     """``cls`` built from the plain mapping ``data`` (a node's container): nested dataclasses from nested
     mappings, lists as tuples where the field is a tuple; a key ``cls`` does not have fails loudly."""
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:

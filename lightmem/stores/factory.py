@@ -36,16 +36,17 @@ def open_store(location: str | Path, dim: int, embedder: str = "unknown", capaci
             ``PostgresStore``: index, ef_search, pool_size, statement_timeout...; both:
             retention_half_life_days, bm25_k1, bm25_b, cache_mb); a setting of the other backend is refused.
     """
-    if is_server(location):
+    server = is_server(location)
+    if server:
         from lightmem.stores.postgres.store import PostgresStore as backend
     else:
         from lightmem.stores.embedded.store import MTMStore as backend
     takes = set(inspect.signature(backend.__init__).parameters) - {"self", "path", "uri", "dim", "embedder", "capacity"}
     unknown = sorted(set(options) - takes)
     if unknown:
-        kind = "a postgresql:// store" if is_server(location) else "the embedded store"
+        kind = "a postgresql:// store" if server else "the embedded store"
         raise ValueError(f"{', '.join(unknown)}: not a setting of {kind} ({backend.__name__}); it takes {', '.join(sorted(takes))}")
-    return backend(str(location) if is_server(location) else location, dim=dim, embedder=embedder, capacity=capacity, **options)
+    return backend(str(location) if server else location, dim=dim, embedder=embedder, capacity=capacity, **options)
 
 
 def stored_embedder(location: str | Path) -> str | None:

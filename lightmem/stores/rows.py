@@ -1,13 +1,17 @@
 """The backend-free rules of a store's rows, which both backends call: the column order of an item
-and of the LTM graph's nodes and edges, an item row turned back into a ``MemoryItem``, which fields an
-update may change, and when an update erases an item's earlier texts."""
+and of the LTM graph's nodes and edges, an item row turned back into a ``MemoryItem``, which items a
+consolidation cycle takes first and which capacity archives, which fields an update may change, and
+when an update erases an item's earlier texts."""
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from lightmem.errors import InvalidInputError
+from lightmem.retrieval.scoring import retention_score
 from lightmem.types import ItemKind, MemoryItem
 
 ITEM_COLS = ("rid, id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, topic, "
@@ -29,6 +33,28 @@ def row_to_item(row: Sequence[Any]) -> MemoryItem:
         kind=ItemKind(kind), valid_from=vf, valid_to=vt, superseded_by=sup, archived=bool(arch), n_tokens=ntok,
         metadata=json.loads(meta),
     )
+
+
+def new_candidates(new: Sequence[tuple[int, MemoryItem]], limit: int, under_pressure: bool,
+                   half_life_days: float) -> list[tuple[int, MemoryItem, str]]:
+    """Algorithm 3, step 1, for the never-consolidated items ``new`` (rid order): at most ``limit`` of them as
+    (rid, item, reason), ``new``; under capacity pressure the least retained first, ``pressure`` (they are
+    next to be archived). Each backend then fills what is left with its ``reactivated`` items."""
+    new = list(new)
+    if under_pressure and new:
+        scores = retention_score(np.asarray([it.last_access for _, it in new]), np.asarray([it.access_count for _, it in new]),
+                                 np.asarray([it.utility for _, it in new]), now=max(it.last_access for _, it in new),
+                                 half_life_days=half_life_days)
+        new = [new[i] for i in np.argsort(scores, kind="stable")]
+    return [(rid, it, "pressure" if under_pressure else "new") for rid, it in new[:limit]]
+
+
+def least_retained(rows: Sequence[Sequence[Any]], n: int, now: float, half_life_days: float) -> list[Sequence[Any]]:
+    """The capacity rule: the ``n`` least retained of ``rows`` (rid, id, last_access, access_count, utility, ...),
+    by recency, access count and utility; ties keep the rows' order."""
+    scores = retention_score(np.asarray([r[2] for r in rows]), np.asarray([r[3] for r in rows]),
+                             np.asarray([r[4] for r in rows]), now=now, half_life_days=half_life_days)
+    return [rows[i] for i in np.argsort(scores, kind="stable")[:n]]
 
 
 def check_update(fields: Mapping[str, Any], has_vector: bool) -> None:

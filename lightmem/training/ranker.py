@@ -142,10 +142,10 @@ def ranker_order(group: dict[str, Any], weights: dict[str, Any]) -> tuple[np.nda
 
 
 def evaluate(groups: Sequence[dict[str, Any]], weights: dict[str, Any] | None, k: int, budget: int,
-             fill: bool = True) -> dict[str, float]:
+             fill: bool = True, packing: ServedPacking | None = None) -> dict[str, float]:
     """recall_all@K and within ``budget`` tokens of the ranker's order (``weights=None``: the Stage-1 order)."""
     orders = [list(range(len(g["labels"]))) if weights is None else ranker_order(g, weights)[1] for g in groups]
-    return evaluate_orders(groups, orders, k, budget, fill)
+    return evaluate_orders(groups, orders, k, budget, fill, packing=packing)
 
 
 def where_lost(groups: Sequence[dict[str, Any]], weights: dict[str, Any], budget: int) -> dict[str, dict[str, Any]]:
@@ -205,7 +205,7 @@ class ServedPacking:
         """The candidates of ``pool`` (rank order) that reach the prompt within ``budget`` tokens."""
         from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
 
-        terms = query_terms([group["query"], group["query"]])  # the engine's: the query and its one HQ
+        terms = query_terms([group["query"]])  # the engine's: the query and its one HQ (the same text)
 
         def excerpt(j: int) -> int | None:
             text = best_excerpt(self._DATE.sub("", group["texts"][pool[j]], count=1), terms)
@@ -275,10 +275,9 @@ def train_ranker(cfg: Any) -> dict[str, Any]:
     metrics: dict[str, float] = {}
     for source, held_out in test.items():
         for name, w in (("stage1", None), ("ranker", weights)):
-            orders = [list(range(len(g["labels"]))) if w is None else ranker_order(g, w)[1] for g in held_out]
-            metrics.update({f"test/{source}/{name}/{k}": v for k, v in evaluate_orders(held_out, orders, cfg.k, cfg.budget).items()})
+            metrics.update({f"test/{source}/{name}/{k}": v for k, v in evaluate(held_out, w, cfg.k, cfg.budget).items()})
             metrics.update({f"test/{source}/{name}_served/{k}": v
-                            for k, v in evaluate_orders(held_out, orders, cfg.k, cfg.budget, packing=packing).items()})
+                            for k, v in evaluate(held_out, w, cfg.k, cfg.budget, packing=packing).items()})
     logger.log_metrics(metrics)
     lost = {source: where_lost(held_out, weights, cfg.budget) for source, held_out in test.items()}
     groups_file = out / "ranker_groups.jsonl"

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import sqlite3
 
-import numpy as np
-
-from lightmem.retrieval.scoring import retention_score
 from lightmem.stores.embedded.tables import SQLiteTables
+from lightmem.stores.rows import least_retained
 
 
 def evict(c: sqlite3.Connection, user_id: str, n_active: int, capacity: int, now: float,
@@ -20,11 +18,7 @@ def evict(c: sqlite3.Connection, user_id: str, n_active: int, capacity: int, now
         "SELECT rid, id, last_access, access_count, utility, text FROM items WHERE user_id = ? AND archived = 0",
         (user_id,),
     ).fetchall()
-    scores = retention_score(
-        np.asarray([r[2] for r in rows]), np.asarray([r[3] for r in rows]), np.asarray([r[4] for r in rows]),
-        now=now, half_life_days=half_life_days,
-    )
-    victims = [rows[i] for i in np.argsort(scores, kind="stable")[:excess]]
+    victims = least_retained(rows, excess, now, half_life_days)
     for rid, iid, *_, text in victims:
         c.execute("UPDATE items SET archived = 1 WHERE rid = ?", (rid,))
         SQLiteTables.log(c, user_id, iid, "ARCHIVE", text, text, now)

@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lightmem.retrieval.scoring import retention_score
 from lightmem.stores.base import OfflineChanges
 from lightmem.stores.embedded.tables import SQLiteTables
-from lightmem.stores.rows import CANDIDATE_COLS, row_to_item
+from lightmem.stores.rows import CANDIDATE_COLS, new_candidates, row_to_item
 from lightmem.stores.views.partition import Partition
 from lightmem.types import MemoryItem
 
@@ -42,13 +41,7 @@ def candidates(sql: SQLiteTables, user_id: str, limit: int, reactivation: int, u
     base = (f"SELECT {CANDIDATE_COLS} FROM items i LEFT JOIN consolidated c ON c.user_id = i.user_id AND c.item_id = i.id "
             "WHERE i.user_id = ? AND i.archived = 0")
     rows = sql.query(base + " AND c.item_id IS NULL ORDER BY i.rid", (user_id,))
-    new = [(int(r[0]), row_to_item(r)) for r in rows]
-    if under_pressure and new:
-        scores = retention_score(np.asarray([it.last_access for _, it in new]), np.asarray([it.access_count for _, it in new]),
-                                 np.asarray([it.utility for _, it in new]), now=max(it.last_access for _, it in new),
-                                 half_life_days=half_life_days)
-        new = [new[i] for i in np.argsort(scores, kind="stable")]
-    out = [(rid, it, "pressure" if under_pressure else "new") for rid, it in new[:limit]]
+    out = new_candidates([(int(r[0]), row_to_item(r)) for r in rows], limit, under_pressure, half_life_days)
     if len(out) < limit:
         rows = sql.query(base + " AND i.access_count - c.access_seen >= ? ORDER BY i.rid LIMIT ?",
                          (user_id, reactivation, limit - len(out)))

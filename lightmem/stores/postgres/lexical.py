@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightmem.stores.views.lexical import LexicalIndex
-from lightmem.stores.views.partition import IndexMeta, meta_nbytes, no_gc_pauses, row_meta
+from lightmem.stores.views.partition import IndexMeta, MetaCounts, meta_nbytes, no_gc_pauses, row_meta
 
 _COLS = "rid, text, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
 # The user's version, and each row changed since a version with the columns of _COLS (NULLs when it is no
@@ -29,7 +29,7 @@ WHERE v.user_id = %(user)s"""
 
 
 @dataclass
-class LexicalView:
+class LexicalView(MetaCounts):
     """One user's BM25 index and filter metadata, as of ``version`` of the user's items."""
 
     lexical: LexicalIndex
@@ -41,18 +41,11 @@ class LexicalView:
     def add(self, rows: Sequence[tuple]) -> None:
         self.lexical.add_many([(int(r[0]), r[1]) for r in rows])
         for rid, _, event_time, kind, topic, ents, current in rows:
-            meta = row_meta(event_time, kind, topic, ents, current)
-            self.meta[int(rid)] = meta
-            self.n_not_current += not current
-            self.n_tagged += bool(meta.tags)
+            self.set_meta(int(rid), row_meta(event_time, kind, topic, ents, current))
 
     def remove(self, rids: Sequence[int]) -> None:
         self.lexical.remove(rids)
-        for r in rids:
-            gone = self.meta.pop(int(r), None)
-            if gone is not None:
-                self.n_not_current -= not gone.current
-                self.n_tagged -= bool(gone.tags)
+        self.forget_meta(rids)
 
     def nbytes(self) -> int:
         """Estimated bytes of this view (``views.cache.ViewCache`` keeps the sum under a ceiling)."""

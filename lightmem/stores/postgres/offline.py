@@ -9,9 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from lightmem.retrieval.scoring import retention_score
 from lightmem.stores.base import OfflineChanges
-from lightmem.stores.rows import CANDIDATE_COLS, row_to_item
+from lightmem.stores.rows import CANDIDATE_COLS, least_retained, new_candidates, row_to_item
 from lightmem.types import MemoryItem
 
 
@@ -61,9 +60,7 @@ def evict(cur: Any, user_id: str, n_active: int, capacity: int, now: float, half
         return []
     rows = cur.execute("SELECT rid, id, last_access, access_count, utility, text FROM items "
                        "WHERE user_id = %s AND NOT archived ORDER BY rid", (user_id,)).fetchall()
-    scores = retention_score(np.asarray([r[2] for r in rows]), np.asarray([r[3] for r in rows]),
-                             np.asarray([r[4] for r in rows]), now=now, half_life_days=half_life_days)
-    victims = [rows[i] for i in np.argsort(scores, kind="stable")[:excess]]
+    victims = least_retained(rows, excess, now, half_life_days)
     for rid, iid, *_, text in victims:
         cur.execute("UPDATE items SET archived = TRUE WHERE user_id = %s AND rid = %s", (user_id, rid))
         log(cur, user_id, iid, "ARCHIVE", text, text, now)
@@ -76,13 +73,7 @@ def candidates(conn: Any, user_id: str, limit: int, reactivation: int, under_pre
     base = (f"SELECT {CANDIDATE_COLS} FROM items i LEFT JOIN consolidated c ON c.user_id = i.user_id AND c.item_id = i.id "
             "WHERE i.user_id = %s AND NOT i.archived")
     rows = conn.execute(base + " AND c.item_id IS NULL ORDER BY i.rid", (user_id,)).fetchall()
-    new = [(int(r[0]), row_to_item(r)) for r in rows]
-    if under_pressure and new:
-        scores = retention_score(np.asarray([it.last_access for _, it in new]), np.asarray([it.access_count for _, it in new]),
-                                 np.asarray([it.utility for _, it in new]), now=max(it.last_access for _, it in new),
-                                 half_life_days=half_life_days)
-        new = [new[i] for i in np.argsort(scores, kind="stable")]
-    out = [(rid, it, "pressure" if under_pressure else "new") for rid, it in new[:limit]]
+    out = new_candidates([(int(r[0]), row_to_item(r)) for r in rows], limit, under_pressure, half_life_days)
     if len(out) < limit:
         rows = conn.execute(base + " AND i.access_count - c.access_seen >= %s ORDER BY i.rid LIMIT %s",
                             (user_id, reactivation, limit - len(out))).fetchall()

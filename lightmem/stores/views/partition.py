@@ -29,8 +29,29 @@ class IndexMeta:
     tags: frozenset[str]
 
 
+class MetaCounts:
+    """Filter metadata per row id with the two counts read beside it: superseded items (while 0 the default
+    filter keeps everything) and items with tags (their sets cost memory). Both backends' views keep it."""
+
+    meta: dict[int, IndexMeta]
+    n_not_current: int
+    n_tagged: int
+
+    def set_meta(self, rid: int, meta: IndexMeta) -> None:
+        self.meta[rid] = meta
+        self.n_not_current += not meta.current
+        self.n_tagged += bool(meta.tags)
+
+    def forget_meta(self, rids: Sequence[int]) -> None:
+        for r in rids:
+            gone = self.meta.pop(int(r), None)
+            if gone is not None:
+                self.n_not_current -= not gone.current
+                self.n_tagged -= bool(gone.tags)
+
+
 @dataclass
-class Partition:
+class Partition(MetaCounts):
     vectors: VectorIndex
     lexical: LexicalIndex
     meta: dict[int, IndexMeta] = field(default_factory=dict)
@@ -42,11 +63,6 @@ class Partition:
         self.lexical.add(rid, item.text)
         self.set_meta(rid, IndexMeta(item.event_time, item.kind, item.is_current, tags_of(item.topic, item.entities)))
 
-    def set_meta(self, rid: int, meta: IndexMeta) -> None:
-        self.meta[rid] = meta
-        self.n_not_current += not meta.current
-        self.n_tagged += bool(meta.tags)
-
     def mark_not_current(self, rid: int) -> None:
         """The item was superseded (it stays indexed for ``include_superseded``)."""
         m = self.meta.get(rid)
@@ -57,11 +73,7 @@ class Partition:
     def remove(self, rids: Sequence[int]) -> None:
         self.vectors.remove(rids)
         self.lexical.remove(rids)
-        for r in rids:
-            gone = self.meta.pop(int(r), None)
-            if gone is not None:
-                self.n_not_current -= not gone.current
-                self.n_tagged -= bool(gone.tags)
+        self.forget_meta(rids)
 
     def allowed(self, ids: np.ndarray, f: Filters) -> np.ndarray | None:
         """Boolean mask over ``ids`` for the filter, or None when it keeps everything."""

@@ -19,6 +19,7 @@ import numpy as np
 
 from lightmem.models.embedder import Embedder
 from lightmem.retrieval import scoring
+from lightmem.retrieval.anchoring import dated, wants_dates
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.diversity import spread_sessions
 from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
@@ -73,6 +74,10 @@ class TwoStageRetriever:
         session_spread: With a token budget, Stage 2's order is made session-diverse before packing:
             each memory waits ``session_spread`` ranks more for every memory of its conversation
             session (``metadata["session_id"]``) ranked above it (``retrieval/diversity.py``). 0: off.
+        anchor_dates: Relative dates in the returned memories followed by the day they denote from the
+            memory's event time ("yesterday [7 May 2023]", ``retrieval/anchoring.py``): ``asked`` for a
+            question that asks about time, ``always``, or ``never``. Only the returned copies change (their
+            token counts with them); the stored memory and its index do not.
     """
 
     def __init__(
@@ -98,6 +103,7 @@ class TwoStageRetriever:
         hop_seeds: int = 0,
         hop_extra: int = 10,
         session_spread: float = 0.0,
+        anchor_dates: str = "asked",
     ) -> None:
         if routing not in ROUTINGS:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
@@ -117,8 +123,10 @@ class TwoStageRetriever:
             raise ValueError(f"session_spread must be >= 0, got {session_spread!r}")
         self.session_spread = float(session_spread)
         self.whole_share = float(whole_share)
-        self._counter = None  # the embedder's token counter, made on the first excerpt
-        self._excerpt_tokens: dict[str, int] = {}  # token count per excerpt text (bounded)
+        wants_dates(anchor_dates, "")  # refuses an unknown policy here, not at the first question
+        self.anchor_dates = anchor_dates
+        self._counter = None  # the embedder's token counter, made on the first excerpt or dated copy
+        self._tokens: dict[str, int] = {}  # token count per excerpt or dated text (bounded)
 
     def retrieve(self, plan: RetrievalPlan, user_id: str, now: float, budget: int | None = None) -> RetrievalResult:
         """Stage 1, then Stage 2: the best ``plan.k`` hits, or with ``budget`` the set Stage 2 packs
@@ -133,6 +141,8 @@ class TwoStageRetriever:
         t2 = time.perf_counter()
         fill = budget is not None and self.fill_budget
         hits = self.selector.select(plan, candidates, len(candidates) if fill else plan.k)[: None if fill else plan.k]
+        if wants_dates(self.anchor_dates, plan.query):
+            hits = [self._dated(h) for h in hits]
         if budget is not None:
             if self.session_spread:
                 sessions = [h.item.metadata.get("session_id") for h in hits]
@@ -159,15 +169,8 @@ class TwoStageRetriever:
             text = best_excerpt(hits[i].item.text, terms)
             if text is None:
                 return None
-            n = self._excerpt_tokens.get(text)
-            if n is None:
-                if self._counter is None:
-                    self._counter = self.embedder.token_counter()
-                n = self._excerpt_tokens[text] = self._counter.count([text])[0]
-                if len(self._excerpt_tokens) > 32_768:  # bounded: the oldest goes
-                    self._excerpt_tokens.pop(next(iter(self._excerpt_tokens)))
-            texts[i] = (text, n)
-            return n
+            texts[i] = (text, self._count(text))
+            return texts[i][1]
 
         out = []
         for i, is_excerpt in pack_whole_then_excerpts(whole, excerpt_tokens, budget, whole_budget):
@@ -178,6 +181,28 @@ class TwoStageRetriever:
                 h = dataclasses.replace(h, item=item)
             out.append(h)
         return out
+
+    def _count(self, text: str) -> int:
+        """Tokens of ``text`` with the embedder's tokenizer (cached, bounded: the oldest goes)."""
+        n = self._tokens.get(text)
+        if n is None:
+            if self._counter is None:
+                self._counter = self.embedder.token_counter()
+            n = self._tokens[text] = self._counter.count([text])[0]
+            if len(self._tokens) > 32_768:
+                self._tokens.pop(next(iter(self._tokens)))
+        return n
+
+    def _dated(self, hit: Hit) -> Hit:
+        """``hit`` with its memory's relative dates resolved (a copy, recounted), or itself without any."""
+        item = hit.item
+        if item.kind is ItemKind.KNOWLEDGE:
+            return hit
+        text = dated(item.text, item.event_time)
+        if text == item.text:
+            return hit
+        item = dataclasses.replace(item, text=text, n_tokens=self._count(text), metadata={**item.metadata, "dated": True})
+        return dataclasses.replace(hit, item=item)
 
     def stage1(self, plan: RetrievalPlan, user_id: str, qvecs: np.ndarray, now: float) -> list[tuple[Any, Hit]]:
         """Per-HQ hybrid retrieval with quota ⌈cK/n⌉, union keeping the best score, top cK.

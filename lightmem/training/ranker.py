@@ -12,6 +12,7 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from lightmem.memory import Memory
+from lightmem.retrieval.anchoring import dated, wants_dates
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.features import FEATURES, candidate_features, linear_scores
 from lightmem.roles.selector import candidate_text
@@ -186,14 +188,17 @@ class ServedPacking:
     """Packs a group's ranked candidates as the engine serves them (``TwoStageRetriever.pack``): whole memories
     in the first ``whole_share`` of the budget, then each later one as its best-matching sentence
     (``retrieval.excerpts``), counted with ``counter`` (the served embedder's tokenizer). An excerpt keeps
-    its memory's provenance, so it counts for recall as the whole memory would."""
+    its memory's provenance, so it counts for recall as the whole memory would. ``anchor_dates`` is the
+    engine's policy (``retrieval.anchoring``): for a question it applies to, relative dates are resolved
+    from the candidate's date, and the longer texts are what is packed."""
 
-    _DATE = re.compile(r"^\[\d{4}-\d{2}-\d{2}\] ")  # candidate_text's "[YYYY-MM-DD] " before the memory's text
+    _DATE = re.compile(r"^\[(\d{4}-\d{2}-\d{2})\] ")  # candidate_text's "[YYYY-MM-DD] " before the memory's text
 
-    def __init__(self, counter: Any, whole_share: float) -> None:
+    def __init__(self, counter: Any, whole_share: float, anchor_dates: str = "never") -> None:
         if not 0.0 <= whole_share <= 1.0:
             raise ValueError(f"whole_share must be in [0, 1], got {whole_share!r}")
-        self.counter, self.whole_share = counter, float(whole_share)
+        wants_dates(anchor_dates, "")  # an unknown policy is refused here
+        self.counter, self.whole_share, self.anchor_dates = counter, float(whole_share), anchor_dates
         self._tokens: dict[str, int] = {}
 
     def _count(self, text: str) -> int:
@@ -201,17 +206,30 @@ class ServedPacking:
             self._tokens[text] = self.counter.count([text])[0]
         return self._tokens[text]
 
+    def _text(self, candidate: str, date: bool) -> tuple[str, bool]:
+        """The memory's text of a candidate (its date prefix off) with its relative dates resolved when
+        ``date``, and whether that changed it."""
+        m = self._DATE.match(candidate)
+        text = candidate[m.end():] if m else candidate
+        if date and m:
+            day = datetime.strptime(m.group(1), "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp()
+            resolved = dated(text, day)
+            return resolved, resolved != text
+        return text, False
+
     def kept(self, group: dict[str, Any], pool: Sequence[int], budget: int) -> list[int]:
         """The candidates of ``pool`` (rank order) that reach the prompt within ``budget`` tokens."""
         from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
 
         terms = query_terms([group["query"]])  # the engine's: the query and its one HQ (the same text)
+        date = wants_dates(self.anchor_dates, group["query"])
+        texts = {i: self._text(group["texts"][i], date) for i in pool}
 
         def excerpt(j: int) -> int | None:
-            text = best_excerpt(self._DATE.sub("", group["texts"][pool[j]], count=1), terms)
+            text = best_excerpt(texts[pool[j]][0], terms)
             return None if text is None else self._count(text)
 
-        whole = [group["tokens"][i] for i in pool]
+        whole = [self._count(texts[i][0]) if texts[i][1] else group["tokens"][i] for i in pool]
         return [pool[j] for j, _ in pack_whole_then_excerpts(whole, excerpt, budget, int(round(self.whole_share * budget)))]
 
 
@@ -271,7 +289,7 @@ def train_ranker(cfg: Any) -> dict[str, Any]:
     # memories in retrieval.whole_share of the budget, then excerpts, counted with the served tokenizer).
     from lightmem.config import build_embedder
 
-    packing = ServedPacking(build_embedder(cfg).token_counter(), cfg.retrieval.whole_share)
+    packing = ServedPacking(build_embedder(cfg).token_counter(), cfg.retrieval.whole_share, cfg.retrieval.anchor_dates)
     metrics: dict[str, float] = {}
     for source, held_out in test.items():
         for name, w in (("stage1", None), ("ranker", weights)):

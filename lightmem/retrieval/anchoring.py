@@ -1,0 +1,42 @@
+"""Relative dates resolved in the memories a time question gets.
+
+A turn says "I went to the support group yesterday"; the prompt shows it under its session
+date, and the answer to "When did she go to the support group?" is the day before. Writing
+the resolved date next to the expression ("yesterday [7 May 2023]") puts the answer in the
+memory's words. It costs tokens, so it is spent where the question asks about time: the
+stored memory and its index are untouched, and only the copies packed for such a question
+carry the dates.
+
+Everything here is pure: texts and times in, texts and booleans out.
+"""
+from __future__ import annotations
+
+import re
+
+from lightmem.sensory.normalize import anchor_dates
+
+POLICIES = ("never", "asked", "always")
+
+# "When did ...", "How long ago ...", "What year ...", "Which came first, ... before ...?"
+_TIME_QUESTION = re.compile(
+    r"\b(when|how long|ago|since|before|after|"
+    r"(?:what|which) (?:date|day|time|year|month|week|weekend))\b",
+    re.IGNORECASE,
+)
+
+
+def asks_about_time(question: str) -> bool:
+    """Whether ``question`` asks when something happened, or orders events in time."""
+    return _TIME_QUESTION.search(question) is not None
+
+
+def wants_dates(policy: str, question: str) -> bool:
+    """Whether the memories packed for ``question`` carry resolved dates under ``policy``."""
+    if policy not in POLICIES:
+        raise ValueError(f"anchor_dates must be one of {POLICIES}, got {policy!r}")
+    return policy == "always" or (policy == "asked" and asks_about_time(question))
+
+
+def dated(text: str, event_time: float) -> str:
+    """``text`` with each relative date followed by the day it denotes from ``event_time``."""
+    return anchor_dates(text, event_time, style="text")

@@ -1,0 +1,90 @@
+"""Relative dates resolved in the memories a time question gets (retrieval/anchoring.py and the engine)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from lightmem.retrieval.anchoring import POLICIES, asks_about_time, dated, wants_dates
+
+MAY_8 = datetime(2023, 5, 8, 14, 30, tzinfo=timezone.utc).timestamp()
+
+
+@pytest.mark.parametrize("question", [
+    "When did Caroline go to the LGBTQ support group?",
+    "what year did Jon start dancing?",
+    "How long ago was Melanie's camping trip?",
+    "Which month did they move?",
+    "Did Gina open her store before Jon opened his studio?",
+])
+def test_questions_about_time_are_recognised(question):
+    assert asks_about_time(question)
+
+
+@pytest.mark.parametrize("question", [
+    "What activities does Melanie partake in?",
+    "Whenever Jon dances, who watches?",  # "whenever" is not "when"
+    "What kind of art does Caroline make?",
+])
+def test_other_questions_are_not(question):
+    assert not asks_about_time(question)
+
+
+def test_policies_and_an_unknown_one_is_refused():
+    assert POLICIES == ("never", "asked", "always")
+    assert wants_dates("always", "What is her dog's name?") and not wants_dates("never", "When did she go?")
+    assert wants_dates("asked", "When did she go?") and not wants_dates("asked", "Where did she go?")
+    with pytest.raises(ValueError, match="anchor_dates"):
+        wants_dates("sometimes", "When?")
+
+
+def test_a_relative_date_gets_the_day_it_denotes_and_the_words_stay():
+    assert dated("Caroline: I went to a support group yesterday.", MAY_8) == \
+        "Caroline: I went to a support group yesterday [7 May 2023]."
+    assert dated("Caroline: Nothing relative here.", MAY_8) == "Caroline: Nothing relative here."
+
+
+def test_a_time_question_gets_dated_copies_and_the_store_keeps_the_turn(memory):
+    memory.add([{"speaker": "Caroline", "text": "I went to a support group yesterday and it was powerful."},
+                {"speaker": "Caroline", "text": "My painting of a sunset is finished."}], user_id="u", timestamp=MAY_8)
+    stored = {it.id: it for it in memory.store.list("u")}
+    hits = memory.retrieve("When did Caroline go to the support group?", "u", k=2, budget=200).hits
+    group = next(h for h in hits if "support group" in h.item.text)
+    assert group.item.text.endswith("yesterday [7 May 2023] and it was powerful.")
+    assert group.item.metadata["dated"] is True and group.item.provenance == stored[group.item.id].provenance
+    assert group.item.n_tokens > stored[group.item.id].n_tokens  # recounted: the budget holds for the dated text
+    assert "[7 May 2023]" not in stored[group.item.id].text and "dated" not in stored[group.item.id].metadata
+    painting = next(h for h in hits if "sunset" in h.item.text)
+    assert painting.item is not None and "dated" not in painting.item.metadata  # nothing relative: unchanged
+    # a question that does not ask about time, or the policy off: the memory as stored
+    other = memory.retrieve("What group did Caroline go to?", "u", k=2).hits
+    assert all("[7 May 2023]" not in h.item.text for h in other)
+    memory.retriever.anchor_dates = "never"
+    plain = memory.retrieve("When did Caroline go to the support group?", "u", k=2).hits
+    assert all("[7 May 2023]" not in h.item.text for h in plain)
+
+
+def test_the_engine_refuses_an_unknown_policy(memory):
+    from lightmem.retrieval.engine import TwoStageRetriever
+
+    with pytest.raises(ValueError, match="anchor_dates"):
+        TwoStageRetriever(memory.store, memory.embedder, memory.retriever.selector, anchor_dates="sometimes")
+
+
+def test_served_packing_packs_the_dated_texts_of_a_time_question():
+    from lightmem.models.tokens import WhitespaceTokenCounter
+    from lightmem.training.ranker import ServedPacking
+
+    texts = ["[2023-05-08] Ann: We moved the piano in yesterday.", "[2023-05-08] Ann: The piano is black."]
+    group = {"query": "When did Ann move the piano?", "texts": texts, "tokens": [9, 7],
+             "provenance": [["D1:1"], ["D1:2"]], "evidence": ["D1:1"], "category": 2, "labels": [1, 0]}
+    counter = WhitespaceTokenCounter()
+    packing = ServedPacking(counter, 1.0, "asked")
+    assert packing._text(texts[0], True) == ("Ann: We moved the piano in yesterday [7 May 2023].", True)
+    # dated, the first memory costs 14 tokens (9 as stored): within 17 the second no longer fits beside it
+    assert counter.count([packing._text(texts[0], True)[0]]) == [14]
+    assert packing.kept(group, [0, 1], 17) == [0]
+    assert ServedPacking(counter, 1.0, "never").kept(group, [0, 1], 17) == [0, 1]
+    assert packing.kept({**group, "query": "Which piano did Ann move?"}, [0, 1], 17) == [0, 1]
+    with pytest.raises(ValueError, match="anchor_dates"):
+        ServedPacking(counter, 1.0, "sometimes")

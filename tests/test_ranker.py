@@ -179,3 +179,13 @@ def test_served_packing_counts_evidence_that_only_its_excerpt_brings_within_the_
     assert ServedPacking(counter, 1.0).kept(group, [0, 1, 2, 3], budget) == pack_by_budget(group["tokens"], budget)
     with pytest.raises(ValueError):
         ServedPacking(counter, 1.5)
+
+
+def test_the_packing_only_settings_left_out_of_the_groups_cache_key_are_engine_settings():
+    import inspect
+
+    from lightmem.retrieval.engine import TwoStageRetriever
+    from lightmem.training.ranker import PACKING_ONLY
+
+    params = inspect.signature(TwoStageRetriever).parameters
+    assert set(PACKING_ONLY) <= set(params) and "candidate_factor" not in PACKING_ONLY and "hop_seeds" not in PACKING_ONLY

@@ -47,6 +47,10 @@ def mine_groups(make_memory: Callable[[str], Memory], convs: Sequence[Any], sour
     return groups
 
 
+# Retrieval settings that only pack or reorder what Stage 2 returns: the mined candidates do not depend on them.
+PACKING_ONLY = ("whole_share", "anchor_dates", "session_spread")
+
+
 def mined_groups(cfg: Any, scratch: Path) -> tuple[dict[str, list[dict[str, Any]]], Path, bool]:
     """``({"train", "test_locomo", "test_longmemeval"}: groups), cache folder, whether it came from the cache``.
 
@@ -65,6 +69,8 @@ def mined_groups(cfg: Any, scratch: Path) -> tuple[dict[str, list[dict[str, Any]
     key = {name: to_container(cfg[name]) for name in ("encoder", "store", "retrieval", "controller", "writer", "sensory", "ltm",
                                                       "memory", "llm")}
     key["encoder"].pop("adapter", None)  # a machine's path; the embedder's name carries the adapter's fingerprint
+    for name in PACKING_ONLY:  # they act on Stage 2's order, after the candidates a group holds
+        key["retrieval"].pop(name, None)
     key.update(embedder=embedder.name, k=cfg.k, data=[Path(str(p)).name for p in (cfg.locomo_path, cfg.lme_path)],
                splits=[str(cfg.locomo_train), str(cfg.locomo_test), cfg.lme_max],
                features=hashlib.sha256(Path(features.__file__).read_bytes()).hexdigest(),  # the feature code itself

@@ -79,3 +79,29 @@ def test_write_creates_files_and_a_card(tmp_path):
     saved = json.loads((tmp_path / "data_card.json").read_text())
     assert saved["samples"] == card["samples"] and sum(card["samples"].values()) == 40
     assert saved["spec"]["seed"] == 1 and set(saved["hops"]) <= {"0", "1", "2", "3"}
+
+
+def test_list_questions_gather_members_told_without_the_category_word():
+    from lightmem.synth.graph import LIST_QUESTIONS, LISTS
+    from lightmem.text import analyze
+
+    samples, convs = generate(SynthSpec(n_samples=200, seed=5, n_lists=3))
+    lists = [x for v in samples.values() for x in v if x["kind"] == "list"]
+    assert lists
+    for s in lists:
+        category = s["path"][0]["category"]
+        members = [p["obj"] for p in s["path"]]
+        assert {p["category"] for p in s["path"]} == {category} and 2 <= len(members) <= 4
+        assert s["answer"] == ", ".join(members) and s["query"] in {q.format(u=s["user"]) for q in LIST_QUESTIONS[category]}
+        positives = [c["text"] for c in s["candidates"] if c["label"] == 1]
+        assert len(positives) == len(members)  # every member's turn is evidence
+        category_words = set(analyze(category))
+        for text in positives:  # the evidence names a member, never the category
+            assert any(m in text for m in members) and not category_words & set(analyze(text.split("] ", 1)[1]))
+    assert {x["kind"] for v in samples.values() for x in v} >= {"list", "1-hop", "temporal"}
+    # the LoCoMo-format conversations carry them as multi-hop questions with every member's turn as evidence
+    qa = [q for c in convs["train"] for q in c["qa"] if q["category"] == 1 and "," in q["answer"]]
+    assert qa and all(len(q["evidence"]) >= 2 for q in qa)
+    # off by default: the same seed without lists gives no list question
+    assert not any(x["kind"] == "list" for v in generate(SynthSpec(n_samples=60, seed=5))[0].values() for x in v)
+    assert set(LISTS) == set(LIST_QUESTIONS)

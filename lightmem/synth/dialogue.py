@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
-from lightmem.synth.graph import Fact, UserGraph
+from lightmem.synth.graph import LISTS, Fact, UserGraph
 
 CHITCHAT = [
     "Hey! How has your week been?", "Pretty busy, but good. What about you?", "Haha, that's so true.",
@@ -63,6 +63,8 @@ def _say(f: Fact, g: UserGraph, subject: str, rel_phrase: str, rng: random.Rando
             return rng.choice([f"I've been getting really into {o} lately.", f"I picked up {o} as a new hobby!"])
         if f.rel == "attended":
             return f"{rel_phrase} I went to a {o} in {f.get('city')} with {f.get('companion')}."
+        if f.rel == "did":
+            return rng.choice(LISTS[f.get("category") or ""][1]).format(x=o)
         return rng.choice([f"My {f.rel} {o} came over for dinner.", f"I had a long call with my {f.rel} {o}."])
     if f.rel == "lives_in":
         return rng.choice([f"{s} lives in {o} now.", f"{s} just moved to {o}.", f"{s} has settled in {o}."])

@@ -25,6 +25,7 @@ class SynthSpec:
     queries_per_user: int = 20
     n_people: int = 5
     n_events: int = 4
+    n_lists: int = 0  # categories of list questions per user (graph.LISTS); 0: none
     n_sessions: int = 6
     n_candidates: int = 20  # 2K for K = 10
     n_hard: int = 8
@@ -53,7 +54,7 @@ def generate(spec: SynthSpec, show_progress: bool = False) -> tuple[dict[str, li
         user = urng.choice(FIRST_NAMES[gender])
         partner = urng.choice([n for n in FIRST_NAMES["f"] + FIRST_NAMES["m"] if n != user])
         start = t0 + urng.uniform(0, 730) * 86400
-        g = generate_graph(urng, user, gender, start, 120, spec.n_people, spec.n_events)
+        g = generate_graph(urng, user, gender, start, 120, spec.n_people, spec.n_events, spec.n_lists)
         conv_id = f"synth-{spec.seed}-{i}"
         r = render(g, urng, conv_id, partner, start, spec.n_sessions, spec.chitchat)
         qs = make_queries(g, r.facts, urng)

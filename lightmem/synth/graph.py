@@ -30,6 +30,39 @@ FOODS = ["ramen", "tacos", "dumplings", "paella", "falafel", "pho", "curry", "su
 EVENTS = ["jazz concert", "charity run", "pottery workshop", "film festival", "book signing", "wine tasting",
           "hackathon", "farmers market", "science fair", "art exhibition", "wedding", "job interview", "yoga retreat",
           "cooking class", "museum tour", "marathon"]
+# List questions ("What outdoor activities has Ana done?"): a category, its members, and how a member is told
+# without the category's own word, so that the question and its evidence share no words but the person's name.
+LISTS: dict[str, tuple[list[str], list[str]]] = {
+    "outdoor activities": (["hiking", "kayaking", "camping", "rock climbing", "cycling", "swimming", "surfing", "skiing"],
+                           ["We went {x} over the weekend and the views were unreal.", "Spent all of Saturday {x} with a few friends.",
+                            "I went {x} for the first time and I'm sore everywhere!", "Nothing beats a morning of {x}, honestly."]),
+    "instruments": (["guitar", "piano", "violin", "drums", "ukulele", "cello", "saxophone"],
+                    ["I've been practicing the {x} every night.", "My fingers hurt from playing the {x} so much.",
+                     "Finally played a whole song on the {x} without a mistake!"]),
+    "cities": (["Lisbon", "Denver", "Osaka", "Toronto", "Nairobi", "Krakow", "Austin", "Melbourne", "Seville", "Bergen"],
+               ["Just got back from {x}, what a trip!", "The food in {x} was incredible.", "We spent four days in {x}."]),
+    "dishes": (["lasagna", "banana bread", "pad thai", "shakshuka", "gumbo", "risotto", "apple pie", "kimchi stew"],
+               ["Made {x} from scratch for dinner tonight.", "My homemade {x} actually turned out great.",
+                "Tried a new {x} recipe and everyone wanted seconds."]),
+    "sports": (["tennis", "soccer", "basketball", "volleyball", "badminton", "table tennis"],
+               ["Had a great {x} match after work.", "Our {x} team finally won a game!", "I signed up for a {x} league."]),
+    "books": (["The Silent Orchard", "Paper Lanterns", "A Map of Small Things", "The Glass Meridian", "Winter Bees",
+               "North of Quiet"],
+              ["I couldn't put down '{x}' last night.", "Just finished reading '{x}', that ending got me.",
+               "Started '{x}' on the train this morning."]),
+    "volunteering": (["a food bank", "an animal shelter", "a community garden", "a children's hospital", "a literacy program"],
+                     ["I helped out at {x} on Saturday.", "Spent my morning off at {x}, it felt good to give back."]),
+}
+# The questions of a category: the category's word, never a member's.
+LIST_QUESTIONS: dict[str, list[str]] = {
+    "outdoor activities": ["What outdoor activities has {u} done?", "What activities does {u} enjoy outside?"],
+    "instruments": ["What instruments does {u} play?", "Which musical instruments has {u} been learning?"],
+    "cities": ["Which cities has {u} visited?", "Where has {u} traveled?"],
+    "dishes": ["What dishes has {u} cooked?", "What has {u} made in the kitchen?"],
+    "sports": ["What sports does {u} play?", "Which sports has {u} taken part in?"],
+    "books": ["What books has {u} read?", "Which novels has {u} been reading?"],
+    "volunteering": ["Where has {u} volunteered?", "What places has {u} helped out at?"],
+}
 
 
 @dataclass(frozen=True)
@@ -73,8 +106,9 @@ def make_org(rng: random.Random) -> str:
 
 
 def generate_graph(rng: random.Random, user: str, gender: str, start: float, span_days: int, n_people: int = 5,
-                   n_events: int = 4) -> UserGraph:
-    """One user's world: relatives/friends with homes, jobs, pets and tastes; the user's own events."""
+                   n_events: int = 4, n_lists: int = 0) -> UserGraph:
+    """One user's world: relatives/friends with homes, jobs, pets and tastes; the user's own events; with
+    ``n_lists``, that many categories of ``LISTS`` with 2-4 members each that the user did (``did`` facts)."""
     taken = {user}
     people = []
     for rel in rng.sample(RELATIONS, k=min(n_people, len(RELATIONS))):
@@ -111,4 +145,8 @@ def generate_graph(rng: random.Random, user: str, gender: str, start: float, spa
     for name in rng.sample(EVENTS, k=n_events):
         when = start + rng.uniform(0, span_days) * 86400
         add(user, "attended", name, date=when, companion=rng.choice(people).name, city=rng.choice(CITIES))
+    for category in rng.sample(sorted(LISTS), k=min(n_lists, len(LISTS))):
+        members, _ = LISTS[category]
+        for member in rng.sample(members, k=rng.randint(2, min(4, len(members)))):
+            add(user, "did", member, category=category)
     return g

@@ -8,10 +8,10 @@ import random
 from dataclasses import asdict, dataclass, field
 
 from lightmem.synth.dialogue import Rendered, human_date
-from lightmem.synth.graph import RELATIONS, Fact, UserGraph
+from lightmem.synth.graph import LIST_QUESTIONS, RELATIONS, Fact, UserGraph
 
 # LoCoMo categories, so that synthetic conversations run through the LoCoMo evaluation.
-CATEGORY = {"1-hop": 4, "2-hop": 1, "3-hop": 1, "temporal": 2, "unanswerable": 5}
+CATEGORY = {"1-hop": 4, "2-hop": 1, "3-hop": 1, "temporal": 2, "unanswerable": 5, "list": 1}
 UNKNOWN = "Not mentioned in the conversation"
 
 
@@ -19,7 +19,7 @@ UNKNOWN = "Not mentioned in the conversation"
 class Query:
     text: str
     answer: str
-    kind: str  # 1-hop | 2-hop | 3-hop | temporal | unanswerable
+    kind: str  # 1-hop | 2-hop | 3-hop | temporal | unanswerable | list
     path: list[Fact]
     anchor: set[str] = field(default_factory=set)  # entities named in the query (their neighbourhood holds hard negatives)
 
@@ -69,6 +69,13 @@ def make_queries(g: UserGraph, facts: list[Fact], rng: random.Random) -> list[Qu
             out.append(Query(f"What hobby has {u} been getting into?", f.obj, "1-hop", [f], {u}))
         elif f.rel == "works_at" and (loc := by.get((f.obj, "located_in"))):
             out.append(Query(f"In which city is the company {u} works at based?", loc.obj, "2-hop", [f, loc], {u}))
+    lists: dict[str, list[Fact]] = {}
+    for f in facts:
+        if f.subj == u and f.rel == "did":
+            lists.setdefault(f.get("category") or "", []).append(f)
+    for category, members in sorted(lists.items()):  # every member is evidence: the answer is the whole list
+        out.append(Query(rng.choice(LIST_QUESTIONS[category]).format(u=u), ", ".join(f.obj for f in members), "list",
+                         members, {u}))
     missing = [r for r in RELATIONS if (u, r) not in by]
     for r in rng.sample(missing, k=min(2, len(missing))):
         out.append(Query(f"Where does {u}'s {r} live?", UNKNOWN, "unanswerable", [], {u}))

@@ -16,6 +16,10 @@ MAY_8 = datetime(2023, 5, 8, 14, 30, tzinfo=timezone.utc).timestamp()
     "How long ago was Melanie's camping trip?",
     "Which month did they move?",
     "Did Gina open her store before Jon opened his studio?",
+    "How many days passed between the workshop and the planting?",
+    "Which show did I start watching first, 'The Crown' or 'Dark'?",
+    "Which streaming service did I start using most recently?",
+    "Who did I meet for lunch last Tuesday?",  # a relative date in the question itself
 ])
 def test_questions_about_time_are_recognised(question):
     assert asks_about_time(question)
@@ -25,6 +29,7 @@ def test_questions_about_time_are_recognised(question):
     "What activities does Melanie partake in?",
     "Whenever Jon dances, who watches?",  # "whenever" is not "when"
     "What kind of art does Caroline make?",
+    "How many dogs has Maria adopted?",
 ])
 def test_other_questions_are_not(question):
     assert not asks_about_time(question)

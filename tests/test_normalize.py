@@ -56,3 +56,10 @@ def test_name_speakers():
         "Ava is glad Ben liked Ava's cake, Ava made it for Ben!"
     assert name_speakers("I think you are right", "Ava") == "Ava think you are right"  # no listener: 'you' stays
     assert name_speakers("Me? Mine.", "A\\1") == "A\\1? A\\1's."  # names are literal, never regex templates
+
+
+def test_relative_dates_tells_whether_a_text_holds_an_expression_anchor_dates_resolves():
+    from lightmem.sensory.normalize import relative_dates
+
+    assert relative_dates("I bought it last Saturday.") and relative_dates("two weeks ago we met")
+    assert not relative_dates("I bought it on 3 May 2023.") and not relative_dates("")

@@ -13,21 +13,24 @@ from __future__ import annotations
 
 import re
 
-from lightmem.sensory.normalize import anchor_dates
+from lightmem.sensory.normalize import anchor_dates, relative_dates
 
 POLICIES = ("never", "asked", "always")
 
-# "When did ...", "How long ago ...", "What year ...", "Which came first, ... before ...?"
+# "When did ...", "How long ago ...", "What year ...", "How many days passed between ...", "Which came first ...?",
+# "... before ...", "What did I buy last Saturday?" (a relative date in the question itself).
 _TIME_QUESTION = re.compile(
-    r"\b(when|how long|ago|since|before|after|"
+    r"\b(when|how long|ago|since|before|after|first|most recently|"
+    r"how many (?:days|weeks|months|years)|"
     r"(?:what|which) (?:date|day|time|year|month|week|weekend))\b",
     re.IGNORECASE,
 )
 
 
 def asks_about_time(question: str) -> bool:
-    """Whether ``question`` asks when something happened, or orders events in time."""
-    return _TIME_QUESTION.search(question) is not None
+    """Whether ``question`` asks when something happened, how long apart, or which came first, or names a
+    relative date ("last Saturday") itself."""
+    return _TIME_QUESTION.search(question) is not None or relative_dates(question)
 
 
 def wants_dates(policy: str, question: str) -> bool:

@@ -123,6 +123,11 @@ def anchor_dates(text: str, anchor: float, style: str = "text") -> str:
     return _REL.sub(sub, text)
 
 
+def relative_dates(text: str) -> bool:
+    """Whether ``text`` holds a relative time expression that ``anchor_dates`` resolves."""
+    return _REL.search(text) is not None
+
+
 def find_time_window(text: str, anchor: float) -> tuple[float, float] | None:
     """The union of the spans of the relative expressions in ``text`` (Unix seconds)."""
     spans = [s for m in _REL.finditer(text) if (s := relative_span(m.group(0), anchor))]

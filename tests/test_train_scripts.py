@@ -82,6 +82,8 @@ def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
     assert stack["top_n"] in (0, 4) and stack["num_layers"] == 3 and stack["alpha"] == 1.0
     assert {"adapter_config.json", "adapter_model.safetensors", "stack.json", "card.json"} <= {p.name for p in (tmp_path / "ck/slm").iterdir()}
     assert 0.0 <= m["test"]["test/locomo/slm/overall/recall_all@budget"] <= 1.0 and "test/locomo/gain/ci_low" in m["test"]
+    # the whole-memories gain is reported at that metric's own choice of N, beside the served one
+    assert m["test"]["stack/whole_only/top_n"] in (0, 4) and "test/locomo/gain_whole_only/ci_low" in m["test"]
 
 
 def test_train_configs_compose_with_every_lora_option_and_the_optuna_search():

@@ -56,9 +56,6 @@ def run(cfg: DictConfig) -> dict:
     model, tok = build_cross_encoder(str(ModelRegistry().path(cfg.base_model)), lora_spec(cfg.lora), task.num_layers)
     ns, alphas = [int(n) for n in cfg.top_ns], [float(a) for a in cfg.alphas]
 
-    def choose(score: slm.Scorer) -> dict:
-        return slm.fit_stack(stack, slm.top_scores(score, stack, max(ns)), alphas, ns, cfg.k, cfg.budget, packing)
-
     def evaluate(m) -> dict[str, float]:
         """The stack groups' recall with the best (alpha, N), served and packing whole memories only. The training
         step kept is the one whose scores order the stack groups best (whole memories only: there a better order
@@ -75,11 +72,16 @@ def run(cfg: DictConfig) -> dict:
         the ranker against the ranker + SLM, per category, with a paired-bootstrap CI of the gain."""
         scorer = CrossEncoderSelector(str(best_dir), base_model=cfg.base_model, max_length=task.max_length,
                                       num_layers=task.num_layers, int8=cfg.int8, device="cpu").scores
-        chosen = choose(scorer)
+        stack_scores = slm.top_scores(scorer, stack, max(ns))
+        chosen = slm.fit_stack(stack, stack_scores, alphas, ns, cfg.k, cfg.budget, packing)
+        # The choice the whole-memories metric would make, for its gain beside the served one (with served packing
+        # N is often 0, where no order changes).
+        whole = slm.fit_stack(stack, stack_scores, alphas, ns, cfg.k, cfg.budget) if packing is not None else chosen
         (best_dir / "stack.json").write_text(json.dumps(
             {"alpha": chosen["alpha"], "top_n": chosen["top_n"], "base_model": cfg.base_model, "num_layers": task.num_layers,
              "max_length": task.max_length, "ranker_sha": weights_digest(weights), "stack_grid": chosen["grid"]}, indent=2))
-        metrics: dict[str, float] = {"stack/alpha": chosen["alpha"], "stack/top_n": float(chosen["top_n"])}
+        metrics: dict[str, float] = {"stack/alpha": chosen["alpha"], "stack/top_n": float(chosen["top_n"]),
+                                     "stack/whole_only/alpha": whole["alpha"], "stack/whole_only/top_n": float(whole["top_n"])}
         for source, held in test.items():
             if not held:  # a split without questions (small data): nothing to compare
                 continue
@@ -91,7 +93,9 @@ def run(cfg: DictConfig) -> dict:
                                 for k, v in rk.evaluate_orders(held, orders, cfg.k, cfg.budget, packing=packing).items()})
             metrics.update({f"test/{source}/gain/{k}": v
                             for k, v in slm.paired_gain(held, base, new, cfg.k, cfg.budget, packing=packing).items()})
-            if packing is not None:  # the whole-memories metric beside it, as the cards before served packing had it
+            if packing is not None:  # the whole-memories metric at its own choice of alpha and N, as cards before had it
+                ce = slm.top_scores(scorer, held, whole["top_n"])
+                new = slm.orders_for(held, ce, whole["alpha"], whole["top_n"])
                 metrics.update({f"test/{source}/gain_whole_only/{k}": v
                                 for k, v in slm.paired_gain(held, base, new, cfg.k, cfg.budget).items()})
         return metrics

@@ -52,13 +52,16 @@ def test_a_relative_date_gets_the_day_it_denotes_and_the_words_stay():
 def test_a_time_question_gets_dated_copies_and_the_store_keeps_the_turn(memory):
     memory.add([{"speaker": "Caroline", "text": "I went to a support group yesterday and it was powerful."},
                 {"speaker": "Caroline", "text": "My painting of a sunset is finished."}], user_id="u", timestamp=MAY_8)
-    stored = {it.id: it for it in memory.store.list("u")}
     hits = memory.retrieve("When did Caroline go to the support group?", "u", k=2, budget=200).hits
+    stored = {it.id: it for it in memory.store.list("u")}  # read after the search: it changed nothing stored
     group = next(h for h in hits if "support group" in h.item.text)
     assert group.item.text.endswith("yesterday [7 May 2023] and it was powerful.")
     assert group.item.metadata["dated"] is True and group.item.provenance == stored[group.item.id].provenance
     assert group.item.n_tokens > stored[group.item.id].n_tokens  # recounted: the budget holds for the dated text
     assert "[7 May 2023]" not in stored[group.item.id].text and "dated" not in stored[group.item.id].metadata
+    # without a budget (the best K) the copies are dated too
+    top = memory.retrieve("When did Caroline go to the support group?", "u", k=2).hits
+    assert any(h.item.text.endswith("yesterday [7 May 2023] and it was powerful.") for h in top)
     painting = next(h for h in hits if "sunset" in h.item.text)
     assert painting.item is not None and "dated" not in painting.item.metadata  # nothing relative: unchanged
     # a question that does not ask about time, or the policy off: the memory as stored
@@ -67,6 +70,26 @@ def test_a_time_question_gets_dated_copies_and_the_store_keeps_the_turn(memory):
     memory.retriever.anchor_dates = "never"
     plain = memory.retrieve("When did Caroline go to the support group?", "u", k=2).hits
     assert all("[7 May 2023]" not in h.item.text for h in plain)
+
+
+def test_a_memory_already_dated_is_not_dated_again():
+    once = dated("Ann: We met yesterday.", MAY_8)
+    assert dated(once, MAY_8) == once == "Ann: We met yesterday [7 May 2023]."
+    assert dated("Ann: We met yesterday [2023-05-07].", MAY_8) == "Ann: We met yesterday [2023-05-07]."
+
+
+def test_only_episodes_are_dated(memory):
+    import dataclasses
+
+    from lightmem.types import Hit, ItemKind
+
+    memory.add([{"speaker": "Ann", "text": "We met yesterday."}], user_id="u", timestamp=MAY_8)
+    item = memory.store.list("u")[0]
+    engine = memory.retriever
+    assert engine._dated(Hit(item=item, scores={}, score=1.0)).item.text.endswith("[7 May 2023].")
+    for kind in (ItemKind.ABSTRACT, ItemKind.KNOWLEDGE):  # an abstract's time is its latest member's
+        hit = Hit(item=dataclasses.replace(item, kind=kind), scores={}, score=1.0)
+        assert engine._dated(hit) is hit
 
 
 def test_the_engine_refuses_an_unknown_policy(memory):

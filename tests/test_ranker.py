@@ -181,11 +181,17 @@ def test_served_packing_counts_evidence_that_only_its_excerpt_brings_within_the_
         ServedPacking(counter, 1.5)
 
 
-def test_the_packing_only_settings_left_out_of_the_groups_cache_key_are_engine_settings():
+def test_the_groups_cache_key_ignores_packing_only_settings_and_follows_the_candidates():
     import inspect
 
-    from lightmem.retrieval.engine import TwoStageRetriever
-    from lightmem.training.ranker import PACKING_ONLY
+    from conftest import compose
 
-    params = inspect.signature(TwoStageRetriever).parameters
-    assert set(PACKING_ONLY) <= set(params) and "candidate_factor" not in PACKING_ONLY and "hop_seeds" not in PACKING_ONLY
+    from lightmem.retrieval.engine import TwoStageRetriever
+    from lightmem.training.ranker import PACKING_ONLY, groups_key
+
+    assert set(PACKING_ONLY) <= set(inspect.signature(TwoStageRetriever).parameters)
+    key = lambda *o: groups_key(compose("train_ranker", list(o)), "an-embedder")  # noqa: E731
+    base = key()
+    assert key("retrieval.anchor_dates=never", "retrieval.whole_share=0.5", "retrieval.session_spread=1") == base
+    assert key("retrieval.candidate_factor=4") != base and key("retrieval.hop_seeds=3") != base
+    assert groups_key(compose("train_ranker", []), "another-embedder") != base

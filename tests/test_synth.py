@@ -105,3 +105,16 @@ def test_list_questions_gather_members_told_without_the_category_word():
     # off by default: the same seed without lists gives no list question
     assert not any(x["kind"] == "list" for v in generate(SynthSpec(n_samples=60, seed=5))[0].values() for x in v)
     assert set(LISTS) == set(LIST_QUESTIONS)
+    for category, (_, templates) in LISTS.items():  # a question shares no word with how its members are told
+        told = {w for t in templates for w in analyze(t.format(x=""))}
+        assert all(not told & set(analyze(q.format(u=""))) for q in LIST_QUESTIONS[category]), category
+
+
+def test_a_list_member_is_never_named_by_another_fact_of_the_user():
+    from lightmem.synth.graph import generate_graph
+
+    import random
+    for seed in range(30):
+        g = generate_graph(random.Random(seed), "Ana", "f", 1.6e9, 120, n_lists=7)
+        others = {f.obj for f in g.facts if f.rel != "did"} | {v for f in g.facts if f.rel != "did" for _, v in f.extra}
+        assert not others & {f.obj for f in g.facts if f.rel == "did"}

@@ -76,8 +76,8 @@ class TwoStageRetriever:
             session (``metadata["session_id"]``) ranked above it (``retrieval/diversity.py``). 0: off.
         anchor_dates: Relative dates in the returned memories followed by the day they denote from the
             memory's event time ("yesterday [7 May 2023]", ``retrieval/anchoring.py``): ``asked`` for a
-            question that asks about time, ``always``, or ``never``. Only the returned copies change (their
-            token counts with them); the stored memory and its index do not.
+            question that asks about time, ``always``, or ``never``. Only the returned copies of episodes change
+            (their token counts with them, ``metadata["dated"]`` set); the stored memory and its index do not.
     """
 
     def __init__(
@@ -194,9 +194,10 @@ class TwoStageRetriever:
         return n
 
     def _dated(self, hit: Hit) -> Hit:
-        """``hit`` with its memory's relative dates resolved (a copy, recounted), or itself without any."""
+        """``hit`` with its memory's relative dates resolved (a copy, recounted), or itself without any. Only an
+        episode is dated: an abstract's event time is its latest member's, a knowledge node has none."""
         item = hit.item
-        if item.kind is ItemKind.KNOWLEDGE:
+        if item.kind is not ItemKind.EPISODIC:
             return hit
         text = dated(item.text, item.event_time)
         if text == item.text:

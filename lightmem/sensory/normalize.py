@@ -109,14 +109,15 @@ def anchor_dates(text: str, anchor: float, style: str = "text") -> str:
     """Append the absolute date to each relative expression.
 
     ``style="text"``: "yesterday [7 May 2023]"; ``style="iso"``: "yesterday [2023-05-07]"
-    (months ``2023-05``, years ``2023``, weeks ``2023-05-01/2023-05-07``).
+    (months ``2023-05``, years ``2023``, weeks ``2023-05-01/2023-05-07``). An expression already
+    followed by a bracket (a text anchored before) is left as it is, so anchoring twice changes nothing.
     """
     if style not in ("text", "iso"):
         raise ValueError(f"style must be 'text' or 'iso', got {style!r}")
 
     def sub(m: re.Match) -> str:
         span = relative_span(m.group(0), anchor)
-        if not span:
+        if not span or m.string[m.end():].lstrip().startswith("["):
             return m.group(0)
         return f"{m.group(0)} [{_iso_label(span[0], span[1]) if style == 'iso' else span[2]}]"
 

@@ -37,8 +37,8 @@ LISTS: dict[str, tuple[list[str], list[str]]] = {
                            ["We went {x} over the weekend and the views were unreal.", "Spent all of Saturday {x} with a few friends.",
                             "I went {x} for the first time and I'm sore everywhere!", "Nothing beats a morning of {x}, honestly."]),
     "instruments": (["guitar", "piano", "violin", "drums", "ukulele", "cello", "saxophone"],
-                    ["I've been practicing the {x} every night.", "My fingers hurt from playing the {x} so much.",
-                     "Finally played a whole song on the {x} without a mistake!"]),
+                    ["I've been practicing the {x} every night.", "My fingers hurt from practicing the {x} so much.",
+                     "Finally got through a whole song on the {x} without a mistake!"]),
     "cities": (["Lisbon", "Denver", "Osaka", "Toronto", "Nairobi", "Krakow", "Austin", "Melbourne", "Seville", "Bergen"],
                ["Just got back from {x}, what a trip!", "The food in {x} was incredible.", "We spent four days in {x}."]),
     "dishes": (["lasagna", "banana bread", "pad thai", "shakshuka", "gumbo", "risotto", "apple pie", "kimchi stew"],
@@ -48,7 +48,7 @@ LISTS: dict[str, tuple[list[str], list[str]]] = {
                ["Had a great {x} match after work.", "Our {x} team finally won a game!", "I signed up for a {x} league."]),
     "books": (["The Silent Orchard", "Paper Lanterns", "A Map of Small Things", "The Glass Meridian", "Winter Bees",
                "North of Quiet"],
-              ["I couldn't put down '{x}' last night.", "Just finished reading '{x}', that ending got me.",
+              ["I couldn't put down '{x}' last night.", "Just finished '{x}', that ending got me.",
                "Started '{x}' on the train this morning."]),
     "volunteering": (["a food bank", "an animal shelter", "a community garden", "a children's hospital", "a literacy program"],
                      ["I helped out at {x} on Saturday.", "Spent my morning off at {x}, it felt good to give back."]),
@@ -58,10 +58,10 @@ LIST_QUESTIONS: dict[str, list[str]] = {
     "outdoor activities": ["What outdoor activities has {u} done?", "What activities does {u} enjoy outside?"],
     "instruments": ["What instruments does {u} play?", "Which musical instruments has {u} been learning?"],
     "cities": ["Which cities has {u} visited?", "Where has {u} traveled?"],
-    "dishes": ["What dishes has {u} cooked?", "What has {u} made in the kitchen?"],
+    "dishes": ["What dishes has {u} cooked?", "Which dishes has {u} prepared?"],
     "sports": ["What sports does {u} play?", "Which sports has {u} taken part in?"],
     "books": ["What books has {u} read?", "Which novels has {u} been reading?"],
-    "volunteering": ["Where has {u} volunteered?", "What places has {u} helped out at?"],
+    "volunteering": ["Where has {u} volunteered?", "At which places has {u} volunteered?"],
 }
 
 
@@ -145,8 +145,11 @@ def generate_graph(rng: random.Random, user: str, gender: str, start: float, spa
     for name in rng.sample(EVENTS, k=n_events):
         when = start + rng.uniform(0, span_days) * 86400
         add(user, "attended", name, date=when, companion=rng.choice(people).name, city=rng.choice(CITIES))
+    # A member that another fact of the graph names (a hobby, a city) would answer the list question from a turn
+    # labelled a negative: such members are left out.
+    named = {f.obj for f in g.facts} | {v for f in g.facts for _, v in f.extra}
     for category in rng.sample(sorted(LISTS), k=min(n_lists, len(LISTS))):
-        members, _ = LISTS[category]
+        members = [m for m in LISTS[category][0] if m not in named]
         for member in rng.sample(members, k=rng.randint(2, min(4, len(members)))):
             add(user, "did", member, category=category)
     return g

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from lightmem.retrieval.features import FEATURES, candidate_features, linear_sco
 from lightmem.roles.selector import candidate_text
 from lightmem.training.distill import asked_questions
 from lightmem.training.losses import ranking_loss
+from lightmem.training.selector import split_dated
 
 
 def mine_groups(make_memory: Callable[[str], Memory], convs: Sequence[Any], source: str, k: int,
@@ -51,6 +51,24 @@ def mine_groups(make_memory: Callable[[str], Memory], convs: Sequence[Any], sour
 PACKING_ONLY = ("whole_share", "anchor_dates", "session_spread")
 
 
+def groups_key(cfg: Any, embedder_name: str) -> str:
+    """The cache folder name of the groups ``cfg`` mines: a hash of everything that shapes them (pipeline, data,
+    splits, embedder, the feature code), less the machine's adapter path and the ``PACKING_ONLY`` settings."""
+    from lightmem.config import to_container
+    from lightmem.retrieval import features
+
+    key = {name: to_container(cfg[name]) for name in ("encoder", "store", "retrieval", "controller", "writer", "sensory", "ltm",
+                                                      "memory", "llm")}
+    key["encoder"].pop("adapter", None)  # a machine's path; the embedder's name carries the adapter's fingerprint
+    for name in PACKING_ONLY:  # they act on Stage 2's order, after the candidates a group holds
+        key["retrieval"].pop(name, None)
+    key.update(embedder=embedder_name, k=cfg.k, data=[Path(str(p)).name for p in (cfg.locomo_path, cfg.lme_path)],
+               splits=[str(cfg.locomo_train), str(cfg.locomo_test), cfg.lme_max],
+               features=hashlib.sha256(Path(features.__file__).read_bytes()).hexdigest(),  # the feature code itself
+               group_format=2)  # 2: groups carry the query and candidate texts
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def mined_groups(cfg: Any, scratch: Path) -> tuple[dict[str, list[dict[str, Any]]], Path, bool]:
     """``({"train", "test_locomo", "test_longmemeval"}: groups), cache folder, whether it came from the cache``.
 
@@ -59,23 +77,13 @@ def mined_groups(cfg: Any, scratch: Path) -> tuple[dict[str, list[dict[str, Any]
     does shape them (pipeline, data, splits, embedder, the feature code). ``train/ranker.py`` and
     ``train/slm.py`` share them.
     """
-    from lightmem.config import SharedRuntime, build_embedder, build_memory, to_container
+    from lightmem.config import SharedRuntime, build_embedder, build_memory
     from lightmem.datasets import load_locomo, select_conversations
     from lightmem.datasets.longmemeval import load_longmemeval
-    from lightmem.retrieval import features
     from lightmem.training import distill
 
     embedder, shared = build_embedder(cfg), SharedRuntime(cfg)
-    key = {name: to_container(cfg[name]) for name in ("encoder", "store", "retrieval", "controller", "writer", "sensory", "ltm",
-                                                      "memory", "llm")}
-    key["encoder"].pop("adapter", None)  # a machine's path; the embedder's name carries the adapter's fingerprint
-    for name in PACKING_ONLY:  # they act on Stage 2's order, after the candidates a group holds
-        key["retrieval"].pop(name, None)
-    key.update(embedder=embedder.name, k=cfg.k, data=[Path(str(p)).name for p in (cfg.locomo_path, cfg.lme_path)],
-               splits=[str(cfg.locomo_train), str(cfg.locomo_test), cfg.lme_max],
-               features=hashlib.sha256(Path(features.__file__).read_bytes()).hexdigest(),  # the feature code itself
-               group_format=2)  # 2: groups carry the query and candidate texts
-    cache = Path(cfg.cache_dir) / hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    cache = Path(cfg.cache_dir) / groups_key(cfg, embedder.name)
     if (cache / "groups.json").exists():
         return json.loads((cache / "groups.json").read_text()), cache, True
     shutil.rmtree(scratch, ignore_errors=True)
@@ -198,9 +206,7 @@ class ServedPacking:
     engine's policy (``retrieval.anchoring``): for a question it applies to, relative dates are resolved
     from the candidate's date, and the longer texts are what is packed."""
 
-    _DATE = re.compile(r"^\[(\d{4}-\d{2}-\d{2})\] ")  # candidate_text's "[YYYY-MM-DD] " before the memory's text
-
-    def __init__(self, counter: Any, whole_share: float, anchor_dates: str = "never") -> None:
+    def __init__(self, counter: Any, whole_share: float, anchor_dates: str = "asked") -> None:
         if not 0.0 <= whole_share <= 1.0:
             raise ValueError(f"whole_share must be in [0, 1], got {whole_share!r}")
         wants_dates(anchor_dates, "")  # an unknown policy is refused here
@@ -215,11 +221,9 @@ class ServedPacking:
     def _text(self, candidate: str, date: bool) -> tuple[str, bool]:
         """The memory's text of a candidate (its date prefix off) with its relative dates resolved when
         ``date``, and whether that changed it."""
-        m = self._DATE.match(candidate)
-        text = candidate[m.end():] if m else candidate
-        if date and m:
-            day = datetime.strptime(m.group(1), "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp()
-            resolved = dated(text, day)
+        day, text = split_dated(candidate)
+        if date and day:
+            resolved = dated(text, datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp())
             return resolved, resolved != text
         return text, False
 

@@ -47,3 +47,13 @@ def test_memories_carry_the_date_in_the_words_questions_use():
     item = MemoryItem(id="i", user_id="u", text="Caroline: I went to a support group.", provenance=["D1:3"], created_at=ts,
                       event_time=ts, last_access=ts)
     assert format_memory(item) == "- [8 May 2023] Caroline: I went to a support group."
+
+
+def test_cached_count_makes_its_counter_once_and_stays_bounded():
+    from lightmem.models.tokens import CachedCount, WhitespaceTokenCounter
+
+    made = []
+    count = CachedCount(lambda: made.append(1) or WhitespaceTokenCounter(), max_size=2)
+    assert made == []  # nothing is made before the first count
+    assert [count("a b"), count("a b c"), count("a b"), count("x")] == [2, 3, 2, 1]
+    assert made == [1] and len(count._counts) == 2  # the oldest text went

@@ -186,10 +186,10 @@ def test_the_groups_cache_key_ignores_packing_only_settings_and_follows_the_cand
 
     from conftest import compose
 
-    from lightmem.retrieval.engine import TwoStageRetriever
-    from lightmem.training.ranker import PACKING_ONLY, groups_key
+    from lightmem.retrieval.engine import PACKING_SETTINGS, TwoStageRetriever
+    from lightmem.training.ranker import groups_key
 
-    assert set(PACKING_ONLY) <= set(inspect.signature(TwoStageRetriever).parameters)
+    assert set(PACKING_SETTINGS) <= set(inspect.signature(TwoStageRetriever).parameters)
     key = lambda *o: groups_key(compose("train_ranker", list(o)), "an-embedder")  # noqa: E731
     base = key()
     assert key("retrieval.anchor_dates=never", "retrieval.whole_share=0.5", "retrieval.session_spread=1") == base

@@ -111,9 +111,9 @@ def test_list_questions_gather_members_told_without_the_category_word():
 
 
 def test_a_list_member_is_never_named_by_another_fact_of_the_user():
-    from lightmem.synth.graph import generate_graph
-
     import random
+
+    from lightmem.synth.graph import generate_graph
     for seed in range(30):
         g = generate_graph(random.Random(seed), "Ana", "f", 1.6e9, 120, n_lists=7)
         others = {f.obj for f in g.facts if f.rel != "did"} | {v for f in g.facts if f.rel != "did" for _, v in f.extra}

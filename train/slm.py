@@ -85,7 +85,7 @@ def run(cfg: DictConfig) -> dict:
         for source, held in test.items():
             if not held:  # a split without questions (small data): nothing to compare
                 continue
-            ce = slm.top_scores(scorer, held, chosen["top_n"])
+            ce = slm.top_scores(scorer, held, max(chosen["top_n"], whole["top_n"]))  # covers both choices
             base = [g["order"] for g in held]
             new = slm.orders_for(held, ce, chosen["alpha"], chosen["top_n"])
             for name, orders in (("ranker", base), ("slm", new)):
@@ -94,7 +94,6 @@ def run(cfg: DictConfig) -> dict:
             metrics.update({f"test/{source}/gain/{k}": v
                             for k, v in slm.paired_gain(held, base, new, cfg.k, cfg.budget, packing=packing).items()})
             if packing is not None:  # the whole-memories metric at its own choice of alpha and N, as cards before had it
-                ce = slm.top_scores(scorer, held, whole["top_n"])
                 new = slm.orders_for(held, ce, whole["alpha"], whole["top_n"])
                 metrics.update({f"test/{source}/gain_whole_only/{k}": v
                                 for k, v in slm.paired_gain(held, base, new, cfg.k, cfg.budget).items()})

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 
@@ -64,3 +64,23 @@ class WhitespaceTokenCounter:
         if len(matches) <= max_tokens:
             return text
         return text[: matches[max_tokens - 1].end()]
+
+
+class CachedCount:
+    """Token counts of single texts with a counter made on the first count (``make_counter()``), cached and
+    bounded: past ``max_size`` texts the oldest goes. What packing counts again and again (excerpts, dated
+    copies) is tokenised once."""
+
+    def __init__(self, make_counter: Callable[[], TokenCounter], max_size: int = 32_768) -> None:
+        self._make, self._counter, self.max_size = make_counter, None, max_size
+        self._counts: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        n = self._counts.get(text)
+        if n is None:
+            if self._counter is None:
+                self._counter = self._make()
+            n = self._counts[text] = self._counter.count([text])[0]
+            if len(self._counts) > self.max_size:
+                self._counts.pop(next(iter(self._counts)))
+        return n

@@ -33,11 +33,16 @@ def asks_about_time(question: str) -> bool:
     return _TIME_QUESTION.search(question) is not None or relative_dates(question)
 
 
-def wants_dates(policy: str, question: str) -> bool:
-    """Whether the memories packed for ``question`` carry resolved dates under ``policy``."""
+def check_policy(policy: str) -> str:
+    """``policy`` when it is one of ``POLICIES``; else a ValueError naming them."""
     if policy not in POLICIES:
         raise ValueError(f"anchor_dates must be one of {POLICIES}, got {policy!r}")
-    return policy == "always" or (policy == "asked" and asks_about_time(question))
+    return policy
+
+
+def wants_dates(policy: str, question: str) -> bool:
+    """Whether the memories packed for ``question`` carry resolved dates under ``policy``."""
+    return check_policy(policy) == "always" or (policy == "asked" and asks_about_time(question))
 
 
 def dated(text: str, event_time: float) -> str:

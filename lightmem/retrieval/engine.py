@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from lightmem.models.embedder import Embedder
+from lightmem.models.tokens import CachedCount
 from lightmem.retrieval import scoring
-from lightmem.retrieval.anchoring import dated, wants_dates
+from lightmem.retrieval.anchoring import check_policy, dated, wants_dates
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.diversity import spread_sessions
 from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
@@ -29,6 +30,8 @@ from lightmem.stores.base import SearchIndex
 from lightmem.types import Hit, ItemKind, MemoryItem, RetrievalPlan, Route
 
 ROUTINGS = ("concurrent", "controller", "mtm_only", "ltm_only")
+# Settings that only reorder or pack what Stage 2 returns: Stage 1's candidates do not depend on them.
+PACKING_SETTINGS = ("whole_share", "anchor_dates", "session_spread")
 
 
 @dataclass
@@ -123,10 +126,8 @@ class TwoStageRetriever:
             raise ValueError(f"session_spread must be >= 0, got {session_spread!r}")
         self.session_spread = float(session_spread)
         self.whole_share = float(whole_share)
-        wants_dates(anchor_dates, "")  # refuses an unknown policy here, not at the first question
-        self.anchor_dates = anchor_dates
-        self._counter = None  # the embedder's token counter, made on the first excerpt or dated copy
-        self._tokens: dict[str, int] = {}  # token count per excerpt or dated text (bounded)
+        self.anchor_dates = check_policy(anchor_dates)  # refused here, not at the first question
+        self._count = CachedCount(embedder.token_counter)  # tokens of excerpts and dated copies
 
     def retrieve(self, plan: RetrievalPlan, user_id: str, now: float, budget: int | None = None) -> RetrievalResult:
         """Stage 1, then Stage 2: the best ``plan.k`` hits, or with ``budget`` the set Stage 2 packs
@@ -181,17 +182,6 @@ class TwoStageRetriever:
                 h = dataclasses.replace(h, item=item)
             out.append(h)
         return out
-
-    def _count(self, text: str) -> int:
-        """Tokens of ``text`` with the embedder's tokenizer (cached, bounded: the oldest goes)."""
-        n = self._tokens.get(text)
-        if n is None:
-            if self._counter is None:
-                self._counter = self.embedder.token_counter()
-            n = self._tokens[text] = self._counter.count([text])[0]
-            if len(self._tokens) > 32_768:
-                self._tokens.pop(next(iter(self._tokens)))
-        return n
 
     def _dated(self, hit: Hit) -> Hit:
         """``hit`` with its memory's relative dates resolved (a copy, recounted), or itself without any. Only an

@@ -103,6 +103,7 @@ _REL = re.compile(
     r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few) (?:day|week|month|year)s? ago)\b",
     re.I,
 )
+_BRACKET = re.compile(r"\s*\[")  # right after an expression: it was anchored before
 
 
 def anchor_dates(text: str, anchor: float, style: str = "text") -> str:
@@ -117,7 +118,7 @@ def anchor_dates(text: str, anchor: float, style: str = "text") -> str:
 
     def sub(m: re.Match) -> str:
         span = relative_span(m.group(0), anchor)
-        if not span or m.string[m.end():].lstrip().startswith("["):
+        if not span or _BRACKET.match(m.string, m.end()):
             return m.group(0)
         return f"{m.group(0)} [{_iso_label(span[0], span[1]) if style == 'iso' else span[2]}]"
 

@@ -11,7 +11,6 @@ import json
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,13 @@ import numpy as np
 import torch
 
 from lightmem.memory import Memory
-from lightmem.retrieval.anchoring import dated, wants_dates
+from lightmem.models.tokens import CachedCount
+from lightmem.retrieval.anchoring import check_policy, dated, wants_dates
 from lightmem.retrieval.composer import pack_by_budget
+from lightmem.retrieval.engine import PACKING_SETTINGS
 from lightmem.retrieval.features import FEATURES, candidate_features, linear_scores
 from lightmem.roles.selector import candidate_text
+from lightmem.timeutil import parse_timestamp
 from lightmem.training.distill import asked_questions
 from lightmem.training.losses import ranking_loss
 from lightmem.training.selector import split_dated
@@ -47,20 +49,16 @@ def mine_groups(make_memory: Callable[[str], Memory], convs: Sequence[Any], sour
     return groups
 
 
-# Retrieval settings that only pack or reorder what Stage 2 returns: the mined candidates do not depend on them.
-PACKING_ONLY = ("whole_share", "anchor_dates", "session_spread")
-
-
 def groups_key(cfg: Any, embedder_name: str) -> str:
     """The cache folder name of the groups ``cfg`` mines: a hash of everything that shapes them (pipeline, data,
-    splits, embedder, the feature code), less the machine's adapter path and the ``PACKING_ONLY`` settings."""
+    splits, embedder, the feature code), less the machine's adapter path and the engine's ``PACKING_SETTINGS``."""
     from lightmem.config import to_container
     from lightmem.retrieval import features
 
     key = {name: to_container(cfg[name]) for name in ("encoder", "store", "retrieval", "controller", "writer", "sensory", "ltm",
                                                       "memory", "llm")}
     key["encoder"].pop("adapter", None)  # a machine's path; the embedder's name carries the adapter's fingerprint
-    for name in PACKING_ONLY:  # they act on Stage 2's order, after the candidates a group holds
+    for name in PACKING_SETTINGS:  # they act on Stage 2's order, after the candidates a group holds
         key["retrieval"].pop(name, None)
     key.update(embedder=embedder_name, k=cfg.k, data=[Path(str(p)).name for p in (cfg.locomo_path, cfg.lme_path)],
                splits=[str(cfg.locomo_train), str(cfg.locomo_test), cfg.lme_max],
@@ -209,21 +207,15 @@ class ServedPacking:
     def __init__(self, counter: Any, whole_share: float, anchor_dates: str = "asked") -> None:
         if not 0.0 <= whole_share <= 1.0:
             raise ValueError(f"whole_share must be in [0, 1], got {whole_share!r}")
-        wants_dates(anchor_dates, "")  # an unknown policy is refused here
-        self.counter, self.whole_share, self.anchor_dates = counter, float(whole_share), anchor_dates
-        self._tokens: dict[str, int] = {}
-
-    def _count(self, text: str) -> int:
-        if text not in self._tokens:
-            self._tokens[text] = self.counter.count([text])[0]
-        return self._tokens[text]
+        self.counter, self.whole_share, self.anchor_dates = counter, float(whole_share), check_policy(anchor_dates)
+        self._count = CachedCount(lambda: counter, max_size=1 << 20)
 
     def _text(self, candidate: str, date: bool) -> tuple[str, bool]:
         """The memory's text of a candidate (its date prefix off) with its relative dates resolved when
         ``date``, and whether that changed it."""
         day, text = split_dated(candidate)
         if date and day:
-            resolved = dated(text, datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp())
+            resolved = dated(text, parse_timestamp(day))
             return resolved, resolved != text
         return text, False
 

@@ -131,6 +131,12 @@ def test_the_size_estimate_matches_what_python_allocates():
     texts = [f"I took {HOBBIES[i % 8]} lessons in {PLACES[(i * 7) % 8]} with my friend {i}, and we talked "
              f"about {HOBBIES[(i * 3) % 8]} and the trip to {PLACES[i % 8]} for a while." for i in range(3000)]
     vecs = rng.standard_normal((3000, 384)).astype(np.float32)
+    warm = Partition(VectorIndex(384), LexicalIndex())  # the imports and caches a first use loads are not the view's
+    warm.add(0, MemoryItem(id="w", user_id="u", text=texts[0], kind=ItemKind.EPISODIC, event_time=1.7e9, created_at=1.7e9,
+                           last_access=1.7e9, provenance=["w"], entities=["Lisbon"]), vecs[0])
+    warm.lexical.top("lessons in Lisbon", 5)
+    warm.allowed(warm.vectors.ids, Filters())
+    del warm
     gc.collect()
     tracemalloc.start()
     try:
@@ -157,3 +163,19 @@ def test_healthz_shows_the_views_an_operator_sizes_the_ceiling_by(tmp_path):
         views = client.get("/healthz").json()["views"]
     assert views["views"] == 1 and views["ceiling_mb"] == 64.0 and views["mb"] >= 0
     assert json.dumps(views)  # plain JSON for a monitor
+
+
+def test_a_row_whose_metadata_is_set_again_counts_once():
+    from lightmem.stores.views.partition import IndexMeta
+
+    part = Partition(VectorIndex(4), LexicalIndex())
+    part.set_meta(7, IndexMeta(0.0, ItemKind.EPISODIC, False, frozenset({"paris"})))
+    part.set_meta(7, IndexMeta(0.0, ItemKind.EPISODIC, False, frozenset({"paris"})))
+    assert (part.n_not_current, part.n_tagged) == (1, 1)
+    part.set_meta(7, IndexMeta(0.0, ItemKind.EPISODIC, True, frozenset()))
+    assert (part.n_not_current, part.n_tagged) == (0, 0)
+    part.set_meta(7, IndexMeta(0.0, ItemKind.EPISODIC, False, frozenset({"lyon"})))
+    part.forget_meta([7])
+    assert (part.n_not_current, part.n_tagged, part.meta) == (0, 0, {})
+    # with no superseded row left, the default filter keeps everything without a mask
+    assert part.allowed(np.array([1, 2]), Filters()) is None

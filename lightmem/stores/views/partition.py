@@ -38,6 +38,11 @@ class MetaCounts:
     n_tagged: int
 
     def set_meta(self, rid: int, meta: IndexMeta) -> None:
+        """Set (or replace) a row's metadata; the counts follow, so a row set twice counts once."""
+        old = self.meta.get(rid)
+        if old is not None:
+            self.n_not_current -= not old.current
+            self.n_tagged -= bool(old.tags)
         self.meta[rid] = meta
         self.n_not_current += not meta.current
         self.n_tagged += bool(meta.tags)

@@ -27,6 +27,21 @@ def test_complexity_labels_from_category_and_evidence():
     assert by_q["What is the name of Ava's puppy?"] == 0
     assert by_q["What breed is Biscuit and what did Biscuit chew?"] == 1  # multi-hop, two evidence turns
     assert all(r["source"] == "locomo" for r in rows)
+    assert all(r["label"] == int(r["n_evidence"] >= 2) and r["type"] in distill.LOCOMO_TYPES.values() for r in rows)
+
+
+def test_complexity_labels_mean_the_same_for_every_source():
+    """HIGH is two or more evidence units: LongMemEval answer sessions, synthetic path facts."""
+    from lightmem.datasets.formats import Conversation
+    from lightmem.datasets.formats import QAItem as QA
+
+    lme = [Conversation("q1", [], [QA("Which of my trips came first?", "Oslo", [], "temporal-reasoning", {"answer_session_ids": ["s1"]}),
+                                  QA("How many plants did I buy?", "3", [], "multi-session", {"answer_session_ids": ["s1", "s2"]})])]
+    rows = distill.complexity_examples_lme(lme)
+    assert [(r["label"], r["type"]) for r in rows] == [(0, "temporal-reasoning"), (1, "multi-session")]
+    synth = [{"query": "Where does Noah's sister live?", "hops": 2, "kind": "2-hop", "conversation": "s"},
+             {"query": "Is there a boat?", "hops": 0, "kind": "unanswerable", "conversation": "s"}]
+    assert [r["label"] for r in distill.complexity_examples_synth(synth)] == [1, 0]
 
 
 def test_split_is_stable_and_roughly_proportional():

@@ -25,7 +25,9 @@ def run(cfg: DictConfig) -> dict:
     quiet_third_party_logs()
     seed_everything(cfg.optim.seed)  # before the model is built: heads and LoRA matrices are drawn then
     data = Path(cfg.data_dir)
-    train, val, test = (read_jsonl(data / f"complexity_{s}.jsonl") for s in ("train", "val", "test"))
+    sources = set(cfg.sources)
+    train, val = ([r for r in read_jsonl(data / f"complexity_{s}.jsonl") if r["source"] in sources] for s in ("train", "val"))
+    test = read_jsonl(data / "complexity_test.jsonl")  # every source, trained on or not
     model, tok = classify.build_classifier(str(ModelRegistry().path(cfg.base_model)), lora_spec(cfg.lora), "sequence")
 
     def evaluate(m):
@@ -37,6 +39,10 @@ def run(cfg: DictConfig) -> dict:
         for source in sorted({r["source"] for r in test}):
             rows = [r for r in test if r["source"] == source]
             out.update({f"test/{source}/{k}": v for k, v in classify.evaluate_sequence(clf.probabilities, rows).items()})
+            for qtype in sorted({r.get("type", "") for r in rows} - {""}):  # accuracy within each question type
+                of_type = [r for r in rows if r.get("type") == qtype]
+                m = classify.evaluate_sequence(clf.probabilities, of_type)
+                out.update({f"test/{source}/type/{qtype}/{k}": m[k] for k in ("accuracy", "majority", "n")})
         return out
 
     weights = classify.class_weights([r["label"] for r in train]) if cfg.balance else None
@@ -46,7 +52,8 @@ def run(cfg: DictConfig) -> dict:
         spec=train_spec(cfg.optim), out_dir=cfg.out_dir, export_dir=cfg.export_dir, logger_cfg=cfg.logger,
         config=to_container(cfg), data_files=[data / "complexity_train.jsonl"],
         card={"name": "lightmem query-complexity classifier", "task": "sequence classification LOW/HIGH",
-              "description": "C_q = P(HIGH) for SimpleMem's adaptive depth; TrainedComplexity loads it.",
+              "description": "C_q = P(HIGH): the question needs two or more evidence units (SimpleMem's adaptive depth); "
+                                 "TrainedComplexity loads it.",
               "base_model": cfg.base_model, "command": "make train  (python train/complexity.py)"},
     )
     print(json.dumps(summary["test"], indent=1))

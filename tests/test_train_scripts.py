@@ -102,3 +102,14 @@ def test_sweep_config_names_an_installed_sweeper():
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = hc(config_name="train_selector", overrides=["hparams_search=selector_optuna"], return_hydra_config=True)
     assert "optuna" in cfg.hydra.sweeper._target_ and "lora.r" in cfg.hydra.sweeper.params
+
+
+def test_complexity_refuses_sources_that_leave_no_validation_rows(tmp_path):
+    from train import complexity
+
+    row = {"text": "Where does Ana live?", "label": 0, "n_evidence": 1, "type": "single-hop", "source": "locomo", "conversation": "c"}
+    for split in ("train", "val", "test"):
+        (tmp_path / f"complexity_{split}.jsonl").write_text(json.dumps(row) + "\n" if split != "val" else "")
+    with pytest.raises(ValueError, match="no validation rows"):
+        complexity.run(compose("train_complexity", [f"data_dir={tmp_path}", "sources=[locomo]", f"out_dir={tmp_path}/run",
+                                                    "export_dir=null", "optim.cpu=true"]))

@@ -28,6 +28,9 @@ def run(cfg: DictConfig) -> dict:
     sources = set(cfg.sources)
     train, val = ([r for r in read_jsonl(data / f"complexity_{s}.jsonl") if r["source"] in sources] for s in ("train", "val"))
     test = read_jsonl(data / "complexity_test.jsonl")  # every source, trained on or not
+    if not train or not val:
+        raise ValueError(f"sources={sorted(sources)} leave no {'training' if not train else 'validation'} rows in {data}/complexity_*.jsonl "
+                         "(LoCoMo has no validation split: add longmemeval or synth)")
     model, tok = classify.build_classifier(str(ModelRegistry().path(cfg.base_model)), lora_spec(cfg.lora), "sequence")
 
     def evaluate(m):

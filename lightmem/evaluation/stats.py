@@ -83,3 +83,49 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10
     else:
         p = 1.0
     return BootstrapResult(observed, float(lo), float(hi), min(1.0, p), int(d.size), resamples)
+
+
+@dataclass(frozen=True)
+class ShareResult:
+    """How much of ``full``'s gain over ``base`` ``part`` gets: ``(part - base) / (full - base)`` of per-question means,
+    with a percentile CI over paired resamples of the questions (those whose ``full`` gain is not positive are left
+    out of the CI: the ratio means nothing there; ``undefined`` counts them)."""
+
+    share: float
+    ci_low: float
+    ci_high: float
+    gain_part: float
+    gain_full: float
+    n: int
+    resamples: int
+    undefined: int
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def share_bootstrap(base: Sequence[float], part: Sequence[float], full: Sequence[float], resamples: int = 2000, seed: int = 0,
+                    alpha: float = 0.05) -> ShareResult:
+    """The transfer share of ``part`` (e.g. a model trained on synthetic data only) relative to ``full`` (trained on
+    real data), both over ``base`` (untrained), per question and paired. NaN share and CI when ``full`` gains nothing.
+
+    Raises:
+        ValueError: the arrays differ in length, are empty, or ``resamples`` < 1.
+    """
+    b, p, f = (np.asarray(x, dtype=np.float64) for x in (base, part, full))
+    if not (b.shape == p.shape == f.shape) or b.ndim != 1:
+        raise ValueError(f"paired samples must be 1-d and equally long, got {b.shape}, {p.shape} and {f.shape}")
+    if b.size == 0:
+        raise ValueError("a share needs at least one question")
+    if resamples < 1:
+        raise ValueError("resamples must be >= 1")
+    gp, gf = p - b, f - b
+    idx = np.random.default_rng(seed).integers(0, b.size, size=(resamples, b.size))
+    num, den = gp[idx].mean(axis=1), gf[idx].mean(axis=1)
+    ok = den > 0
+    ratios = num[ok] / den[ok]
+    defined = gf.mean() > 0 and ratios.size
+    lo, hi = np.percentile(ratios, [100 * alpha / 2, 100 * (1 - alpha / 2)]) if defined else (float("nan"), float("nan"))
+    share = float(gp.mean() / gf.mean()) if defined else float("nan")
+    return ShareResult(share, float(lo), float(hi), float(gp.mean()), float(gf.mean()), int(b.size), resamples,
+                       int((~ok).sum()))

@@ -87,3 +87,16 @@ def test_runs_over_different_questions_or_a_missing_folder_are_refused(tmp_path,
 
     assert transfer.main([str(a), str(a), str(tmp_path / "nowhere")]) == 2
     assert "questions.jsonl" in capsys.readouterr().err
+
+
+def test_a_question_asked_twice_in_a_conversation_counts_twice(tmp_path):
+    def run(name, hits):
+        d = tmp_path / name
+        d.mkdir()
+        d.joinpath("questions.jsonl").write_text("".join(
+            json.dumps({"conv_id": "c", "category": 4, "question": "Where does Ana live?", "recall": {"@budget": {"all": h}},
+                        "coverage": h}) + "\n" for h in hits))
+        return d
+
+    res, means = transfer_share(run("b", [0.0, 0.0]), run("p", [1.0, 0.0]), run("f", [1.0, 1.0]), "recall")
+    assert res.n == 2 and res.share == pytest.approx(0.5) and means["full"] == 1.0

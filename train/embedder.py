@@ -62,7 +62,7 @@ def run(cfg: DictConfig) -> dict:
         metric=cfg.metric, spec=spec, out_dir=cfg.out_dir, export_dir=cfg.export_dir, logger_cfg=cfg.logger,
         config=to_container(cfg), data_files=[data / "selector_train.jsonl"],
         card={"name": "lightmem memory embedder", "task": "bi-encoder for Stage-1 retrieval (question -> memory turn)",
-              "description": "A LoRA adapter merged into all-MiniLM-L6-v2 at load; SentenceTransformerEmbedder(adapter=...) "
+              "description": f"A LoRA adapter merged into {cfg.base_model} at load; SentenceTransformerEmbedder(adapter=...) "
                              "loads it (conf/encoder/minilm_tuned.yaml). Stores record the embedder's name, so a store "
                              "written with the base model is never searched with the tuned one.",
               "base_model": cfg.base_model, "command": "make train  (python train/embedder.py)"},

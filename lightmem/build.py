@@ -25,14 +25,16 @@ from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
 from lightmem.stores.factory import open_store
 
-# Named embedders a new store can be built with (besides "tuned", the default: MiniLM with the
+# Named embedders a new store can be built with (besides "tuned", the default: all-mpnet-base-v2 with the
 # trained memory adapter of checkpoints/embedder); each is rebuilt by its stored name.
-ENCODERS = {"minilm": "all-MiniLM-L6-v2", "hashing": "hashing-256"}
+ENCODERS = {"minilm": "all-MiniLM-L6-v2", "mpnet": "all-mpnet-base-v2", "hashing": "hashing-256"}
 
 
 def encoder_kind(name: str) -> str:
     """The encoder choice (``tuned`` or a key of ``ENCODERS``) a stored embedder name corresponds to."""
-    return "hashing" if name.startswith("hashing-") else "tuned" if "+lora-" in name else "minilm"
+    if name.startswith("hashing-"):
+        return "hashing"
+    return "tuned" if "+lora-" in name else "mpnet" if name.startswith("all-mpnet-base-v2") else "minilm"
 
 
 def resolve_embedder(location: str | Path, encoder: str | None = None) -> Embedder:
@@ -82,7 +84,7 @@ def open_memory(
             database, ``postgresql://user:password@host/db`` (needs the ``postgres`` extra); or a store
             already opened (the Hydra builder's ``store`` node), which then takes no store settings.
         embedder: Defaults to the embedder that wrote the store; for a new store the packaged
-            all-MiniLM-L6-v2 with the trained memory adapter of checkpoints/embedder.
+            all-mpnet-base-v2 with the trained memory adapter of checkpoints/embedder.
         selector: Stage-2 selector; defaults to the learned ranker of checkpoints/ranker
             (``Stage1Selector()`` keeps the Stage-1 order and loads no model).
         controller: Defaults to the raw query as the single HQ.

@@ -295,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--user", help="user id for every conversation (default: each conversation's own id)")
     s.add_argument("--format", default="auto", choices=["auto", "locomo", "longmemeval", "jsonl"])
     s.add_argument("--conversations", help="subset: indices ('0-4', '1,3') or ids ('conv-26')")
-    s.add_argument("--encoder", choices=["tuned", *sorted(ENCODERS)], help="embedder of a new store (default tuned: MiniLM with the trained memory adapter; minilm: the base model)")
+    s.add_argument("--encoder", choices=["tuned", *sorted(ENCODERS)], help="embedder of a new store (default tuned: all-mpnet-base-v2 with the trained memory adapter; mpnet, minilm: base models)")
     s.add_argument("--skip-bad-lines", action="store_true",
                    help="JSONL / JSON list of turns: ingest the valid lines and list the skipped ones "
                         "(default: a file with any bad line writes nothing)")

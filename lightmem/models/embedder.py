@@ -1,6 +1,7 @@
 """Sentence embedders. They only encode; search lives in stores/ and retrieval/."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -240,12 +241,32 @@ def merge_adapter(model, adapter: str) -> str:
     return fingerprint
 
 
-def tuned_adapter() -> str | None:
-    """The trained memory-embedder adapter (checkpoints/embedder), or None when it is not installed."""
+def tuned_adapter(name: str = "embedder") -> str | None:
+    """A trained memory-embedder adapter (``checkpoints/<name>``; ``embedder`` is the default one), or None
+    when it is not installed."""
     from lightmem.models.registry import checkpoint_path
 
-    folder = checkpoint_path("embedder")
+    folder = checkpoint_path(name)
     return str(folder) if (folder / "adapter_model.safetensors").exists() else None
+
+
+def tuned_base(folder: str | Path) -> str:
+    """The base model an adapter was trained on, as its card records it (``train/embedder.py`` writes it)."""
+    card = Path(folder) / "card.json"
+    if card.exists():
+        base = json.loads(card.read_text()).get("base_model")
+        if base:
+            return str(base)
+    return "all-MiniLM-L6-v2"  # adapters exported before cards named their base
+
+
+def installed_adapters() -> list[str]:
+    """Every trained embedder adapter installed among the checkpoints (``embedder``, then ``embedder_*``)."""
+    from lightmem.models.registry import checkpoint_path
+
+    root = checkpoint_path("embedder").parent
+    names = ["embedder", *sorted(p.name for p in root.glob("embedder_*") if p.is_dir())] if root.is_dir() else []
+    return [f for f in (tuned_adapter(n) for n in names) if f]
 
 
 def embedder_for(name: str, backend: str | None = None) -> Embedder:
@@ -284,19 +305,21 @@ def embedder_for(name: str, backend: str | None = None) -> Embedder:
                          "open it with Memory.open(path, embedder=<that embedder>)")
     if not fingerprint:
         return SentenceTransformerEmbedder(model, backend=backend, max_seq_length=max_seq_length)
-    folder = tuned_adapter()
-    found = adapter_fingerprint(folder) if folder else None
-    if found != f"lora-{fingerprint}":
-        where = checkpoint_path("embedder")
-        have = f"the adapter at {where} is {found}" if found else f"there is no adapter at {where}"
-        raise StoreError(f"this store was written with {name!r} and {have}: point LIGHTMEM_CHECKPOINTS at the "
-                         "checkpoints that wrote it, or pass embedder=SentenceTransformerEmbedder(adapter=<its folder>)")
+    found = {adapter_fingerprint(f): f for f in installed_adapters()}
+    folder = found.get(f"lora-{fingerprint}")
+    if folder is None:
+        where = checkpoint_path("embedder").parent
+        have = f"the adapters there are {', '.join(sorted(found))}" if found else "there is none"
+        raise StoreError(f"this store was written with {name!r}, whose adapter is not among {where}/embedder* ({have}): "
+                         "point LIGHTMEM_CHECKPOINTS at the checkpoints that wrote it, or pass "
+                         "embedder=SentenceTransformerEmbedder(adapter=<its folder>)")
     return SentenceTransformerEmbedder(model, adapter=folder, backend=backend, max_seq_length=max_seq_length)
 
 
 def default_embedder(store: str | Path | None = None) -> Embedder:
     """What ``Memory.open`` encodes with when given no embedder: the store's own for an existing store;
-    for a new one MiniLM with the trained memory adapter (base MiniLM, with a warning, without it),
+    for a new one the base model of the trained memory adapter in checkpoints/embedder (all-mpnet-base-v2) with that
+    adapter (base MiniLM, with a warning, without it),
     reading 128 tokens per text, on int8 ONNX Runtime on the CPU and torch on a GPU (README "Throughput":
     3x the ingest of fp32 at 256 tokens on 2 cores, the same LoCoMo and LongMemEval recall)."""
     from lightmem.stores.embedded.store import stored_embedder
@@ -309,7 +332,7 @@ def default_embedder(store: str | Path | None = None) -> Embedder:
         log.warning("no trained embedder adapter in checkpoints/embedder (set LIGHTMEM_CHECKPOINTS or run `make train`); "
                     "using the base all-MiniLM-L6-v2")
         return SentenceTransformerEmbedder(**default_encoding())
-    return SentenceTransformerEmbedder(adapter=folder, **default_encoding())
+    return SentenceTransformerEmbedder(tuned_base(folder), adapter=folder, **default_encoding())
 
 
 def default_encoding(device: str = "auto") -> dict[str, object]:

@@ -54,8 +54,9 @@ data: install  ## synthetic (Query, Subgraph, Path) data + supervision distilled
 	$(PY) data_gen/distill.py out_dir=outputs/data
 
 train: data  ## reproduce checkpoints/{embedder,ranker,slm,selector,complexity,compressor} from scratch on CPU (fresh runs)
-	rm -rf checkpoints/runs/embedder checkpoints/runs/ranker checkpoints/runs/slm checkpoints/runs/selector checkpoints/runs/complexity checkpoints/runs/compressor
+	rm -rf checkpoints/runs/embedder checkpoints/runs/embedder_minilm checkpoints/runs/ranker checkpoints/runs/slm checkpoints/runs/selector checkpoints/runs/complexity checkpoints/runs/compressor
 	$(PY) train/embedder.py
+	$(PY) train/embedder.py base_model=all-MiniLM-L6-v2 lora=embedder out_dir=checkpoints/runs/embedder_minilm export_dir=checkpoints/embedder_minilm
 	$(PY) train/ranker.py
 	$(PY) train/slm.py
 	$(PY) train/selector.py

@@ -32,7 +32,7 @@ def test_encoder_speed_runs_the_three_minilm_backends(tmp_path):
     spec = importlib.util.spec_from_file_location("eval_encoder_speed", ROOT / "eval" / "encoder_speed.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    cfg = compose("encoder_speed", [f"corpus={TINY_LOCOMO}", "n_queries=3", "n_texts=8", "rounds=1", f"out_dir={tmp_path}",
+    cfg = compose("encoder_speed", ["encoder=minilm_tuned", f"corpus={TINY_LOCOMO}", "n_queries=3", "n_texts=8", "rounds=1", f"out_dir={tmp_path}",
                                     f"+encoder.cache_dir={tmp_path / 'cache'}"])
     rows = {r["backend"]: r for r in mod.run(cfg)["encoder_speed"]}
     assert set(rows) == {"torch", "onnx", "onnx_int8"} and rows["onnx_int8"]["name"] == rows["torch"]["name"] + "+int8"

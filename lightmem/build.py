@@ -34,7 +34,10 @@ def encoder_kind(name: str) -> str:
     """The encoder choice (``tuned`` or a key of ``ENCODERS``) a stored embedder name corresponds to."""
     if name.startswith("hashing-"):
         return "hashing"
-    return "tuned" if "+lora-" in name else "mpnet" if name.startswith("all-mpnet-base-v2") else "minilm"
+    if "+lora-" in name:
+        return "tuned"
+    base = name.split("+", 1)[0]  # the model, before the +len / +int8 suffixes
+    return next((kind for kind, model in ENCODERS.items() if model == base), "minilm")
 
 
 def resolve_embedder(location: str | Path, encoder: str | None = None) -> Embedder:

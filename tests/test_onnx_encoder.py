@@ -250,3 +250,35 @@ def test_the_exported_graphs_are_cached_and_reused(encoders, monkeypatch):
         again = SentenceTransformerEmbedder(backend=backend, adapter=tuned_adapter("embedder_minilm"), cache_dir=cache, query_cache_size=0)
         assert np.array_equal(again.encode(FACTS), enc[backend].encode(FACTS))
     assert sorted((p.name, p.stat().st_mtime_ns) for p in (Path(cache) / "onnx").iterdir()) == files
+
+
+@pytest.mark.slow
+def test_a_model_with_fp32_exceptions_gets_its_own_graph_name_and_store_name(encoders, monkeypatch, tmp_path):
+    import shutil
+
+    import onnx
+
+    from lightmem.models import embedder as embedder_mod
+    from lightmem.models import onnx_encoder
+    from lightmem.models.embedder import SentenceTransformerEmbedder, tuned_adapter
+
+    enc, cache = encoders
+    mine = tmp_path / "cache"
+    shutil.copytree(cache, mine)  # the fp32 export is reused; the module's cache keeps its two files
+    monkeypatch.setitem(onnx_encoder.FP32_MATMULS, "all-MiniLM-L6-v2", r"/layer\.3/output/dense/MatMul$")
+    kw = {"adapter": tuned_adapter("embedder_minilm"), "cache_dir": str(mine), "query_cache_size": 0}
+    mixed = SentenceTransformerEmbedder(backend="onnx_int8", **kw)
+    uniform = SentenceTransformerEmbedder(backend="onnx_int8_all", **kw)
+    assert mixed.name == enc["onnx"].name + "+int8mix" and uniform.name == enc["onnx_int8"].name
+    float_ops = [n.name for n in onnx.load(str(mixed.graph)).graph.node if n.op_type == "MatMul"
+                 and n.name.endswith("dense/MatMul")]
+    assert float_ops == ["/model/encoder/layer.3/output/dense/MatMul"]  # that one stays fp32, the others are int8
+    assert uniform.graph.name.split(".")[1] == "onnx_int8" and mixed.graph.name.split(".")[1].startswith("onnx_int8mix-")
+    assert np.allclose(uniform.encode(FACTS), enc["onnx_int8"].encode(FACTS), atol=1e-6)
+    cos = np.sum(mixed.encode(FACTS) * enc["onnx"].encode(FACTS), axis=1)
+    assert cos.min() > 0.985 and not np.allclose(mixed.encode(FACTS), uniform.encode(FACTS), atol=1e-4)
+    real = embedder_mod.SentenceTransformerEmbedder
+    monkeypatch.setattr(embedder_mod, "SentenceTransformerEmbedder", lambda *a, **k: real(*a, **{**k, "cache_dir": str(mine)}))
+    again = embedder_mod.embedder_for(mixed.name)  # a store written mixed reopens mixed, one written before uniform
+    assert again.name == mixed.name and np.allclose(again.encode(FACTS), mixed.encode(FACTS), atol=1e-6)
+    assert embedder_mod.embedder_for(uniform.name, backend="onnx_int8_all").name == uniform.name

@@ -134,6 +134,19 @@ class EncoderSpeedConfig:
 
 
 @dataclass
+class Int8LayersConfig:
+    """eval/int8_layers.py: how far each int8 recipe of the encoder moves its vectors from fp32."""
+
+    encoder: Any = None
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    corpus: str = "${paths.data}/locomo/locomo_dev.json.gz"
+    n_texts: int = 300
+    family: str = r"/layer\.\d+/output/dense/MatMul$"  # the MatMuls measured one by one (feed-forward outputs)
+    seed: int = 0
+    out_dir: str = "outputs/int8_layers"
+
+
+@dataclass
 class RolesBenchConfig(PipelineConfig):
     data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
     conversation: Any = 0
@@ -187,6 +200,7 @@ SCHEMAS = {
     "schema_locomo": LocomoEvalConfig,
     "schema_latency": LatencyBenchConfig,
     "schema_encoder_speed": EncoderSpeedConfig,
+    "schema_int8_layers": Int8LayersConfig,
     "schema_longmemeval": LongMemEvalConfig,
     "schema_growth": GrowthConfig,
     "schema_roles": RolesBenchConfig,

@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from lightmem.models.onnx_encoder import INT8_BACKENDS, fp32_matmuls
 from lightmem.models.registry import ModelRegistry, pick_device
 from lightmem.models.tokens import HFTokenCounter, TokenCounter, WhitespaceTokenCounter
 
@@ -81,7 +82,8 @@ class _QueryCache:
             self._d.popitem(last=False)
 
 
-INT8_SUFFIX = "+int8"
+INT8_SUFFIX = "+int8"  # every weight matrix int8
+MIXED_SUFFIX = "+int8mix"  # int8 but for the matrices the model keeps in fp32 (onnx_encoder.FP32_MATMULS)
 TRAINED_LENGTH = 256  # the tokens MiniLM reads at most in training; another max_seq_length is named (+len<N>)
 DEFAULT_READ_LENGTH = 128  # measured: LoCoMo/LongMemEval recall unchanged, long turns encode ~2x faster
 _LENGTH = re.compile(r"\+len(\d+)$")
@@ -104,7 +106,10 @@ class SentenceTransformerEmbedder:
             ``torch`` (sentence-transformers), ``onnx`` (the same network exported once to
             ONNX Runtime and cached; vectors equal torch's within 1e-6, so the name is the same) or
             ``onnx_int8`` (dynamically quantized weights; its vectors differ, so its name ends in
-            ``+int8`` and a store written with it opens only with it). On 2 CPU cores ONNX Runtime
+            ``+int8`` and a store written with it opens only with it). A model whose int8 vectors
+            drift far from fp32 keeps the matrices that cause it in fp32 (``FP32_MATMULS``: mpnet's
+            mean cosine to fp32 0.90 -> 0.99); its name then ends in ``+int8mix``, and
+            ``onnx_int8_all`` (every matrix int8, ``+int8``) reopens the stores written before. On 2 CPU cores ONNX Runtime
             embeds a query in 5.4 ms against torch's 14.0 (P50), and keeps 7.4 ms when another
             process loads the cores, where torch's two intra-op threads wait on each other
             (P50 40 ms, P95 186 ms): ``eval/encoder_speed.py``, README "Throughput".
@@ -138,13 +143,20 @@ class SentenceTransformerEmbedder:
             self.name += length_suffix(max_seq_length)
             return
         self.device = _onnx_device(device)
-        self._session = _onnx_session(registry, path, self.name, backend, max_seq_length, batch_size, adapter)
+        keep_fp32 = fp32_matmuls(registry.canonical(model), backend)
+        self._session = _onnx_session(registry, path, self.name, backend, max_seq_length, batch_size, adapter, keep_fp32)
         self._encode = self._session.encode
         self.tokenizer = self._session.tokenizer
         self.dim = self._session.dim
         self.name += length_suffix(max_seq_length)
-        if backend == "onnx_int8":
-            self.name += INT8_SUFFIX
+        if backend in INT8_BACKENDS:
+            self.name += MIXED_SUFFIX if keep_fp32 else INT8_SUFFIX
+
+    @property
+    def graph(self) -> Path | None:
+        """The ONNX graph this embedder runs (None on the torch backend)."""
+        session = getattr(self, "_session", None)
+        return session.path if session is not None else None
 
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
         texts = list(texts)
@@ -206,7 +218,7 @@ def _onnx_device(device: str) -> str:
 
 
 def _onnx_session(registry: ModelRegistry, path: Path, name: str, backend: str, max_seq_length: int, batch_size: int,
-                  adapter: str | None):  # -> OnnxSession
+                  adapter: str | None, keep_fp32: str | None = None):  # -> OnnxSession
     """The cached ONNX graph of this model (exported from the torch model, adapter merged, on first use)."""
     from transformers import AutoTokenizer
 
@@ -214,7 +226,8 @@ def _onnx_session(registry: ModelRegistry, path: Path, name: str, backend: str, 
 
     require_onnxruntime()  # before the model loads and exports, not after
     weights = next((path / f for f in ("model.safetensors", "pytorch_model.bin") if (path / f).exists()), path / "config.json")
-    graph = ensure_exported(registry.cache_dir, name, weights, backend, lambda: _load(path, "cpu", max_seq_length, adapter))
+    graph = ensure_exported(registry.cache_dir, name, weights, backend, lambda: _load(path, "cpu", max_seq_length, adapter),
+                            keep_fp32)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     return OnnxSession(graph, tokenizer, max_seq_length, batch_size)
 
@@ -272,12 +285,13 @@ def installed_adapters() -> list[str]:
 def embedder_for(name: str, backend: str | None = None) -> Embedder:
     """Rebuild the embedder a store records by name: ``hashing-<dim>``, a packaged model, or a packaged
     model with the trained adapter (``<model>+lora-<fingerprint>``, checked before any model loads),
-    then ``+len<N>`` when it read N tokens per text instead of the trained 256, and ``+int8`` when the
-    int8 ONNX backend wrote it.
+    then ``+len<N>`` when it read N tokens per text instead of the trained 256, and ``+int8`` (every weight
+    matrix int8) or ``+int8mix`` (some kept in fp32, ``onnx_encoder.FP32_MATMULS``) when an int8 ONNX backend wrote it.
 
     Args:
         name: The name the store records.
-        backend: How to encode: by default ``onnx_int8`` for an ``+int8`` name and ``auto``
+        backend: How to encode: by default the int8 backend that wrote an ``+int8``/``+int8mix`` name
+            (``onnx_int8_all`` for ``+int8`` when the model now keeps matrices in fp32) and ``auto``
             otherwise (``onnx`` on the CPU, ``torch`` on a GPU: the same vectors).
 
     Raises:
@@ -290,16 +304,21 @@ def embedder_for(name: str, backend: str | None = None) -> Embedder:
 
     if name.startswith("hashing-") and name[8:].isdigit():
         return HashingEmbedder(int(name[8:]))
-    int8 = name.endswith(INT8_SUFFIX)
-    backend = backend or ("onnx_int8" if int8 else "auto")
-    if int8 != (backend == "onnx_int8"):
-        need = "backend='onnx_int8'" if int8 else "backend='torch' or backend='onnx'"
-        raise StoreError(f"this store was written with {name!r}, whose vectors only {need} reproduces; "
-                         f"backend={backend!r} would mix incompatible vectors: open it with {need}, or use a new store")
-    base = name.removesuffix(INT8_SUFFIX)
+    suffix = next((x for x in (MIXED_SUFFIX, INT8_SUFFIX) if name.endswith(x)), "")
+    base = name.removesuffix(suffix) if suffix else name
     length = _LENGTH.search(base)
     max_seq_length = int(length.group(1)) if length else TRAINED_LENGTH
     model, _, fingerprint = base[: length.start()].partition("+lora-") if length else base.partition("+lora-")
+    # The backends that reproduce the stored vectors, the one to use first. "+int8" is every matrix int8: for a
+    # model that keeps some in fp32 that is onnx_int8_all (the recipe before), for any other both int8 backends.
+    keeps = fp32_matmuls(ModelRegistry.canonical(model), "onnx_int8") is not None
+    wants = {"": ("auto", "torch", "onnx"), MIXED_SUFFIX: ("onnx_int8",),
+             INT8_SUFFIX: ("onnx_int8_all",) if keeps else ("onnx_int8", "onnx_int8_all")}[suffix]
+    backend = backend or wants[0]
+    if backend not in wants:
+        need = f"backend={wants[0]!r}" if suffix else "backend='torch' or backend='onnx'"
+        raise StoreError(f"this store was written with {name!r}, whose vectors only {need} reproduces; "
+                         f"backend={backend!r} would mix incompatible vectors: open it with {need}, or use a new store")
     if ModelRegistry.canonical(model) not in PACKAGED and not os.path.isdir(model):
         raise StoreError(f"this store was written with the embedder {name!r}, which lightmem cannot rebuild by name: "
                          "open it with Memory.open(path, embedder=<that embedder>)")

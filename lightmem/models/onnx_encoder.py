@@ -1,9 +1,10 @@
-"""An ONNX Runtime path for sentence-transformers mean-pooling encoders (MiniLM): export, int8, inference.
+"""An ONNX Runtime path for sentence-transformers mean-pooling encoders (MiniLM, mpnet): export, int8, inference.
 
 The transformer (with any LoRA adapter already merged) is exported once from the packaged weights,
 with mean pooling and L2 normalisation inside the graph, and cached on disk; ``onnx_int8`` adds
-dynamic int8 quantization of the weight matrices. Both files are written atomically, so a killed
-export never leaves a file that a later process would load.
+dynamic int8 quantization of the weight matrices, except those of the model that quantize badly
+(``FP32_MATMULS``), and ``onnx_int8_all`` quantizes every one. The files are written atomically, so a
+killed export never leaves a file that a later process would load.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import hashlib
 import inspect
 import logging
 import os
+import re
 import time
 import uuid
 import warnings
@@ -21,7 +23,21 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("torch", "onnx", "onnx_int8")
+BACKENDS = ("torch", "onnx", "onnx_int8", "onnx_int8_all")
+INT8_BACKENDS = ("onnx_int8", "onnx_int8_all")
+# The weight matrices of a base model that the int8 backend keeps in fp32 (a regex over the exported graph's
+# MatMul node names). all-mpnet-base-v2's feed-forward output projections of layers 6-10 read activations with
+# outliers that one int8 scale per tensor cannot hold: with every matrix int8 its vectors sit at mean cosine 0.90
+# to fp32 (LoCoMo turns), with these five kept 0.99, at ~2 ms more per query; each other layer's alone costs
+# < 0.001 (`python eval/int8_layers.py`). MiniLM has no such layer (0.991 with all int8).
+FP32_MATMULS: dict[str, str] = {
+    "all-mpnet-base-v2": r"/layer\.(6|7|8|9|10)/output/dense/MatMul$",
+}
+
+
+def fp32_matmuls(model: str, backend: str) -> str | None:
+    """The regex of the MatMuls ``backend`` keeps in fp32 for base ``model`` (None: every one is int8)."""
+    return FP32_MATMULS.get(model) if backend == "onnx_int8" else None
 # Bump when the exported graph or the quantization recipe changes: old cache files are then ignored.
 EXPORT_VERSION = 1
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -124,8 +140,9 @@ def export_onnx(st_model, path: Path) -> None:
                           output_names=["embedding"], dynamic_axes=axes, opset_version=17, **legacy)
 
 
-def quantize_int8(src: Path, dst: Path) -> None:
-    """Dynamic int8 quantization of the weight matrices (per output channel); embeddings stay fp32.
+def quantize_int8(src: Path, dst: Path, keep_fp32: str | None = None) -> None:
+    """Dynamic int8 quantization of the weight matrices (per output channel); embeddings stay fp32, and so do
+    the MatMuls whose node name matches the regex ``keep_fp32``.
 
     Measured on LoCoMo turns (mean cosine to fp32): 0.991 this way; 0.954 with per-tensor weights
     and the embedding tables quantized too. Leaving the FFN output matrices in fp32 gave 0.995 at
@@ -135,13 +152,24 @@ def quantize_int8(src: Path, dst: Path) -> None:
 
     # The quantizer logs a line per tensor on the root logger and advises a pre-processing step
     # that fails on this graph (incomplete symbolic shape inference): keep both out of the user's log.
+    kept = matmul_names(src, keep_fp32) if keep_fp32 else []
+    if keep_fp32 and not kept:
+        raise ValueError(f"no MatMul of {src.name} matches {keep_fp32!r}: the graph is not the one FP32_MATMULS describes")
     root, quiet = logging.getLogger(), _QuietQuantizer()
     root.addFilter(quiet)
     try:
         quantize_dynamic(str(src), str(dst), op_types_to_quantize=["MatMul"], per_channel=True,
-                         weight_type=QuantType.QInt8)
+                         weight_type=QuantType.QInt8, nodes_to_exclude=kept)
     finally:
         root.removeFilter(quiet)
+
+
+def matmul_names(graph: Path, pattern: str = "") -> list[str]:
+    """The names of the MatMul nodes of an ONNX graph that match the regex ``pattern`` (all: ``""``), in graph order."""
+    import onnx
+
+    model = onnx.load(str(graph), load_external_data=False)
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and re.search(pattern, n.name)]
 
 
 class _QuietQuantizer(logging.Filter):
@@ -150,15 +178,17 @@ class _QuietQuantizer(logging.Filter):
             record.levelno == logging.WARNING and not str(record.msg).startswith("Please consider to run pre-processing"))
 
 
-def ensure_exported(cache_dir: Path, name: str, weights: Path, backend: str, load: Callable[[], object]) -> Path:
+def ensure_exported(cache_dir: Path, name: str, weights: Path, backend: str, load: Callable[[], object],
+                    keep_fp32: str | None = None) -> Path:
     """The cached graph of embedder ``name`` for ``backend``, exported (and quantized) first when missing.
 
     Args:
         cache_dir: The registry's cache directory.
         name: The embedder's name (model and adapter fingerprint, without the backend's suffix).
         weights: The base model's weights file (part of the cache key).
-        backend: ``onnx`` or ``onnx_int8``.
+        backend: ``onnx``, ``onnx_int8`` or ``onnx_int8_all``.
         load: Returns the SentenceTransformer (adapter merged) to export; called only on a cache miss.
+        keep_fp32: The int8 graph keeps the MatMuls matching this regex in fp32 (``fp32_matmuls``).
     """
     fp32 = cache_file(cache_dir, name, "onnx", weights)
     if not fp32.exists():
@@ -166,10 +196,12 @@ def ensure_exported(cache_dir: Path, name: str, weights: Path, backend: str, loa
         write_atomically(fp32, lambda tmp: export_onnx(load(), tmp))
     if backend == "onnx":
         return fp32
-    path = cache_file(cache_dir, name, backend, weights)
+    # Named by recipe, not backend: where the model keeps nothing in fp32 both int8 backends share one file.
+    recipe = f"onnx_int8mix-{hashlib.sha256(keep_fp32.encode()).hexdigest()[:8]}" if keep_fp32 else "onnx_int8"
+    path = cache_file(cache_dir, name, recipe, weights)
     if not path.exists():
         log.info("quantizing the encoder to int8 at %s (one time)", path)
-        write_atomically(path, lambda tmp: quantize_int8(fp32, tmp))
+        write_atomically(path, lambda tmp: quantize_int8(fp32, tmp, keep_fp32))
     return path
 
 
@@ -213,6 +245,7 @@ class OnnxSession:
         # core of two, 2 spinning threads measured 1.7x slower than 2 that sleep (and 1 thread).
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.path = path
         self._session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         self._inputs = [i.name for i in self._session.get_inputs()]
         self.tokenizer = tokenizer

@@ -9,7 +9,7 @@ import pytest
 
 from lightmem.errors import StoreError
 from lightmem.evaluation.int8_layers import FFN_OUTPUT, drift, drift_table, layer_sensitivity
-from lightmem.models.onnx_encoder import fp32_matmuls, matmul_names, quantize_int8
+from lightmem.models.onnx_encoder import FP32_MATMULS, fp32_matmuls, int8_recipe, matmul_names, quantize_int8
 
 NAMES = ["/model/encoder/layer.0/attention/attn/q/MatMul", "/model/encoder/layer.0/output/dense/MatMul",
          "/model/encoder/layer.1/output/dense/MatMul"]
@@ -99,9 +99,11 @@ def test_stored_names_pick_the_recipe_that_wrote_them(monkeypatch):
 
     built = []
     monkeypatch.setattr(E, "SentenceTransformerEmbedder", lambda *a, **kw: built.append(kw["backend"]) or kw)
-    # mpnet keeps matrices in fp32: +int8 stores (written before) reopen with every matrix int8, +int8mix ones mixed
+    mix = "+" + int8_recipe(FP32_MATMULS["all-mpnet-base-v2"])
+    assert mix.startswith("+int8mix-") and int8_recipe(None) == "int8"
+    # mpnet keeps matrices in fp32: +int8 stores (written before) reopen with every matrix int8, +int8mix-<hash> ones mixed
     E.embedder_for("all-mpnet-base-v2+len128+int8")
-    E.embedder_for("all-mpnet-base-v2+len128+int8mix")
+    E.embedder_for("all-mpnet-base-v2+len128" + mix)
     # MiniLM keeps none: both int8 backends write its +int8 vectors
     E.embedder_for("all-MiniLM-L6-v2+int8")
     E.embedder_for("all-MiniLM-L6-v2+int8", backend="onnx_int8_all")
@@ -109,6 +111,11 @@ def test_stored_names_pick_the_recipe_that_wrote_them(monkeypatch):
     with pytest.raises(StoreError, match="backend='onnx_int8_all'"):
         E.embedder_for("all-mpnet-base-v2+len128+int8", backend="onnx_int8")
     with pytest.raises(StoreError, match="backend='onnx_int8'"):
-        E.embedder_for("all-mpnet-base-v2+len128+int8mix", backend="onnx_int8_all")
+        E.embedder_for("all-mpnet-base-v2+len128" + mix, backend="onnx_int8_all")
+    # a recipe that kept other matrices (FP32_MATMULS edited since, or a model that keeps none) cannot be reproduced
+    with pytest.raises(StoreError, match="other matrices"):
+        E.embedder_for("all-mpnet-base-v2+len128+int8mix-00000000")
+    with pytest.raises(StoreError, match="other matrices"):
+        E.embedder_for("all-MiniLM-L6-v2" + mix)
     with pytest.raises(StoreError, match="backend='torch' or backend='onnx'"):
         E.embedder_for("all-mpnet-base-v2+len128", backend="onnx_int8_all")

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from lightmem.models.onnx_encoder import INT8_BACKENDS, fp32_matmuls
+from lightmem.models.onnx_encoder import INT8_BACKENDS, fp32_matmuls, int8_recipe
 from lightmem.models.registry import ModelRegistry, pick_device
 from lightmem.models.tokens import HFTokenCounter, TokenCounter, WhitespaceTokenCounter
 
@@ -83,7 +83,7 @@ class _QueryCache:
 
 
 INT8_SUFFIX = "+int8"  # every weight matrix int8
-MIXED_SUFFIX = "+int8mix"  # int8 but for the matrices the model keeps in fp32 (onnx_encoder.FP32_MATMULS)
+_MIXED = re.compile(r"\+int8mix-[0-9a-f]{8}$")  # int8 but for the matrices onnx_encoder.FP32_MATMULS keeps in fp32
 TRAINED_LENGTH = 256  # the tokens MiniLM reads at most in training; another max_seq_length is named (+len<N>)
 DEFAULT_READ_LENGTH = 128  # measured: LoCoMo/LongMemEval recall unchanged, long turns encode ~2x faster
 _LENGTH = re.compile(r"\+len(\d+)$")
@@ -106,10 +106,11 @@ class SentenceTransformerEmbedder:
             ``torch`` (sentence-transformers), ``onnx`` (the same network exported once to
             ONNX Runtime and cached; vectors equal torch's within 1e-6, so the name is the same) or
             ``onnx_int8`` (dynamically quantized weights; its vectors differ, so its name ends in
-            ``+int8`` and a store written with it opens only with it). A model whose int8 vectors
-            drift far from fp32 keeps the matrices that cause it in fp32 (``FP32_MATMULS``: mpnet's
-            mean cosine to fp32 0.90 -> 0.99); its name then ends in ``+int8mix``, and
-            ``onnx_int8_all`` (every matrix int8, ``+int8``) reopens the stores written before. On 2 CPU cores ONNX Runtime
+            ``+int8`` and a store written with it opens only with int8 vectors of the same recipe). A
+            model whose int8 vectors drift far from fp32 keeps the matrices that cause it in fp32
+            (``FP32_MATMULS``: mpnet's mean cosine to fp32 0.91 -> 0.99); its name then ends in
+            ``+int8mix-<hash of the kept matrices' regex>``, and ``onnx_int8_all`` (every matrix int8,
+            ``+int8``) reopens the stores written before. On 2 CPU cores ONNX Runtime
             embeds a query in 5.4 ms against torch's 14.0 (P50), and keeps 7.4 ms when another
             process loads the cores, where torch's two intra-op threads wait on each other
             (P50 40 ms, P95 186 ms): ``eval/encoder_speed.py``, README "Throughput".
@@ -150,7 +151,7 @@ class SentenceTransformerEmbedder:
         self.dim = self._session.dim
         self.name += length_suffix(max_seq_length)
         if backend in INT8_BACKENDS:
-            self.name += MIXED_SUFFIX if keep_fp32 else INT8_SUFFIX
+            self.name += f"+{int8_recipe(keep_fp32)}"
 
     @property
     def graph(self) -> Path | None:
@@ -286,11 +287,11 @@ def embedder_for(name: str, backend: str | None = None) -> Embedder:
     """Rebuild the embedder a store records by name: ``hashing-<dim>``, a packaged model, or a packaged
     model with the trained adapter (``<model>+lora-<fingerprint>``, checked before any model loads),
     then ``+len<N>`` when it read N tokens per text instead of the trained 256, and ``+int8`` (every weight
-    matrix int8) or ``+int8mix`` (some kept in fp32, ``onnx_encoder.FP32_MATMULS``) when an int8 ONNX backend wrote it.
+    matrix int8) or ``+int8mix-<hash>`` (some kept in fp32, ``onnx_encoder.FP32_MATMULS``) when an int8 ONNX backend wrote it.
 
     Args:
         name: The name the store records.
-        backend: How to encode: by default the int8 backend that wrote an ``+int8``/``+int8mix`` name
+        backend: How to encode: by default the int8 backend that wrote an ``+int8``/``+int8mix-<hash>`` name
             (``onnx_int8_all`` for ``+int8`` when the model now keeps matrices in fp32) and ``auto``
             otherwise (``onnx`` on the CPU, ``torch`` on a GPU: the same vectors).
 
@@ -304,16 +305,21 @@ def embedder_for(name: str, backend: str | None = None) -> Embedder:
 
     if name.startswith("hashing-") and name[8:].isdigit():
         return HashingEmbedder(int(name[8:]))
-    suffix = next((x for x in (MIXED_SUFFIX, INT8_SUFFIX) if name.endswith(x)), "")
+    mixed = _MIXED.search(name)
+    suffix = mixed.group(0) if mixed else INT8_SUFFIX if name.endswith(INT8_SUFFIX) else ""
     base = name.removesuffix(suffix) if suffix else name
     length = _LENGTH.search(base)
     max_seq_length = int(length.group(1)) if length else TRAINED_LENGTH
     model, _, fingerprint = base[: length.start()].partition("+lora-") if length else base.partition("+lora-")
     # The backends that reproduce the stored vectors, the one to use first. "+int8" is every matrix int8: for a
     # model that keeps some in fp32 that is onnx_int8_all (the recipe before), for any other both int8 backends.
-    keeps = fp32_matmuls(ModelRegistry.canonical(model), "onnx_int8") is not None
-    wants = {"": ("auto", "torch", "onnx"), MIXED_SUFFIX: ("onnx_int8",),
-             INT8_SUFFIX: ("onnx_int8_all",) if keeps else ("onnx_int8", "onnx_int8_all")}[suffix]
+    keep = fp32_matmuls(ModelRegistry.canonical(model), "onnx_int8")
+    if mixed and suffix != f"+{int8_recipe(keep)}":
+        raise StoreError(f"this store was written with {name!r}, an int8 recipe that keeps other matrices in fp32 than "
+                         f"this lightmem's ({'none' if keep is None else keep!r}, onnx_encoder.FP32_MATMULS): its vectors "
+                         "cannot be reproduced here; open it with the lightmem version that wrote it, or use a new store")
+    wants = {"": ("auto", "torch", "onnx"), INT8_SUFFIX: ("onnx_int8_all",) if keep else ("onnx_int8", "onnx_int8_all")}.get(
+        suffix, ("onnx_int8",))
     backend = backend or wants[0]
     if backend not in wants:
         need = f"backend={wants[0]!r}" if suffix else "backend='torch' or backend='onnx'"

@@ -27,8 +27,8 @@ BACKENDS = ("torch", "onnx", "onnx_int8", "onnx_int8_all")
 INT8_BACKENDS = ("onnx_int8", "onnx_int8_all")
 # The weight matrices of a base model that the int8 backend keeps in fp32 (a regex over the exported graph's
 # MatMul node names). all-mpnet-base-v2's feed-forward output projections of layers 6-10 read activations with
-# outliers that one int8 scale per tensor cannot hold: with every matrix int8 its vectors sit at mean cosine 0.90
-# to fp32 (LoCoMo turns), with these five kept 0.99, at ~2 ms more per query; each other layer's alone costs
+# outliers that one int8 scale per tensor cannot hold: with every matrix int8 its vectors sit at mean cosine 0.91
+# to fp32 (0.907 over 300 LoCoMo turns), with these five kept 0.990, at ~2 ms more per query; each other layer's alone costs
 # < 0.001 (`python eval/int8_layers.py`). MiniLM has no such layer (0.991 with all int8).
 FP32_MATMULS: dict[str, str] = {
     "all-mpnet-base-v2": r"/layer\.(6|7|8|9|10)/output/dense/MatMul$",
@@ -38,6 +38,12 @@ FP32_MATMULS: dict[str, str] = {
 def fp32_matmuls(model: str, backend: str) -> str | None:
     """The regex of the MatMuls ``backend`` keeps in fp32 for base ``model`` (None: every one is int8)."""
     return FP32_MATMULS.get(model) if backend == "onnx_int8" else None
+
+
+def int8_recipe(keep_fp32: str | None) -> str:
+    """The name of an int8 recipe: ``int8`` (every matrix) or ``int8mix-<sha256[:8] of the regex>``, so that a
+    changed ``FP32_MATMULS`` entry names new vectors (and cache files) instead of passing for the old ones."""
+    return f"int8mix-{hashlib.sha256(keep_fp32.encode()).hexdigest()[:8]}" if keep_fp32 else "int8"
 # Bump when the exported graph or the quantization recipe changes: old cache files are then ignored.
 EXPORT_VERSION = 1
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -49,7 +55,7 @@ def require_onnxruntime():
     try:
         import onnxruntime
     except ImportError as exc:
-        raise ImportError("encoder backend 'onnx'/'onnx_int8' needs the onnxruntime package: "
+        raise ImportError("encoder backends 'onnx'/'onnx_int8'/'onnx_int8_all' need the onnxruntime package: "
                           "`pip install onnxruntime` (or use backend='torch')") from exc
     return onnxruntime
 
@@ -144,9 +150,10 @@ def quantize_int8(src: Path, dst: Path, keep_fp32: str | None = None) -> None:
     """Dynamic int8 quantization of the weight matrices (per output channel); embeddings stay fp32, and so do
     the MatMuls whose node name matches the regex ``keep_fp32``.
 
-    Measured on LoCoMo turns (mean cosine to fp32): 0.991 this way; 0.954 with per-tensor weights
-    and the embedding tables quantized too. Leaving the FFN output matrices in fp32 gave 0.995 at
-    a third less speed-up and no better LoCoMo recall; SmoothQuant-style rescaling made it worse.
+    Measured with MiniLM on LoCoMo turns (mean cosine to fp32): 0.991 this way; 0.954 with per-tensor weights
+    and the embedding tables quantized too. Leaving its FFN output matrices in fp32 gave 0.995 at a third
+    less speed-up and no better LoCoMo recall; SmoothQuant-style rescaling made it worse. mpnet is another
+    matter (0.907 with every matrix int8): see ``FP32_MATMULS``.
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -197,8 +204,7 @@ def ensure_exported(cache_dir: Path, name: str, weights: Path, backend: str, loa
     if backend == "onnx":
         return fp32
     # Named by recipe, not backend: where the model keeps nothing in fp32 both int8 backends share one file.
-    recipe = f"onnx_int8mix-{hashlib.sha256(keep_fp32.encode()).hexdigest()[:8]}" if keep_fp32 else "onnx_int8"
-    path = cache_file(cache_dir, name, recipe, weights)
+    path = cache_file(cache_dir, name, f"onnx_{int8_recipe(keep_fp32)}", weights)
     if not path.exists():
         log.info("quantizing the encoder to int8 at %s (one time)", path)
         write_atomically(path, lambda tmp: quantize_int8(fp32, tmp, keep_fp32))

@@ -25,7 +25,7 @@ class ServeSettings:
         host: Interface to listen on.
         port: TCP port.
         workers: Worker processes; each opens the store and loads the models once.
-        encoder: Embedder of a new store: None (MiniLM + the trained adapter), ``minilm`` or ``hashing``.
+        encoder: Embedder of a new store: None (the trained memory adapter on its base model, all-mpnet-base-v2), or a key of ``build.ENCODERS``.
         selector: Stage 2: ``trained`` (the learned ranker) or ``none`` (the Stage-1 order).
         max_body_bytes: Larger request bodies get 413.
         cache_mb: Ceiling (MiB) of each worker's per-user in-memory views (None: the store's default).

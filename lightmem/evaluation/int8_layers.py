@@ -20,6 +20,7 @@ from lightmem.models.onnx_encoder import matmul_names, quantize_int8
 # BERT (MiniLM) and MPNet name their feed-forward output projection ".../layer.N/output/dense/MatMul"; the
 # attention output projection sits under ".../attention/..." in both.
 FFN_OUTPUT = r"/layer\.\d+/output/dense/MatMul$"
+FAMILY_FP32 = "family in fp32"  # the row the others' loss is measured against
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def layer_sensitivity(fp32_graph: Path, encode: Callable[[Path, Sequence[str]], 
         quantize_int8(fp32_graph, graph, keep)
         return drift(reference, encode(graph, texts), recipe, kept)
 
-    rows = [measure(None, "every MatMul int8", 0), measure(family, "family in fp32", len(members))]
+    rows = [measure(None, "every MatMul int8", 0), measure(family, FAMILY_FP32, len(members))]
     for name in members:
         others = "|".join(f"^{re.escape(m)}$" for m in members if m != name) or None
         rows.append(measure(others, f"{name} int8 (rest of family fp32)", len(members) - 1))
@@ -75,7 +76,7 @@ def layer_sensitivity(fp32_graph: Path, encode: Callable[[Path, Sequence[str]], 
 
 def drift_table(rows: Sequence[Drift]) -> str:
     """A markdown table of the recipes, with each one's loss against the family kept in fp32."""
-    family = next((r.mean_cosine for r in rows if r.recipe == "family in fp32"), None)
+    family = next((r.mean_cosine for r in rows if r.recipe == FAMILY_FP32), None)
     lines = ["| recipe | matrices in fp32 | mean cosine to fp32 | min cosine | loss vs family in fp32 |", "|---|---|---|---|---|"]
     for r in rows:
         loss = f"{family - r.mean_cosine:.4f}" if family is not None else ""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightmem.config import PathsConfig, PipelineConfig, logger_field, register_schemas
+from lightmem.evaluation.int8_layers import FFN_OUTPUT
 
 
 @dataclass
@@ -141,7 +142,7 @@ class Int8LayersConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     corpus: str = "${paths.data}/locomo/locomo_dev.json.gz"
     n_texts: int = 300
-    family: str = r"/layer\.\d+/output/dense/MatMul$"  # the MatMuls measured one by one (feed-forward outputs)
+    family: str = FFN_OUTPUT  # the MatMuls measured one by one (feed-forward outputs)
     seed: int = 0
     out_dir: str = "outputs/int8_layers"
 

@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "onnx", "onnx_int8", "onnx_int8_all")
 INT8_BACKENDS = ("onnx_int8", "onnx_int8_all")
+# Bump when the exported graph or the quantization recipe changes: old cache files are then ignored.
+EXPORT_VERSION = 1
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+STALE_TMP_S = 3600.0
+
 # The weight matrices of a base model that the int8 backend keeps in fp32 (a regex over the exported graph's
 # MatMul node names). all-mpnet-base-v2's feed-forward output projections of layers 6-10 read activations with
 # outliers that one int8 scale per tensor cannot hold: with every matrix int8 its vectors sit at mean cosine 0.91
@@ -44,10 +49,6 @@ def int8_recipe(keep_fp32: str | None) -> str:
     """The name of an int8 recipe: ``int8`` (every matrix) or ``int8mix-<sha256[:8] of the regex>``, so that a
     changed ``FP32_MATMULS`` entry names new vectors (and cache files) instead of passing for the old ones."""
     return f"int8mix-{hashlib.sha256(keep_fp32.encode()).hexdigest()[:8]}" if keep_fp32 else "int8"
-# Bump when the exported graph or the quantization recipe changes: old cache files are then ignored.
-EXPORT_VERSION = 1
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-STALE_TMP_S = 3600.0
 
 
 def require_onnxruntime():

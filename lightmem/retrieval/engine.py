@@ -102,7 +102,7 @@ class TwoStageRetriever:
         cross_share: float = 0.5,
         ltm_hops: int = 1,
         fill_budget: bool = True,
-        whole_share: float = 0.75,
+        whole_share: float = 0.5,
         hop_seeds: int = 0,
         hop_extra: int = 10,
         session_spread: float = 0.0,

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from lightmem.models.onnx_encoder import INT8_BACKENDS, fp32_matmuls, int8_recipe
+from lightmem.models.onnx_encoder import INT8_ALL, INT8_BACKENDS, INT8_MIX, RECIPE_HASH_LEN, fp32_matmuls, int8_recipe
 from lightmem.models.registry import ModelRegistry, pick_device
 from lightmem.models.tokens import HFTokenCounter, TokenCounter, WhitespaceTokenCounter
 
@@ -82,8 +82,9 @@ class _QueryCache:
             self._d.popitem(last=False)
 
 
-INT8_SUFFIX = "+int8"  # every weight matrix int8
-_MIXED = re.compile(r"\+int8mix-[0-9a-f]{8}$")  # int8 but for the matrices onnx_encoder.FP32_MATMULS keeps in fp32
+INT8_SUFFIX = f"+{INT8_ALL}"  # every weight matrix int8
+# int8 but for the matrices onnx_encoder.FP32_MATMULS keeps in fp32: int8_recipe's name for them
+_MIXED = re.compile(rf"\+{INT8_MIX}-[0-9a-f]{{{RECIPE_HASH_LEN}}}$")
 TRAINED_LENGTH = 256  # the tokens MiniLM reads at most in training; another max_seq_length is named (+len<N>)
 DEFAULT_READ_LENGTH = 128  # measured: LoCoMo/LongMemEval recall unchanged, long turns encode ~2x faster
 _LENGTH = re.compile(r"\+len(\d+)$")

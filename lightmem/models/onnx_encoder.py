@@ -45,10 +45,16 @@ def fp32_matmuls(model: str, backend: str) -> str | None:
     return FP32_MATMULS.get(model) if backend == "onnx_int8" else None
 
 
+INT8_ALL, INT8_MIX = "int8", "int8mix"  # the recipe names int8_recipe writes (embedder names end in "+" + one)
+RECIPE_HASH_LEN = 8
+
+
 def int8_recipe(keep_fp32: str | None) -> str:
     """The name of an int8 recipe: ``int8`` (every matrix) or ``int8mix-<sha256[:8] of the regex>``, so that a
     changed ``FP32_MATMULS`` entry names new vectors (and cache files) instead of passing for the old ones."""
-    return f"int8mix-{hashlib.sha256(keep_fp32.encode()).hexdigest()[:8]}" if keep_fp32 else "int8"
+    if not keep_fp32:
+        return INT8_ALL
+    return f"{INT8_MIX}-{hashlib.sha256(keep_fp32.encode()).hexdigest()[:RECIPE_HASH_LEN]}"
 
 
 def require_onnxruntime():

@@ -21,6 +21,7 @@ from lightmem.roles.controller import Controller
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector, default_selector
 from lightmem.roles.writer import Writer
+from lightmem.sensory.compressor import Compressor, default_word_scorer
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
 from lightmem.stores.factory import open_store
@@ -77,6 +78,7 @@ def open_memory(
     retrieval: Mapping[str, Any] | None = None,
     sensory_stage: SensoryStage | None = None,
     ltm: LTMOptions | None = None,
+    word_scorer: Compressor | str | None = "default",
     **store_kwargs: Any,
 ) -> Memory:
     """Open (or create) a store and assemble a Memory over it (``Memory.open`` is this); every part
@@ -102,6 +104,9 @@ def open_memory(
         ltm: Long-term memory: the de-identified knowledge graph, its offline consolidation
             (in a background thread unless ``background=False``) and LTM routing of
             search. None by default: MTM only.
+        word_scorer: Scores each new memory's words for keeping, so that Stage 2 can squeeze the
+            excerpts in the tail of a budget (``retrieval.excerpt_rate``); ``"default"``: the trained
+            compressor of checkpoints/compressor (loaded once per process); None: no scores.
         **store_kwargs: Keyword arguments of the store (``MTMStore``: index, synchronous...;
             ``PostgresStore``: index, ef_search...).
     """
@@ -120,8 +125,13 @@ def open_memory(
                                       "ltm_hops": ltm.hops}
     retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **{**dict(retrieval or {}), **routing})
     counter = embedder.token_counter()
+    if isinstance(word_scorer, str):
+        if word_scorer != "default":
+            raise ValueError(f"word_scorer must be a compressor, None or 'default', got {word_scorer!r}")
+        word_scorer = default_word_scorer()
     return Memory(store, embedder, retriever, ContextComposer(counter, budget), controller=controller, writer=writer,
-                  maintainer=maintainer, counter=counter, k=k, sensory_stage=sensory_stage, ltm=runtime)
+                  maintainer=maintainer, counter=counter, k=k, sensory_stage=sensory_stage, ltm=runtime,
+                  word_scorer=word_scorer)
 
 
 # ``Memory.open`` hands its arguments to ``open_memory``: help() and editors show them there too.

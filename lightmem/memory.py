@@ -17,6 +17,7 @@ from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import Writer, default_writer
+from lightmem.sensory.compressor import Compressor
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import MemoryStore
 from lightmem.timeutil import now as wall_clock
@@ -53,6 +54,7 @@ class Memory:
         clock: Callable[[], float] = wall_clock,
         sensory_stage: SensoryStage | None = None,
         ltm: LTMRuntime | None = None,
+        word_scorer: Compressor | None = None,
     ) -> None:
         self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
         self.controller = controller or PassthroughController()
@@ -60,7 +62,7 @@ class Memory:
         self.k = check_k(k)
         self.ltm = ltm
         self._write = WritePipeline(store, embedder, self.counter, writer or default_writer(), clock,
-                                    sensory_stage=sensory_stage, maintainer=maintainer, ltm=ltm)
+                                    sensory_stage=sensory_stage, maintainer=maintainer, ltm=ltm, word_scorer=word_scorer)
 
     # The write pipeline's parts, settable (an evaluation wraps the writer, a test swaps the clock).
     @property

@@ -12,8 +12,10 @@ import numpy as np
 from lightmem.ltm import LTMRuntime
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
+from lightmem.retrieval.excerpts import encode_keep
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import DraftItem, Writer, write_segments
+from lightmem.sensory.compressor import Compressor
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import MemoryStore
 from lightmem.types import MemoryItem, Turn
@@ -31,6 +33,8 @@ class WritePipeline:
         sensory_stage: Sensory stages and STM buffer before the Writer; None: the Writer gets raw turns.
         maintainer: Online maintenance after each write (merges, supersessions); None: none.
         ltm: The LTM runtime whose scheduler is told of new turns; None: MTM only.
+        word_scorer: Scores each item's words for keeping (the trained compressor): stored with the item as
+            ``metadata["keep"]``, so that Stage 2 can squeeze its excerpts; None: items carry no scores.
     """
 
     def __init__(
@@ -43,7 +47,9 @@ class WritePipeline:
         sensory_stage: SensoryStage | None = None,
         maintainer: Maintainer | None = None,
         ltm: LTMRuntime | None = None,
+        word_scorer: Compressor | None = None,
     ) -> None:
+        self.word_scorer = word_scorer
         self.store, self.embedder, self.counter = store, embedder, counter
         self.writer, self.clock, self.sensory_stage, self.maintainer, self.ltm = writer, clock, sensory_stage, maintainer, ltm
 
@@ -94,14 +100,18 @@ class WritePipeline:
         texts = [d.text for d in drafts]
         vecs = self.embedder.encode(texts) if texts else np.zeros((0, self.embedder.dim), dtype=np.float32)
         n_tokens = self.counter.count(texts) if texts else []
+        metadata = [dict(d.metadata) for d in drafts]
+        if self.word_scorer is not None and texts:
+            for meta, scores in zip(metadata, self.word_scorer.word_scores_many([t.split() for t in texts])):
+                meta["keep"] = encode_keep(scores)
         at = self.clock()
         items = [
             MemoryItem(
                 id=self.store.new_id(), user_id=user_id, text=d.text, provenance=list(d.provenance), created_at=at,
                 event_time=d.event_time, last_access=at, topic=d.topic, entities=list(d.entities), kind=d.kind,
-                valid_from=d.event_time, n_tokens=n, metadata=dict(d.metadata),
+                valid_from=d.event_time, n_tokens=n, metadata=meta,
             )
-            for d, n in zip(drafts, n_tokens)
+            for d, n, meta in zip(drafts, n_tokens, metadata)
         ]
         written = self.store.write(user_id, turns, items, vecs, at, pending=pending)
         if self.maintainer is not None and written:

@@ -6,7 +6,15 @@ import random
 import pytest
 
 from lightmem.retrieval.composer import pack_by_budget
-from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
+from lightmem.retrieval.excerpts import (
+    best_excerpt,
+    encode_keep,
+    keep_scores,
+    pack_whole_then_excerpts,
+    query_terms,
+    realign_keep,
+    squeeze,
+)
 
 
 def test_the_excerpt_is_the_sentence_sharing_most_query_words_under_the_speaker():
@@ -114,3 +122,115 @@ def test_a_whole_share_outside_0_1_is_refused(memory, bad):
 
     with pytest.raises(ValueError, match="whole_share"):
         TwoStageRetriever(memory.store, memory.embedder, memory.retriever.selector, whole_share=bad)
+
+
+# Squeezed excerpts: word keep scores stored at write time, the tail keeps the best-scored share of each excerpt.
+
+def test_keep_codes_round_trip_and_are_ignored_for_a_text_they_do_not_fit():
+    text = "Ann: I went swimming today"
+    code = encode_keep([0.5, 0.123, 0.999, 1.0, 0.0])
+    assert code == "5012999900"
+    assert keep_scores(text, code) == {"Ann:": 50, "I": 12, "went": 99, "swimming": 99, "today": 0}
+    assert keep_scores(text + " again", code) is None  # the text was edited after it was scored
+    assert keep_scores(text, None) is None and keep_scores(text, "ab" * 5) is None
+    assert keep_scores("go go", "1070") == {"go": 70}  # a repeated word keeps its best score
+
+
+def test_squeeze_keeps_the_best_scored_share_in_order_and_every_unscored_or_bracketed_word():
+    keep = {"I": 10, "went": 50, "swimming": 90, "with": 5, "the": 20, "kids": 80}
+    assert squeeze("I went swimming with the kids", keep, 0.5) == "went swimming kids"
+    assert squeeze("I went swimming with the kids", keep, 1.0) == "I went swimming with the kids"
+    # "yesterday" has no score and the date is an annotation: both stay; one of the 3 scored words is kept
+    assert squeeze("I went yesterday [7 May 2023] swimming", {"I": 1, "went": 2, "swimming": 3}, 0.34) == \
+        "yesterday [7 May 2023] swimming"
+    assert squeeze("... !!!", {"...": 1, "!!!": 2}, 0.5) == "... !!!"  # nothing readable would remain
+
+
+def test_a_squeezed_excerpt_is_the_best_matching_sentence_cut_to_its_best_words():
+    text = "Melanie: I went camping with the kids last week. We also painted a sunset together."
+    scores = {w: 90 if w in {"painted", "sunset", "camping", "kids"} else 10 for w in text.split()}
+    terms = query_terms(["What did Melanie paint?"])
+    assert best_excerpt(text, terms, keep=scores, rate=0.4) == "Melanie: painted sunset"
+    assert best_excerpt(text, terms, keep=scores, rate=1.0) == "Melanie: We also painted a sunset together."
+    assert best_excerpt(text, terms, keep=None, rate=0.4) == "Melanie: We also painted a sunset together."
+
+
+def test_a_one_sentence_memory_is_squeezed_whole_and_has_no_excerpt_when_nothing_is_dropped():
+    text = "Caroline: I joined a support group."
+    keep = {"Caroline:": 50, "I": 1, "joined": 80, "a": 2, "support": 90, "group.": 95}
+    terms = query_terms(["support group"])
+    assert best_excerpt(text, terms, keep=keep, rate=0.6) == "Caroline: joined support group."
+    assert best_excerpt(text, terms, keep=keep, rate=0.99) is None
+    assert best_excerpt(text, terms) is None
+
+
+def test_dates_written_into_a_memory_keep_the_other_words_scores_and_are_kept_themselves():
+    old, new = "I went there yesterday with Jo", "I went there yesterday [7 May 2023] with Jo"
+    code = realign_keep(old, new, encode_keep([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]))
+    assert keep_scores(new, code) == {"I": 10, "went": 20, "there": 30, "yesterday": 40, "[7": 99, "May": 99,
+                                      "2023]": 99, "with": 50, "Jo": 60}
+    assert realign_keep(old + " too", new, "0102") == "0102"  # a code that does not fit is left as it was
+
+
+class LengthScorer:
+    """Longer words score higher: a deterministic stand-in for the trained compressor."""
+
+    rate = 0.6
+
+    def word_scores_many(self, docs):
+        return [[min(1.0, len(w) / 12) for w in d] for d in docs]
+
+    def compress_many(self, texts, rate=None):
+        raise AssertionError("the write path only scores words")
+
+
+MARATHON = [
+    f"I trained for the marathon in week {i}. The weather in town {i} was cold and wet. "
+    f"My coach {i} changed the plan again." for i in range(12)
+]
+
+
+def test_the_write_path_stores_word_scores_and_squeezed_excerpts_pack_more_memories(tmp_path, embedder):
+    from lightmem.memory import Memory
+    from lightmem.roles.selector import Stage1Selector
+
+    with Memory.open(tmp_path / "s", embedder=embedder, selector=Stage1Selector(), word_scorer=LengthScorer()) as m:
+        m.add([{"speaker": "Ann", "text": t} for t in MARATHON], user_id="u", timestamp=1_600_000_000)
+        stored = {it.id: it for it in m.store.list("u")}
+        for it in stored.values():
+            scores = keep_scores(it.text, it.metadata["keep"])
+            assert scores is not None and scores["marathon"] == 66 and scores["I"] == 8
+        m.retriever.excerpt_rate = 1.0
+        plain = m.retrieve("marathon training", "u", k=4, budget=150).hits
+        m.retriever.excerpt_rate = 0.5
+        squeezed = m.retrieve("marathon training", "u", k=4, budget=150).hits
+        assert sum(h.item.n_tokens for h in squeezed) <= 150
+        assert len(squeezed) > len(plain)
+        cut = [h for h in squeezed if h.item.metadata.get("excerpt")]
+        assert cut
+        for h in cut:
+            words, source = h.item.text.split(), stored[h.item.id].text.split()
+            assert words[0] == "Ann:" and set(words) <= set(source) and len(words) < len(source) / 2
+            assert "keep" in stored[h.item.id].metadata and "excerpt" not in stored[h.item.id].metadata
+
+
+def test_without_a_word_scorer_memories_carry_no_scores_and_excerpts_stay_sentences(tmp_path, embedder):
+    from lightmem.memory import Memory
+    from lightmem.roles.selector import Stage1Selector
+
+    with Memory.open(tmp_path / "s", embedder=embedder, selector=Stage1Selector(), word_scorer=None) as m:
+        m.add([{"speaker": "Ann", "text": t} for t in MARATHON], user_id="u", timestamp=1_600_000_000)
+        assert all("keep" not in it.metadata for it in m.store.list("u"))
+        hits = m.retrieve("marathon training", "u", k=4, budget=150).hits
+        cut = [h for h in hits if h.item.metadata.get("excerpt")]
+        assert cut and all(h.item.text.startswith("Ann: ") and h.item.text.endswith(".") for h in cut)
+    with pytest.raises(ValueError, match="word_scorer"):
+        Memory.open(tmp_path / "t", embedder=embedder, word_scorer="fast")
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, 1.5, True])
+def test_an_excerpt_rate_outside_0_1_is_refused(memory, bad):
+    from lightmem.retrieval.engine import TwoStageRetriever
+
+    with pytest.raises(ValueError, match="excerpt_rate"):
+        TwoStageRetriever(memory.store, memory.embedder, memory.retriever.selector, excerpt_rate=bad)

@@ -181,6 +181,33 @@ def test_served_packing_counts_evidence_that_only_its_excerpt_brings_within_the_
         ServedPacking(counter, 1.5)
 
 
+def test_served_packing_squeezes_excerpts_with_the_write_paths_word_scores():
+    from lightmem.models.tokens import WhitespaceTokenCounter
+    from lightmem.training.ranker import ServedPacking
+
+    class LengthScorer:  # longer words score higher; counts its calls
+        calls = 0
+
+        def word_scores_many(self, docs):
+            LengthScorer.calls += 1
+            return [[len(w) / 20 for w in d] for d in docs]
+
+    sentence = "Yesterday evening Caroline finally adopted a playful little puppy named Rexford."
+    texts = [f"[2023-05-0{i + 1}] Ann: {sentence} The drive home was long." for i in range(6)]
+    group = {"query": "Which puppy did Caroline adopt?", "texts": texts, "tokens": [len(t.split()) - 1 for t in texts],
+             "provenance": [[f"D1:{i}"] for i in range(6)], "evidence": ["D1:5"], "category": 1, "labels": [0] * 5 + [1]}
+    counter, budget, pool = WhitespaceTokenCounter(), 40, list(range(6))
+    plain = ServedPacking(counter, 0.0, "never").kept(group, pool, budget)
+    scorer = LengthScorer()
+    squeezed = ServedPacking(counter, 0.0, "never", excerpt_rate=0.5, word_scorer=scorer)
+    assert len(squeezed.kept(group, pool, budget)) > len(plain)
+    squeezed.kept(group, pool, budget)
+    assert LengthScorer.calls == 1  # each text is scored once
+    assert ServedPacking(counter, 0.0, "never", excerpt_rate=1.0, word_scorer=scorer).kept(group, pool, budget) == plain
+    with pytest.raises(ValueError, match="excerpt_rate"):
+        ServedPacking(counter, 0.5, excerpt_rate=0.0)
+
+
 def test_the_groups_cache_key_ignores_packing_only_settings_and_follows_the_candidates():
     import inspect
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from lightmem.config import build_embedder, per_job, to_container
+from lightmem.config import per_job, to_container
 from lightmem.datasets.catalog import repo_root
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.seeding import seed_everything
@@ -49,7 +49,7 @@ def run(cfg: DictConfig) -> dict:
     mined_s = time.perf_counter() - t0
     # alpha and N are chosen, and the held-out groups scored, packed as the engine serves them (whole memories in
     # retrieval.whole_share of the budget, then excerpts); served_packing=false: whole memories only.
-    packing = rk.ServedPacking(build_embedder(cfg).token_counter(), cfg.retrieval.whole_share, cfg.retrieval.anchor_dates) if cfg.served_packing else None
+    packing = rk.served_packing(cfg) if cfg.served_packing else None
 
     seed_everything(cfg.optim.seed)  # the head and the LoRA matrices are drawn when the model is built
     task = slm.SLMTask(**to_container(cfg.task))

@@ -140,4 +140,5 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
         retrieval=OmegaConf.to_container(cfg.retrieval, resolve=True),
         sensory_stage=build_sensory_stage(cfg.get("sensory"), embedder, shared),
         ltm=ltm_options(cfg.get("ltm"), shared),
+        word_scorer="default" if cfg.memory.word_scores else None,
     )

@@ -82,6 +82,7 @@ class MemoryConfig:
     budget: int = _default(open_memory, "budget")
     maintenance: bool = False  # merge near-duplicates / supersede conflicts after each write
     dup_threshold: float = _default(Maintainer.__init__, "dup_threshold")
+    word_scores: bool = True  # the trained compressor scores each new memory's words (retrieval.excerpt_rate uses them)
 
 
 def logger_field() -> Any:

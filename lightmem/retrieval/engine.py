@@ -23,7 +23,7 @@ from lightmem.retrieval import scoring
 from lightmem.retrieval.anchoring import check_policy, dated, wants_dates
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.diversity import spread_sessions
-from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
+from lightmem.retrieval.excerpts import best_excerpt, keep_scores, pack_whole_then_excerpts, query_terms, realign_keep
 from lightmem.retrieval.scoring import Fusion
 from lightmem.roles.selector import Selector
 from lightmem.stores.base import SearchIndex
@@ -31,7 +31,7 @@ from lightmem.types import Hit, ItemKind, MemoryItem, RetrievalPlan, Route
 
 ROUTINGS = ("concurrent", "controller", "mtm_only", "ltm_only")
 # Settings that only reorder or pack what Stage 2 returns: Stage 1's candidates do not depend on them.
-PACKING_SETTINGS = ("whole_share", "anchor_dates", "session_spread")
+PACKING_SETTINGS = ("whole_share", "excerpt_rate", "anchor_dates", "session_spread")
 
 
 @dataclass
@@ -69,6 +69,9 @@ class TwoStageRetriever:
         whole_share: With a token budget, the share of it filled with whole memories in rank
             order; the rest is filled with the best-matching sentence of each later memory
             (``retrieval/excerpts.py``). 1.0: whole memories only.
+        excerpt_rate: Share of its words a tail excerpt keeps: the highest of the word keep scores the write
+            path stored with the memory (``metadata["keep"]``, the trained compressor's); a memory of one
+            sentence is then squeezed whole. 1.0, or a memory stored without scores: the sentence as written.
         hop_seeds: A second hop for questions whose evidence does not share their words: each of
             Stage 1's best ``hop_seeds`` memories is searched again together with the query (text
             joined, vectors summed), and up to ``hop_extra`` memories it finds that Stage 1 did not
@@ -103,6 +106,7 @@ class TwoStageRetriever:
         ltm_hops: int = 1,
         fill_budget: bool = True,
         whole_share: float = 0.5,
+        excerpt_rate: float = 0.6,
         hop_seeds: int = 0,
         hop_extra: int = 10,
         session_spread: float = 0.0,
@@ -112,6 +116,8 @@ class TwoStageRetriever:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
         if isinstance(whole_share, bool) or not 0.0 <= float(whole_share) <= 1.0:
             raise ValueError(f"whole_share must be a share of the budget in [0, 1], got {whole_share!r}")
+        if isinstance(excerpt_rate, bool) or not 0.0 < float(excerpt_rate) <= 1.0:
+            raise ValueError(f"excerpt_rate must be a share of an excerpt's words in (0, 1], got {excerpt_rate!r}")
         self.store, self.embedder, self.selector = store, embedder, selector
         self.fusion = Fusion(fusion)
         self.w_dense, self.w_lexical, self.w_meta, self.w_recency = w_dense, w_lexical, w_meta, w_recency
@@ -125,7 +131,7 @@ class TwoStageRetriever:
         if isinstance(session_spread, bool) or float(session_spread) < 0:
             raise ValueError(f"session_spread must be >= 0, got {session_spread!r}")
         self.session_spread = float(session_spread)
-        self.whole_share = float(whole_share)
+        self.whole_share, self.excerpt_rate = float(whole_share), float(excerpt_rate)
         self.anchor_dates = check_policy(anchor_dates)  # refused here, not at the first question
         self._count = CachedCount(embedder.token_counter)  # tokens of excerpts and dated copies
 
@@ -167,7 +173,9 @@ class TwoStageRetriever:
         texts: dict[int, tuple[str, int]] = {}  # memory index -> (excerpt, its tokens)
 
         def excerpt_tokens(i: int) -> int | None:
-            text = best_excerpt(hits[i].item.text, terms)
+            item = hits[i].item
+            keep = keep_scores(item.text, item.metadata.get("keep")) if self.excerpt_rate < 1.0 else None
+            text = best_excerpt(item.text, terms, keep=keep, rate=self.excerpt_rate)
             if text is None:
                 return None
             texts[i] = (text, self._count(text))
@@ -192,7 +200,10 @@ class TwoStageRetriever:
         text = dated(item.text, item.event_time)
         if text == item.text:
             return hit
-        item = dataclasses.replace(item, text=text, n_tokens=self._count(text), metadata={**item.metadata, "dated": True})
+        meta = {**item.metadata, "dated": True}
+        if meta.get("keep"):  # the written-in dates get no score: squeezing keeps them
+            meta["keep"] = realign_keep(item.text, text, meta["keep"])
+        item = dataclasses.replace(item, text=text, n_tokens=self._count(text), metadata=meta)
         return dataclasses.replace(hit, item=item)
 
     def stage1(self, plan: RetrievalPlan, user_id: str, qvecs: np.ndarray, now: float) -> list[tuple[Any, Hit]]:

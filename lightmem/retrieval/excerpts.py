@@ -7,14 +7,21 @@ nearly always there) and its tail with the one sentence of each further memory t
 matches the query packs about twice as many memories into the tail, each still carrying its
 provenance. Measured on LoCoMo (``conf/suite_stage2.yaml``, run ``excerpts``).
 
+An excerpt can be squeezed further: the write path stores each memory's word keep scores (the
+trained compressor's P(keep) per word, ``metadata["keep"]``, see ``encode_keep``), and a tail
+excerpt keeps only the ``rate`` highest-scored of its words. A memory of one sentence, which has
+no excerpt of its own, is then squeezed whole.
+
 Everything here is pure: texts and integer token costs in, choices out.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from difflib import SequenceMatcher
 from functools import lru_cache
 
+from lightmem.sensory.compressor import protected
 from lightmem.sensory.phatic import sentence_units
 from lightmem.text import analyze
 
@@ -27,17 +34,75 @@ def query_terms(texts: Iterable[str]) -> frozenset[str]:
     return frozenset(w for t in texts for w in analyze(t))
 
 
-def best_excerpt(text: str, terms: frozenset[str], min_words: int = 1) -> str | None:
+KEEP_DIGITS = 2  # characters per word of an encoded keep score (00-99)
+
+
+def encode_keep(scores: Sequence[float]) -> str:
+    """Word keep scores in [0, 1] as a compact string, two digits per word ("9107..."), stored in
+    a memory's ``metadata["keep"]`` aligned with ``text.split()``."""
+    return "".join(f"{min(99, max(0, int(s * 100))):02d}" for s in scores)
+
+
+def keep_scores(text: str, code: str | None) -> dict[str, int] | None:
+    """Word → keep score (0-99) of ``text`` from its ``encode_keep`` string; None when there is no
+    code or it does not fit the text (a text edited since it was scored). A repeated word keeps
+    its highest score."""
+    words = text.split()
+    if not code or len(code) != KEEP_DIGITS * len(words) or not code.isdigit():
+        return None
+    out: dict[str, int] = {}
+    for i, w in enumerate(words):
+        v = int(code[KEEP_DIGITS * i : KEEP_DIGITS * (i + 1)])
+        out[w] = max(v, out.get(w, -1))
+    return out
+
+
+def realign_keep(old: str, new: str, code: str) -> str:
+    """The keep code of ``old`` carried over to ``new``, an edit of it (dates written in): a word
+    ``new`` shares with ``old`` keeps its score, a new or changed word gets the top one."""
+    a, b = old.split(), new.split()
+    if len(code) != KEEP_DIGITS * len(a):
+        return code
+    out = ["99"] * len(b)
+    for tag, i1, i2, j1, _ in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                out[j1 + k] = code[KEEP_DIGITS * (i1 + k) : KEEP_DIGITS * (i1 + k + 1)]
+    return "".join(out)
+
+
+def squeeze(text: str, keep: Mapping[str, int], rate: float) -> str:
+    """``text`` with only the ``round(rate·n)`` (at least one) highest-scored of its n scored words,
+    in order (ties keep earlier words). Words without a score (a date the engine wrote in) and words inside
+    ``[...]`` annotations are always kept; ``text`` itself when nothing readable would remain."""
+    words = text.split()
+    free = [i for i, (w, g) in enumerate(zip(words, protected(words))) if not g and w in keep]
+    kept = set(range(len(words))) - set(free)
+    if free:
+        n = max(1, round(rate * len(free)))
+        kept.update(sorted(free, key=lambda i: -keep[words[i]])[:n])  # sorted is stable: earlier words win ties
+    out = " ".join(words[i] for i in sorted(kept))
+    return out if any(c.isalnum() for c in out) else text
+
+
+def best_excerpt(text: str, terms: frozenset[str], min_words: int = 1, keep: Mapping[str, int] | None = None,
+                 rate: float = 1.0) -> str | None:
     """The sentence unit of ``text`` sharing the most content words with ``terms`` (the first on a
-    tie), under the text's speaker prefix; None when ``text`` is a single unit (nothing to cut).
+    tie), under the text's speaker prefix; None when there is nothing to cut.
 
     Units are ``sentence_units(min_words)``: chit-chat out, short sentences joined to the next.
+    With word ``keep`` scores and ``rate`` < 1 the unit is ``squeeze``d, and a text of a single
+    unit is squeezed whole (None when that drops nothing).
     """
     prefix, units, unit_terms = _units(text, min_words)
+    squeezing = keep is not None and rate < 1.0
     if len(units) <= 1:
-        return None
+        if not squeezing or not units:
+            return None
+        out = prefix + squeeze(text[len(prefix):], keep, rate)
+        return out if out != text else None
     best = max(range(len(units)), key=lambda i: len(terms & unit_terms[i]))  # max keeps the first of equals
-    return prefix + units[best]
+    return prefix + (squeeze(units[best], keep, rate) if squeezing else units[best])
 
 
 @lru_cache(maxsize=32_768)

@@ -15,6 +15,7 @@ kept, and over-long inputs are scored window by window (``fit`` also compresses 
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -93,6 +94,20 @@ class _WordCompressor:
                 break
             text = shorter
         return text
+
+
+@functools.lru_cache(maxsize=1)
+def default_word_scorer() -> "TokenClassifierCompressor | None":
+    """The trained compressor of checkpoints/compressor, loaded once per process: what the write path
+    scores each memory's words with by default. None, said once, without that checkpoint."""
+    from lightmem.models.registry import checkpoint_path
+
+    ckpt = checkpoint_path("compressor")
+    if not (ckpt / "adapter_config.json").exists():
+        log.warning("no trained compressor at %s (set LIGHTMEM_CHECKPOINTS or run `make train`); "
+                    "memories are written without word keep scores, so excerpts are not squeezed", ckpt)
+        return None
+    return TokenClassifierCompressor(str(ckpt), backend="onnx_int8")
 
 
 def _resolve_backend(backend: str, device: str) -> str:

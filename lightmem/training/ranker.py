@@ -202,13 +202,29 @@ class ServedPacking:
     (``retrieval.excerpts``), counted with ``counter`` (the served embedder's tokenizer). An excerpt keeps
     its memory's provenance, so it counts for recall as the whole memory would. ``anchor_dates`` is the
     engine's policy (``retrieval.anchoring``): for a question it applies to, relative dates are resolved
-    from the candidate's date, and the longer texts are what is packed."""
+    from the candidate's date, and the longer texts are what is packed. With a ``word_scorer`` (the write
+    path's, ``memory.word_scores``) and ``excerpt_rate`` < 1, excerpts are squeezed as the engine squeezes
+    them: each candidate's words are scored once, as the write path scores a new memory."""
 
-    def __init__(self, counter: Any, whole_share: float, anchor_dates: str = "asked") -> None:
+    def __init__(self, counter: Any, whole_share: float, anchor_dates: str = "asked", excerpt_rate: float = 1.0,
+                 word_scorer: Any = None) -> None:
         if not 0.0 <= whole_share <= 1.0:
             raise ValueError(f"whole_share must be in [0, 1], got {whole_share!r}")
+        if not 0.0 < excerpt_rate <= 1.0:
+            raise ValueError(f"excerpt_rate must be in (0, 1], got {excerpt_rate!r}")
         self.counter, self.whole_share, self.anchor_dates = counter, float(whole_share), check_policy(anchor_dates)
+        self.excerpt_rate, self.word_scorer = float(excerpt_rate), word_scorer
         self._count = CachedCount(lambda: counter, max_size=1 << 20)
+        self._codes: dict[str, str] = {}  # memory text -> its keep code (retrieval.excerpts.encode_keep)
+
+    def _score(self, texts: Sequence[str]) -> None:
+        """Score the words of the memory texts not scored yet (one batch)."""
+        from lightmem.retrieval.excerpts import encode_keep
+
+        todo = [t for t in dict.fromkeys(texts) if t not in self._codes]
+        if todo:
+            for t, scores in zip(todo, self.word_scorer.word_scores_many([t.split() for t in todo])):
+                self._codes[t] = encode_keep(scores)
 
     def _text(self, candidate: str, date: bool) -> tuple[str, bool]:
         """The memory's text of a candidate (its date prefix off) with its relative dates resolved when
@@ -221,18 +237,38 @@ class ServedPacking:
 
     def kept(self, group: dict[str, Any], pool: Sequence[int], budget: int) -> list[int]:
         """The candidates of ``pool`` (rank order) that reach the prompt within ``budget`` tokens."""
-        from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
+        from lightmem.retrieval.excerpts import best_excerpt, keep_scores, pack_whole_then_excerpts, query_terms, realign_keep
 
         terms = query_terms([group["query"]])  # the engine's: the query and its one HQ (the same text)
         date = wants_dates(self.anchor_dates, group["query"])
         texts = {i: self._text(group["texts"][i], date) for i in pool}
+        squeezing = self.word_scorer is not None and self.excerpt_rate < 1.0
+        if squeezing:  # scored as written; the scores follow the dates written in, as in the engine
+            written = {i: split_dated(group["texts"][i])[1] for i in pool}
+            self._score(list(written.values()))
 
         def excerpt(j: int) -> int | None:
-            text = best_excerpt(texts[pool[j]][0], terms)
+            i = pool[j]
+            keep = None
+            if squeezing:
+                code = self._codes[written[i]]
+                keep = keep_scores(texts[i][0], realign_keep(written[i], texts[i][0], code) if texts[i][1] else code)
+            text = best_excerpt(texts[i][0], terms, keep=keep, rate=self.excerpt_rate)
             return None if text is None else self._count(text)
 
         whole = [self._count(texts[i][0]) if texts[i][1] else group["tokens"][i] for i in pool]
         return [pool[j] for j, _ in pack_whole_then_excerpts(whole, excerpt, budget, int(round(self.whole_share * budget)))]
+
+
+def served_packing(cfg: Any) -> ServedPacking:
+    """``ServedPacking`` of the pipeline a run's config serves: its embedder's tokenizer, its retrieval packing
+    settings and, with ``memory.word_scores``, the write path's word scorer (the trained compressor)."""
+    from lightmem.config import build_embedder
+    from lightmem.sensory.compressor import default_word_scorer
+
+    scorer = default_word_scorer() if cfg.memory.word_scores else None
+    return ServedPacking(build_embedder(cfg).token_counter(), cfg.retrieval.whole_share, cfg.retrieval.anchor_dates,
+                         cfg.retrieval.excerpt_rate, scorer)
 
 
 def evaluate_orders(groups: Sequence[dict[str, Any]], orders: Sequence[Sequence[int]], k: int, budget: int,
@@ -289,9 +325,7 @@ def train_ranker(cfg: Any) -> dict[str, Any]:
     fit_s = time.perf_counter() - t1
     # Held out: packing whole memories only (``{name}/``), and as the engine serves (``{name}_served/``: whole
     # memories in retrieval.whole_share of the budget, then excerpts, counted with the served tokenizer).
-    from lightmem.config import build_embedder
-
-    packing = ServedPacking(build_embedder(cfg).token_counter(), cfg.retrieval.whole_share, cfg.retrieval.anchor_dates)
+    packing = served_packing(cfg)
     metrics: dict[str, float] = {}
     for source, held_out in test.items():
         for name, w in (("stage1", None), ("ranker", weights)):

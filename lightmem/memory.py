@@ -14,6 +14,7 @@ from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
 from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
+from lightmem.retrieval.excerpts import encode_keep
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import Writer, default_writer
@@ -250,6 +251,14 @@ class Memory:
             raise InvalidInputError(f"keep_history must be True or False, got {keep_history!r}")
         if text is not None:  # checked above
             fields.update(text=text, n_tokens=self.counter.count([text])[0])
+            # The word keep scores belong to a text: a new text is scored again (or loses them without a scorer).
+            meta = fields.get("metadata")
+            meta = dict(self.store.get(user_id, item_id, include_archived=True).metadata if meta is None else meta)
+            meta.pop("keep", None)
+            scorer = self._write.word_scorer
+            if scorer is not None:
+                meta["keep"] = encode_keep(scorer.word_scores_many([text.split()])[0])
+            fields["metadata"] = meta
             return self.store.update(user_id, item_id, self.clock(), vector=self.embedder.encode([text])[0],
                                      keep_history=keep_history, **fields)
         return self.store.update(user_id, item_id, self.clock(), keep_history=keep_history, **fields)

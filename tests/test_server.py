@@ -301,7 +301,9 @@ def test_patch_then_history(client):
     r = client.patch(f"/v1/memories/{item['id']}", params={"user_id": "alice"}, headers=auth(ALICE),
                      json={"text": "Alice: I live in Lisbon now", "metadata": {"source": "correction"}, "keep_history": True})
     assert r.status_code == 200 and r.json()["text"] == "Alice: I live in Lisbon now"
-    assert r.json()["metadata"] == {"source": "correction"}
+    meta = r.json()["metadata"]
+    assert {k: v for k, v in meta.items() if k != "keep"} == {"source": "correction"}
+    assert "keep" not in meta or len(meta["keep"]) == 2 * len("Alice: I live in Lisbon now".split())  # scored again
     hits = client.post("/v1/search", headers=auth(ALICE), json={"user_id": "alice", "query": "Lisbon", "k": 1}).json()["hits"]
     assert hits[0]["id"] == item["id"]  # re-embedded and re-indexed
     events = client.get(f"/v1/memories/{item['id']}/history", params={"user_id": "alice"}, headers=auth(ALICE)).json()["events"]

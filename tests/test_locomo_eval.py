@@ -87,6 +87,14 @@ def test_latency_benchmark_runs_on_tiny_sizes(tmp_path):
     assert (tmp_path / "latency.png").exists() and "replay 1 added item" in (tmp_path / "results.md").read_text()
 
 
+def test_latency_benchmark_can_time_searches_that_pack_a_budget(tmp_path):
+    base = [f"corpus=[{TINY_LOCOMO}]", "sizes=[9]", "n_queries=4", "encoder=hashing", "k=2"]
+    best_k = _load_entry("latency").run(compose("latency", [*base, f"out_dir={tmp_path / 'k'}"]))["latency"][0]
+    packed = _load_entry("latency").run(compose("latency", [*base, f"out_dir={tmp_path / 'b'}", "budget=5000"]))["latency"][0]
+    assert best_k["hits_mean"] == 2.0
+    assert packed["hits_mean"] > 2.0  # a budget is filled from all 3K candidates, not only the best K
+
+
 def test_generative_roles_report_llm_usage_per_turn_and_question(tmp_path):
     cfg = compose("locomo", [f"data.path={TINY_LOCOMO}", "data.conversations=0", "encoder=hashing", f"out_dir={tmp_path}",
                              "ks=[2]", "writer=generative", "controller=generative", "controller.fallback.nlp=false",

@@ -38,6 +38,7 @@ def measure_growth(
     k: int,
     user: str = "bench",
     chunk: int = 256,
+    budget: int | None = None,
     sync: Callable[[], None] = lambda: None,
     show_progress: bool = True,
     other: Callable[[], Memory] | None = None,
@@ -59,13 +60,14 @@ def measure_growth(
                 progress.update(task, completed=added, description=f"ingest to {size}")
             ingest_s = time.perf_counter() - t_ingest
             for q in queries[:5]:  # warm-up: first-call allocations are not steady-state latency
-                memory.search(q, user, k=k)
-            total, stages = [], {"embed": [], "stage1": [], "stage2": []}
+                memory.retrieve(q, user, k=k, budget=budget)
+            total, stages, returned = [], {"embed": [], "stage1": [], "stage2": []}, []
             for q in queries:
                 t = time.perf_counter()
-                result = memory.retrieve(q, user, k=k)
+                result = memory.retrieve(q, user, k=k, budget=budget)
                 sync()
                 total.append((time.perf_counter() - t) * 1000)
+                returned.append(len(result.hits))
                 for s in stages:
                     stages[s].append(result.timings_ms[s])
             row = {
@@ -74,6 +76,7 @@ def measure_growth(
                 "search_ms_p50": percentile(total, 50),
                 "search_ms_p95": percentile(total, 95),
                 "search_ms_mean": sum(total) / len(total),
+                "hits_mean": sum(returned) / len(returned),  # with a budget, what Stage 2 packed (can exceed K)
                 "ingest_turns_per_s": (added - start) / ingest_s if ingest_s > 0 else float("nan"),
             }
             for s, vals in stages.items():

@@ -104,6 +104,7 @@ class LatencyBenchConfig(PipelineConfig):
     sizes: list[int] = field(default_factory=lambda: [100, 1000, 10_000])
     n_queries: int = 200
     k: int = 10
+    budget: int | None = None  # a token budget per search (what build_context packs: excerpts, squeezing); None: best K
     corpus: list[str] = field(
         default_factory=lambda: [
             "${paths.data}/locomo/locomo_dev.json.gz",

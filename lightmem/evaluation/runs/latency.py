@@ -42,7 +42,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     memory = build_memory(cfg, store)
     device, sync = _device(cfg, getattr(memory.embedder, "backend", "torch"))
     try:
-        rows = measure_growth(memory, turns, queries, list(cfg.sizes), int(cfg.k), sync=sync, show_progress=sys.stderr.isatty(),
+        rows = measure_growth(memory, turns, queries, list(cfg.sizes), int(cfg.k), sync=sync, budget=cfg.budget,
+                              show_progress=sys.stderr.isatty(),
                               other=lambda: Memory.open(store, embedder=memory.embedder, selector=Stage1Selector()))
     finally:
         memory.close()

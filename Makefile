@@ -57,11 +57,11 @@ train: data  ## reproduce checkpoints/{embedder,ranker,slm,selector,complexity,c
 	rm -rf checkpoints/runs/embedder checkpoints/runs/embedder_minilm checkpoints/runs/ranker checkpoints/runs/slm checkpoints/runs/selector checkpoints/runs/complexity checkpoints/runs/compressor
 	$(PY) train/embedder.py
 	$(PY) train/embedder.py base_model=all-MiniLM-L6-v2 lora=embedder out_dir=checkpoints/runs/embedder_minilm export_dir=checkpoints/embedder_minilm
+	$(PY) train/compressor.py   # before the ranker and the SLM: their served packing squeezes excerpts with its word scores
 	$(PY) train/ranker.py
 	$(PY) train/slm.py
 	$(PY) train/selector.py
 	$(PY) train/complexity.py
-	$(PY) train/compressor.py
 
 fetch-data: install  ## the data files too big to commit (LongMemEval_S dev), sha256-checked; FROM=DIR copies from a folder instead
 	$(VENV)/bin/lightmem data fetch $(if $(FROM),--from $(FROM))

@@ -76,6 +76,7 @@ def test_hits_carry_every_signal_and_update_access_stats(topical):
 def test_a_budget_is_filled_from_all_candidates_in_stage2_order(topical):
     sel = ReverseSelector()
     topical.retriever.selector = sel
+    topical.retriever.excerpt_rate = 1.0  # whole memories only: these one-sentence notes are never cut
     result = topical.retrieve("marathon practice", "u", k=3, budget=60)
     assert sel.seen == [9]
     tokens = [h.item.n_tokens for h in result.hits]

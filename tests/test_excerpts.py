@@ -136,7 +136,7 @@ def test_keep_codes_round_trip_and_are_ignored_for_a_text_they_do_not_fit():
     assert keep_scores("go go", "1070") == {"go": 70}  # a repeated word keeps its best score
 
 
-def test_squeeze_keeps_the_best_scored_share_in_order_and_every_unscored_or_bracketed_word():
+def test_squeeze_keeps_the_best_scored_share_in_order_and_every_unscored_bracketed_or_numeric_word():
     keep = {"I": 10, "went": 50, "swimming": 90, "with": 5, "the": 20, "kids": 80}
     assert squeeze("I went swimming with the kids", keep, 0.5) == "went swimming kids"
     assert squeeze("I went swimming with the kids", keep, 1.0) == "I went swimming with the kids"
@@ -144,6 +144,9 @@ def test_squeeze_keeps_the_best_scored_share_in_order_and_every_unscored_or_brac
     assert squeeze("I went yesterday [7 May 2023] swimming", {"I": 1, "went": 2, "swimming": 3}, 0.34) == \
         "yesterday [7 May 2023] swimming"
     assert squeeze("... !!!", {"...": 1, "!!!": 2}, 0.5) == "... !!!"  # nothing readable would remain
+    # a word with a digit is a count, an amount or a date: it stays whatever its score
+    assert squeeze("I ran 2 races on 5/7 for $40", {"I": 1, "ran": 90, "2": 1, "races": 80, "on": 2, "5/7": 1,
+                                                    "for": 3, "$40": 1}, 0.4) == "ran 2 races 5/7 $40"
 
 
 def test_a_squeezed_excerpt_is_the_best_matching_sentence_cut_to_its_best_words():

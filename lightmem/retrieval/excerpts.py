@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from difflib import SequenceMatcher
 from functools import lru_cache
+from operator import itemgetter
 
 from lightmem.sensory.compressor import protected
 from lightmem.sensory.phatic import sentence_units
@@ -43,18 +44,16 @@ def encode_keep(scores: Sequence[float]) -> str:
     return "".join(f"{min(99, max(0, int(s * 100))):02d}" for s in scores)
 
 
-def keep_scores(text: str, code: str | None) -> dict[str, int] | None:
+@lru_cache(maxsize=8_192)
+def keep_scores(text: str, code: str | None) -> Mapping[str, int] | None:
     """Word → keep score (0-99) of ``text`` from its ``encode_keep`` string; None when there is no
     code or it does not fit the text (a text edited since it was scored). A repeated word keeps
-    its highest score."""
+    its highest score. Cached: the same memory is a candidate of many searches (do not mutate)."""
     words = text.split()
     if not code or len(code) != KEEP_DIGITS * len(words) or not code.isdigit():
         return None
-    out: dict[str, int] = {}
-    for i, w in enumerate(words):
-        v = int(code[KEEP_DIGITS * i : KEEP_DIGITS * (i + 1)])
-        out[w] = max(v, out.get(w, -1))
-    return out
+    scores = [int(code[i : i + KEEP_DIGITS]) for i in range(0, len(code), KEEP_DIGITS)]
+    return dict(sorted(zip(words, scores), key=itemgetter(1)))  # ascending: a repeat's highest is written last
 
 
 def realign_keep(old: str, new: str, code: str) -> str:
@@ -71,12 +70,16 @@ def realign_keep(old: str, new: str, code: str) -> str:
     return "".join(out)
 
 
+_DIGIT = re.compile(r"\d")
+
+
 def squeeze(text: str, keep: Mapping[str, int], rate: float) -> str:
     """``text`` with only the ``round(rate·n)`` (at least one) highest-scored of its n scored words,
-    in order (ties keep earlier words). Words without a score (a date the engine wrote in) and words inside
-    ``[...]`` annotations are always kept; ``text`` itself when nothing readable would remain."""
+    in order (ties keep earlier words). Words without a score (a date the engine wrote in), words inside
+    ``[...]`` annotations and words with a digit (a count, an amount, a date) are always kept; ``text``
+    itself when nothing readable would remain."""
     words = text.split()
-    free = [i for i, (w, g) in enumerate(zip(words, protected(words))) if not g and w in keep]
+    free = [i for i, (w, g) in enumerate(zip(words, protected(words))) if not g and w in keep and not _DIGIT.search(w)]
     kept = set(range(len(words))) - set(free)
     if free:
         n = max(1, round(rate * len(free)))

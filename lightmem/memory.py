@@ -14,7 +14,7 @@ from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
 from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
-from lightmem.retrieval.excerpts import encode_keep
+from lightmem.retrieval.excerpts import keep_codes
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import Writer, default_writer
@@ -257,7 +257,7 @@ class Memory:
             meta.pop("keep", None)
             scorer = self._write.word_scorer
             if scorer is not None:
-                meta["keep"] = encode_keep(scorer.word_scores_many([text.split()])[0])
+                meta["keep"] = keep_codes(scorer, [text])[0]
             fields["metadata"] = meta
             return self.store.update(user_id, item_id, self.clock(), vector=self.embedder.encode([text])[0],
                                      keep_history=keep_history, **fields)

@@ -12,7 +12,7 @@ import numpy as np
 from lightmem.ltm import LTMRuntime
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
-from lightmem.retrieval.excerpts import encode_keep
+from lightmem.retrieval.excerpts import keep_codes
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import DraftItem, Writer, write_segments
 from lightmem.sensory.compressor import Compressor
@@ -101,9 +101,9 @@ class WritePipeline:
         vecs = self.embedder.encode(texts) if texts else np.zeros((0, self.embedder.dim), dtype=np.float32)
         n_tokens = self.counter.count(texts) if texts else []
         metadata = [dict(d.metadata) for d in drafts]
-        if self.word_scorer is not None and texts:
-            for meta, scores in zip(metadata, self.word_scorer.word_scores_many([t.split() for t in texts])):
-                meta["keep"] = encode_keep(scores)
+        if self.word_scorer is not None:
+            for meta, code in zip(metadata, keep_codes(self.word_scorer, texts)):
+                meta["keep"] = code
         at = self.clock()
         items = [
             MemoryItem(

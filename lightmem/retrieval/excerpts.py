@@ -12,7 +12,8 @@ trained compressor's P(keep) per word, ``metadata["keep"]``, see ``encode_keep``
 excerpt keeps only the ``rate`` highest-scored of its words. A memory of one sentence, which has
 no excerpt of its own, is then squeezed whole.
 
-Everything here is pure: texts and integer token costs in, choices out.
+Everything here is pure (texts and integer token costs in, choices out) but ``keep_codes``, which
+runs the scorer it is given.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from difflib import SequenceMatcher
 from functools import lru_cache
 from operator import itemgetter
+from typing import Any
 
 from lightmem.sensory.compressor import protected
 from lightmem.sensory.phatic import sentence_units
@@ -44,6 +46,12 @@ def encode_keep(scores: Sequence[float]) -> str:
     return "".join(f"{min(99, max(0, int(s * 100))):02d}" for s in scores)
 
 
+def keep_codes(scorer: Any, texts: Sequence[str]) -> list[str]:
+    """The ``encode_keep`` strings of ``texts``, their words scored in one batch by ``scorer`` (a
+    compressor's ``word_scores_many``: the trained one on the write path)."""
+    return [encode_keep(s) for s in scorer.word_scores_many([t.split() for t in texts])] if texts else []
+
+
 @lru_cache(maxsize=8_192)
 def keep_scores(text: str, code: str | None) -> Mapping[str, int] | None:
     """Word → keep score (0-99) of ``text`` from its ``encode_keep`` string; None when there is no
@@ -56,9 +64,11 @@ def keep_scores(text: str, code: str | None) -> Mapping[str, int] | None:
     return dict(sorted(zip(words, scores), key=itemgetter(1)))  # ascending: a repeat's highest is written last
 
 
+@lru_cache(maxsize=8_192)
 def realign_keep(old: str, new: str, code: str) -> str:
     """The keep code of ``old`` carried over to ``new``, an edit of it (dates written in): a word
-    ``new`` shares with ``old`` keeps its score, a new or changed word gets the top one."""
+    ``new`` shares with ``old`` keeps its score, a new or changed word gets the top one. Cached: the same
+    memory is dated again in each search it is a candidate of."""
     a, b = old.split(), new.split()
     if len(code) != KEEP_DIGITS * len(a):
         return code

@@ -219,12 +219,10 @@ class ServedPacking:
 
     def _score(self, texts: Sequence[str]) -> None:
         """Score the words of the memory texts not scored yet (one batch)."""
-        from lightmem.retrieval.excerpts import encode_keep
+        from lightmem.retrieval.excerpts import keep_codes
 
         todo = [t for t in dict.fromkeys(texts) if t not in self._codes]
-        if todo:
-            for t, scores in zip(todo, self.word_scorer.word_scores_many([t.split() for t in todo])):
-                self._codes[t] = encode_keep(scores)
+        self._codes.update(zip(todo, keep_codes(self.word_scorer, todo)))
 
     def _text(self, candidate: str, date: bool) -> tuple[str, bool]:
         """The memory's text of a candidate (its date prefix off) with its relative dates resolved when

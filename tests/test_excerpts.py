@@ -8,6 +8,7 @@ import pytest
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.excerpts import (
     best_excerpt,
+    coded_excerpt,
     encode_keep,
     keep_scores,
     pack_whole_then_excerpts,
@@ -134,6 +135,7 @@ def test_keep_codes_round_trip_and_are_ignored_for_a_text_they_do_not_fit():
     assert keep_scores(text + " again", code) is None  # the text was edited after it was scored
     assert keep_scores(text, None) is None and keep_scores(text, "ab" * 5) is None
     assert keep_scores("go go", "1070") == {"go": 70}  # a repeated word keeps its best score
+    assert keep_scores("go on", "1\u00b270") is None  # a digit only Unicode calls one is no code
 
 
 def test_squeeze_keeps_the_best_scored_share_in_order_and_every_unscored_bracketed_or_numeric_word():
@@ -156,6 +158,22 @@ def test_a_squeezed_excerpt_is_the_best_matching_sentence_cut_to_its_best_words(
     assert best_excerpt(text, terms, keep=scores, rate=0.4) == "Melanie: painted sunset"
     assert best_excerpt(text, terms, keep=scores, rate=1.0) == "Melanie: We also painted a sunset together."
     assert best_excerpt(text, terms, keep=None, rate=0.4) == "Melanie: We also painted a sunset together."
+
+
+def test_an_excerpt_made_from_the_stored_code_is_the_excerpt_made_from_its_scores():
+    text = "Melanie: I went camping with the kids last week. We also painted a sunset together."
+    code = encode_keep([0.9 if w in {"painted", "sunset", "camping", "kids"} else 0.1 for w in text.split()])
+    one = "Caroline: I joined a support group."
+    one_code = encode_keep([0.5, 0.01, 0.8, 0.02, 0.9, 0.95])
+    for t, c in ((text, code), (one, one_code), (text, None), (text, "12")):
+        for q in ("What did Melanie paint?", "camping trip", "support group"):
+            terms = query_terms([q])
+            for rate in (0.4, 0.6, 1.0):
+                expected = best_excerpt(t, terms, keep=keep_scores(t, c), rate=rate)
+                assert coded_excerpt(t, terms, c, rate) == expected
+                assert coded_excerpt(t, terms, c, rate) == expected  # again, from the cache
+    assert coded_excerpt(text, query_terms(["paint"]), code, 0.4) == "Melanie: painted sunset"
+    assert coded_excerpt(one, query_terms(["group"]), None, 0.4) is None  # unscored: nothing to cut
 
 
 def test_a_one_sentence_memory_is_squeezed_whole_and_has_no_excerpt_when_nothing_is_dropped():

@@ -54,6 +54,8 @@ def test_candidate_features_describe_each_hit_relative_to_its_group():
     assert x[:, F["digits"]].tolist() == [0, 0, 1]
     assert x[0, F["when_x_time"]] == 1.0 and x[2, F["when_x_time"]] == 0.0 and x[:, F["when"]].tolist() == [1, 1, 1]
     assert candidate_features("anything", []).shape == (0, len(FEATURES))
+    dated = [_hit("Ava: We moved in MARCH", 0.9, row=1, session="s1"), _hit("Ava: Moving was hard", 0.8, row=5, session="s1")]
+    assert candidate_features("When did Ava move?", dated)[:, F["when_x_time"]].tolist() == [1, 0]  # any case
 
 
 def test_linear_scores_standardise_then_weigh():

@@ -23,7 +23,7 @@ from lightmem.retrieval import scoring
 from lightmem.retrieval.anchoring import check_policy, dated, wants_dates
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.diversity import spread_sessions
-from lightmem.retrieval.excerpts import best_excerpt, keep_scores, pack_whole_then_excerpts, query_terms, realign_keep
+from lightmem.retrieval.excerpts import coded_excerpt, pack_whole_then_excerpts, query_terms, realign_keep
 from lightmem.retrieval.scoring import Fusion
 from lightmem.roles.selector import Selector
 from lightmem.stores.base import SearchIndex
@@ -174,8 +174,7 @@ class TwoStageRetriever:
 
         def excerpt_tokens(i: int) -> int | None:
             item = hits[i].item
-            keep = keep_scores(item.text, item.metadata.get("keep")) if self.excerpt_rate < 1.0 else None
-            text = best_excerpt(item.text, terms, keep=keep, rate=self.excerpt_rate)
+            text = coded_excerpt(item.text, terms, item.metadata.get("keep"), self.excerpt_rate)
             if text is None:
                 return None
             texts[i] = (text, self._count(text))

@@ -21,8 +21,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from difflib import SequenceMatcher
 from functools import lru_cache
-from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 from lightmem.sensory.compressor import protected
 from lightmem.sensory.phatic import sentence_units
@@ -58,10 +59,12 @@ def keep_scores(text: str, code: str | None) -> Mapping[str, int] | None:
     code or it does not fit the text (a text edited since it was scored). A repeated word keeps
     its highest score. Cached: the same memory is a candidate of many searches (do not mutate)."""
     words = text.split()
-    if not code or len(code) != KEEP_DIGITS * len(words) or not code.isdigit():
+    if not code or len(code) != KEEP_DIGITS * len(words) or not (code.isascii() and code.isdigit()):
         return None
-    scores = [int(code[i : i + KEEP_DIGITS]) for i in range(0, len(code), KEEP_DIGITS)]
-    return dict(sorted(zip(words, scores), key=itemgetter(1)))  # ascending: a repeat's highest is written last
+    digits = np.frombuffer(code.encode("ascii"), np.uint8).reshape(-1, KEEP_DIGITS).astype(np.int64) - ord("0")
+    scores = (digits @ (10 ** np.arange(KEEP_DIGITS - 1, -1, -1))).tolist()
+    # Ascending (stable): a repeated word's highest score is written last.
+    return {words[i]: scores[i] for i in np.argsort(scores, kind="stable").tolist()}
 
 
 @lru_cache(maxsize=8_192)
@@ -107,15 +110,41 @@ def best_excerpt(text: str, terms: frozenset[str], min_words: int = 1, keep: Map
     With word ``keep`` scores and ``rate`` < 1 the unit is ``squeeze``d, and a text of a single
     unit is squeezed whole (None when that drops nothing).
     """
-    prefix, units, unit_terms = _units(text, min_words)
-    squeezing = keep is not None and rate < 1.0
+    return cut(text, best_unit(text, terms, min_words), min_words, keep, rate)
+
+
+def best_unit(text: str, terms: frozenset[str], min_words: int = 1) -> int | None:
+    """Which sentence unit of ``text`` ``best_excerpt`` cuts (None: the text has a single unit or none)."""
+    _, units, unit_terms = _units(text, min_words)
     if len(units) <= 1:
+        return None
+    return max(range(len(units)), key=lambda i: len(terms & unit_terms[i]))  # max keeps the first of equals
+
+
+def cut(text: str, unit: int | None, min_words: int = 1, keep: Mapping[str, int] | None = None,
+        rate: float = 1.0) -> str | None:
+    """Unit ``unit`` of ``text`` under its speaker prefix, ``squeeze``d with ``keep`` at ``rate`` < 1; with
+    ``unit`` None the whole text squeezed (None when there is nothing to squeeze or nothing is dropped)."""
+    prefix, units, _ = _units(text, min_words)
+    squeezing = keep is not None and rate < 1.0
+    if unit is None:
         if not squeezing or not units:
             return None
         out = prefix + squeeze(text[len(prefix):], keep, rate)
         return out if out != text else None
-    best = max(range(len(units)), key=lambda i: len(terms & unit_terms[i]))  # max keeps the first of equals
-    return prefix + (squeeze(units[best], keep, rate) if squeezing else units[best])
+    return prefix + (squeeze(units[unit], keep, rate) if squeezing else units[unit])
+
+
+def coded_excerpt(text: str, terms: frozenset[str], code: str | None, rate: float, min_words: int = 1) -> str | None:
+    """``best_excerpt`` of a memory with its stored keep ``code`` (``metadata["keep"]``; None: unscored) rather
+    than its scores: the cut is cached per (text, code, unit, rate), so a memory excerpted again, in this
+    search or a later one, is squeezed once."""
+    return _coded_cut(text, code if rate < 1.0 else None, best_unit(text, terms, min_words), rate, min_words)
+
+
+@lru_cache(maxsize=32_768)
+def _coded_cut(text: str, code: str | None, unit: int | None, rate: float, min_words: int) -> str | None:
+    return cut(text, unit, min_words, keep_scores(text, code) if code else None, rate)
 
 
 @lru_cache(maxsize=32_768)

@@ -35,10 +35,18 @@ def is_chitchat(sentence: str) -> bool:
     words = _WORD.findall(sentence)
     if not words:
         return True
-    content = [w for w in words if w.lower() not in STOPWORDS]
-    rest = [w for w in content if w.lower() not in GLUE]
+    n_content, rest = 0, []
+    for w in words:
+        lower = w.lower()
+        if lower in STOPWORDS:
+            continue
+        n_content += 1
+        if lower not in GLUE:
+            if rest:
+                return False  # two words beyond glue: the sentence says something
+            rest.append(w)
     # One capitalised word beside glue is whom the glue addresses ("Thanks, Mel!"); alone it is an answer ("Paris!").
-    return not rest or (len(rest) == 1 and len(content) > 1 and rest[0][0].isupper() and rest[0] != "I")
+    return not rest or (n_content > 1 and rest[0][0].isupper() and rest[0] != "I")
 
 
 def drop_chitchat(text: str) -> str:
@@ -58,11 +66,13 @@ def sentence_units(text: str, min_words: int = 6) -> list[str]:
         return [text.strip()] if text.strip() else []
     units: list[str] = []
     run: list[str] = []
+    n = 0  # words in run
     for s in kept:
         run.append(s)
-        if sum(len(x.split()) for x in run) >= min_words:
+        n += len(s.split())
+        if n >= min_words:
             units.append(" ".join(run))
-            run = []
+            run, n = [], 0
     if run:
         if units:
             units[-1] = f"{units[-1]} {' '.join(run)}"

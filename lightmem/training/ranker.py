@@ -235,7 +235,7 @@ class ServedPacking:
 
     def kept(self, group: dict[str, Any], pool: Sequence[int], budget: int) -> list[int]:
         """The candidates of ``pool`` (rank order) that reach the prompt within ``budget`` tokens."""
-        from lightmem.retrieval.excerpts import best_excerpt, keep_scores, pack_whole_then_excerpts, query_terms, realign_keep
+        from lightmem.retrieval.excerpts import coded_excerpt, pack_whole_then_excerpts, query_terms, realign_keep
 
         terms = query_terms([group["query"]])  # the engine's: the query and its one HQ (the same text)
         date = wants_dates(self.anchor_dates, group["query"])
@@ -247,11 +247,11 @@ class ServedPacking:
 
         def excerpt(j: int) -> int | None:
             i = pool[j]
-            keep = None
+            code = None
             if squeezing:
                 code = self._codes[written[i]]
-                keep = keep_scores(texts[i][0], realign_keep(written[i], texts[i][0], code) if texts[i][1] else code)
-            text = best_excerpt(texts[i][0], terms, keep=keep, rate=self.excerpt_rate)
+                code = realign_keep(written[i], texts[i][0], code) if texts[i][1] else code
+            text = coded_excerpt(texts[i][0], terms, code, self.excerpt_rate)
             return None if text is None else self._count(text)
 
         whole = [self._count(texts[i][0]) if texts[i][1] else group["tokens"][i] for i in pool]

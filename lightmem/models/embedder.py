@@ -183,7 +183,11 @@ class SentenceTransformerEmbedder:
         ).astype(np.float32, copy=False)
 
     def token_counter(self) -> TokenCounter:
-        return HFTokenCounter(self.tokenizer, name=self.name)
+        """The counter of this embedder's tokenizer: one per embedder, so the words it has counted are shared."""
+        counter = self.__dict__.get("_token_counter")
+        if counter is None:
+            counter = self.__dict__["_token_counter"] = HFTokenCounter(self.tokenizer, name=self.name)
+        return counter
 
 
 def length_suffix(max_seq_length: int) -> str:

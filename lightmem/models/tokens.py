@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -17,12 +18,35 @@ class TokenCounter(Protocol):
     def truncate(self, text: str, max_tokens: int) -> str: ...
 
 
-class HFTokenCounter:
-    """Counts with a Hugging Face tokenizer (fast tokenizers batch this in Rust)."""
+# Characters that BERT's normaliser deletes or a pre-tokeniser may not split on as Python's str.split does
+# (control and format characters, non-ASCII spaces): a text holding one is counted whole.
+_NOT_WORD_SAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\xa0\xad\u1680\u180e\u2000-\u200f\u2028-\u202f"
+                            "\u205f-\u206f\u3000\ufeff\ufff0-\uffff]")
+_WORD_SPLITTING = frozenset({"BertPreTokenizer", "Whitespace", "WhitespaceSplit"})
+_WORD_SAFE_NORMALIZERS = frozenset({"NoneType", "BertNormalizer", "Lowercase", "NFD", "NFKD", "NFC", "NFKC", "StripAccents"})
 
-    def __init__(self, tokenizer, name: str = "hf") -> None:  # tokenizer: PreTrainedTokenizerBase
+
+class HFTokenCounter:
+    """Counts with a Hugging Face tokenizer (fast tokenizers batch this in Rust).
+
+    With a tokenizer that cuts text at whitespace before it splits words into pieces (BERT's WordPiece, as
+    MiniLM and mpnet use), a text's count is the sum of its words' counts: words are counted once and
+    cached, so counting an excerpt or a squeezed sentence of words seen before is a few dict lookups.
+    """
+
+    def __init__(self, tokenizer, name: str = "hf", max_words: int = 500_000) -> None:  # tokenizer: PreTrainedTokenizerBase
         self._tok = tokenizer
         self.name = name
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._words: dict[str, int] | None = None  # word -> tokens, when counts add up over words
+        if backend is not None and type(backend.pre_tokenizer).__name__ in _WORD_SPLITTING \
+                and type(backend.normalizer).__name__ in _WORD_SAFE_NORMALIZERS:
+            from tokenizers import Tokenizer
+
+            self._backend = Tokenizer.from_str(backend.to_str())  # a private copy: no truncation, no padding
+            self._backend.no_truncation()
+            self._backend.no_padding()
+            self._words, self.max_words, self._lock = {}, max_words, threading.Lock()
 
     @classmethod
     def from_path(cls, path: str) -> "HFTokenCounter":
@@ -31,6 +55,29 @@ class HFTokenCounter:
         return cls(AutoTokenizer.from_pretrained(path), name=str(path))
 
     def count(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        if self._words is None:
+            return self._count_whole(texts)
+        out: list[int | None] = [None] * len(texts)
+        whole = [i for i, t in enumerate(texts) if _NOT_WORD_SAFE.search(t)]
+        for i, n in zip(whole, self._count_whole([texts[i] for i in whole])):
+            out[i] = n
+        known = self._words
+        split = {i: t.split() for i, t in enumerate(texts) if out[i] is None}
+        with self._lock:  # one server's threads share the counter; clearing must not race a sum
+            new = {w for words in split.values() for w in words if w not in known}
+            if new:
+                if len(known) + len(new) > self.max_words:  # bounded: start again from this batch's words
+                    known.clear()
+                    new = {w for words in split.values() for w in words}
+                fresh = list(new)
+                known.update(zip(fresh, (len(e.ids) for e in self._backend.encode_batch(fresh, add_special_tokens=False))))
+            for i, words in split.items():
+                out[i] = sum(known[w] for w in words)
+        return out  # type: ignore[return-value]
+
+    def _count_whole(self, texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
         enc = self._tok(list(texts), add_special_tokens=False, truncation=False, verbose=False)

@@ -12,6 +12,7 @@ Everything here is pure: texts and times in, texts and booleans out.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from lightmem.sensory.normalize import anchor_dates, relative_dates
 
@@ -45,6 +46,8 @@ def wants_dates(policy: str, question: str) -> bool:
     return check_policy(policy) == "always" or (policy == "asked" and asks_about_time(question))
 
 
+@lru_cache(maxsize=32_768)
 def dated(text: str, event_time: float) -> str:
-    """``text`` with each relative date followed by the day it denotes from ``event_time``."""
+    """``text`` with each relative date followed by the day it denotes from ``event_time``. Cached: a memory
+    is dated again in every time question it is a candidate of."""
     return anchor_dates(text, event_time, style="text")

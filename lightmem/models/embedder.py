@@ -135,6 +135,7 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         self.name = registry.canonical(model) + (f"+{adapter_fingerprint(adapter)}" if adapter else "")
         self._cache = _QueryCache(query_cache_size)
+        self._token_counter: HFTokenCounter | None = None  # made at the first token_counter()
         if backend == "torch":
             self.device = pick_device(device)
             self._model = _load(path, self.device, max_seq_length, adapter)
@@ -184,10 +185,9 @@ class SentenceTransformerEmbedder:
 
     def token_counter(self) -> TokenCounter:
         """The counter of this embedder's tokenizer: one per embedder, so the words it has counted are shared."""
-        counter = self.__dict__.get("_token_counter")
-        if counter is None:
-            counter = self.__dict__["_token_counter"] = HFTokenCounter(self.tokenizer, name=self.name)
-        return counter
+        if self._token_counter is None:
+            self._token_counter = HFTokenCounter(self.tokenizer, name=self.name)
+        return self._token_counter
 
 
 def length_suffix(max_seq_length: int) -> str:

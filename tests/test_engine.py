@@ -77,17 +77,18 @@ def test_a_budget_is_filled_from_all_candidates_in_stage2_order(topical):
     sel = ReverseSelector()
     topical.retriever.selector = sel
     topical.retriever.excerpt_rate = 1.0  # whole memories only: these one-sentence notes are never cut
-    result = topical.retrieve("marathon practice", "u", k=3, budget=60)
+    topical.retriever.composer.group_dates = False  # each line with its own date: costs add up
+    result = topical.retrieve("marathon practice", "u", k=3, budget=120)
     assert sel.seen == [9]
-    tokens = [h.item.n_tokens for h in result.hits]
-    assert sum(tokens) <= 60
+    cost = topical.retriever.composer.line_cost  # a memory's rendered prompt line, date prefix and newline included
+    assert sum(cost(h.item) for h in result.hits) <= 120
     # more than K short memories fit: Stage 2's order, packed until the budget is full
     worst_first = sorted(result.candidates, key=lambda h: h.score)
     packed, used = [], 0
     for h in worst_first:
-        if used + h.item.n_tokens <= 60:
+        if used + cost(h.item) <= 120:
             packed.append(h.item.id)
-            used += h.item.n_tokens
+            used += cost(h.item)
     assert [h.item.id for h in result.hits] == packed and len(packed) > 3
 
 
@@ -96,7 +97,7 @@ def test_without_fill_a_budget_packs_only_the_best_k(topical):
     full = topical.retrieve("marathon practice", "u", k=3)
     capped = topical.retrieve("marathon practice", "u", k=3, budget=1000)
     assert [h.item.id for h in capped.hits] == [h.item.id for h in full.hits]
-    tiny = topical.retrieve("marathon practice", "u", k=3, budget=full.hits[0].item.n_tokens)
+    tiny = topical.retrieve("marathon practice", "u", k=3, budget=topical.retriever.composer.line_cost(full.hits[0].item))
     assert [h.item.id for h in tiny.hits] == [full.hits[0].item.id]
 
 

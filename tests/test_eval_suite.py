@@ -70,11 +70,15 @@ def test_full_context_baseline_replays_the_newest_turns_within_the_window(tmp_pa
 
     counter = HashingEmbedder(dim=8).token_counter()
     turns = [Turn(f"t{i}", "A", f"word{i} filler text", 1000.0 + i) for i in range(6)]
-    costs = [it.n_tokens for it in FullContext(counter, window=10**6).add_turns("u", turns)]
-    fc = FullContext(counter, window=costs[-1] + costs[-2] + 1)  # room for the two newest turns only
+    probe = FullContext(counter, window=10**6, group_dates=False)
+    costs = [probe.composer.line_cost(it) for it in probe.add_turns("u", turns)]
+    fc = FullContext(counter, window=costs[-1] + costs[-2] + 1, group_dates=False)  # room for the two newest turns only
     fc.add_turns("u", turns)
     hits = fc.retrieve("anything", "u", k=1).hits
     assert [h.item.provenance[0] for h in hits] == ["t4", "t5"]  # the newest turns, in time order; k is ignored
+    # its prompt: the newest turns that fit what the question leaves of the budget, all of it counted
+    ctx = fc.build_context("what did A say?", "u", budget=costs[-1] + 16)
+    assert [m.provenance[0] for m in ctx.memories] == ["t5"] and ctx.n_tokens <= costs[-1] + 16
     with pytest.raises(ValueError):
         FullContext(counter, window=0)
 
@@ -122,10 +126,8 @@ def test_injection_runs_are_seeded_and_saturation_is_counted(tmp_path):
 
 def test_generation_failures_answer_empty():
     llm = ScriptedLLM(script=[GenerationError("down")])
-    gens = generate_answers(llm, ["q1", "q2"], ["c1", "c2"], batch_size=2)
+    gens = generate_answers(llm, ["c1\n### Question\nq1", "c2\n### Question\nq2"], batch_size=2)
     assert [g.text for g in gens] == ["", ""]
-    with pytest.raises(ValueError):
-        generate_answers(llm, ["q1"], [])
 
 
 def _lme_file(path: Path) -> Path:

@@ -141,4 +141,6 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
         sensory_stage=build_sensory_stage(cfg.get("sensory"), embedder, shared),
         ltm=ltm_options(cfg.get("ltm"), shared),
         word_scorer="default" if cfg.memory.word_scores else None,
+        tokenizer=cfg.memory.get("tokenizer"),
+        group_dates=bool(cfg.memory.get("group_dates", True)),
     )

@@ -32,7 +32,7 @@ class PathsConfig:
 
 # TwoStageRetriever's arguments that other nodes supply: the objects it works on, and the LTM routing
 # (the ``ltm`` node). Everything else in its signature is a ``retrieval`` setting.
-_RETRIEVER_OBJECTS = ("self", "store", "embedder", "selector", "ltm", "routing", "cross_share", "ltm_hops")
+_RETRIEVER_OBJECTS = ("self", "store", "embedder", "selector", "ltm", "routing", "cross_share", "ltm_hops", "composer")
 _PLAIN = {"int": int, "float": float, "bool": bool, "str": str}
 
 
@@ -83,6 +83,8 @@ class MemoryConfig:
     maintenance: bool = False  # merge near-duplicates / supersede conflicts after each write
     dup_threshold: float = _default(Maintainer.__init__, "dup_threshold")
     word_scores: bool = True  # the trained compressor scores each new memory's words (retrieval.excerpt_rate uses them)
+    tokenizer: str = _default(open_memory, "tokenizer")  # what a prompt budget is counted with (the reader's)
+    group_dates: bool = _default(open_memory, "group_dates")  # one date line per day above its memories
 
 
 def logger_field() -> Any:

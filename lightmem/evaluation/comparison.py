@@ -18,7 +18,8 @@ from lightmem.evaluation.stats import MeanStd, mean_std, paired_bootstrap
 # (column, how to read it from a results.json); None when the run has no such number
 COLUMNS: dict[str, Any] = {
     "R_all@10": lambda r: r["retrieval"]["overall"].get("recall_all@10"),
-    "R_all@budget": lambda r: r["retrieval"]["overall"].get("recall_all@budget"),
+    "R_all@budget": lambda r: r["retrieval"]["overall"].get("recall_all@budget"),  # strict: whole memories only
+    "R_all credited": lambda r: r["retrieval"]["overall"].get("recall_all@budget_credited"),
     "coverage@budget": lambda r: r["retrieval"]["overall"].get("answer_coverage@budget"),
     "F1": lambda r: r.get("qa", {}).get("overall", {}).get("f1"),
     "BLEU-1": lambda r: r.get("qa", {}).get("overall", {}).get("bleu1"),
@@ -36,6 +37,7 @@ COLUMNS: dict[str, Any] = {
 # per-question scores compared by the bootstrap: name -> (reader of a questions.jsonl record)
 PAIRED: dict[str, Any] = {
     "R_all@budget": lambda q: q["recall"]["@budget"]["all"] if q["category"] != 5 else None,
+    "R_all credited": lambda q: q["recall"].get("@budget_credited", {}).get("all") if q["category"] != 5 else None,
     "coverage@budget": lambda q: q.get("coverage") if q["category"] != 5 else None,
     "F1": lambda q: q["qa"]["f1"] if q.get("qa") and q["category"] != 5 else None,
     "multi-hop F1": lambda q: q["qa"]["f1"] if q.get("qa") and q["category"] == 1 else None,
@@ -125,7 +127,7 @@ def table(runs: Sequence[RunResult], reference: RunResult | None, columns: Seque
 def budget_curve(run: RunResult) -> list[tuple[float, float]]:
     """(context tokens, recall_all) at each K and at the budget cut, averaged over seeds."""
     r0 = run.results[0]["retrieval"]["overall"]
-    cuts = [k[len("recall_all"):] for k in r0 if k.startswith("recall_all@")]
+    cuts = [k[len("recall_all"):] for k in r0 if k.startswith("recall_all@") and f"tokens{k[len('recall_all'):]}" in r0]
     pts = []
     for cut in cuts:
         toks = np.mean([r["retrieval"]["overall"][f"tokens{cut}"] for r in run.results])

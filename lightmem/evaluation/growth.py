@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from lightmem.datasets.formats import Conversation, QAItem
 from lightmem.evaluation.metrics import evidence_recall, normalize_evidence, percentile
 from lightmem.evaluation.stats import spread
-from lightmem.evaluation.system import within_budget
+from lightmem.evaluation.system import is_whole
 from lightmem.roles.selector import Stage1Selector
 from lightmem.types import Turn
 
@@ -99,8 +99,8 @@ def _score(memory, asked: Sequence[tuple[QAItem, list[str]]], k: int, budget: in
         hits = memory.retrieve(q.question, USER, k=k).hits
         ms.append((time.perf_counter() - t) * 1000)
         rec_k.append(evidence_recall([h.item.provenance for h in hits], ev).all)
-        kept = within_budget(memory, q.question, USER, k, budget)
-        rec_b.append(evidence_recall([h.item.provenance for h in kept], ev).all)
+        ctx = memory.build_context(q.question, USER, budget=budget)
+        rec_b.append(evidence_recall([m.provenance for m in ctx.memories if is_whole(m)], ev).all)
     mean = (lambda v: float(np.mean(v)) if v else float("nan"))
     return {"n": len(asked), "recall_all@k": mean(rec_k), "recall_all@budget": mean(rec_b),
             "search_ms_p50": percentile(ms, 50), "search_ms_p95": percentile(ms, 95), "per_question": rec_b}

@@ -13,8 +13,10 @@ not a ``Memory`` (``lightmem.evaluation.baselines``) run through it unchanged.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -25,10 +27,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lightmem.datasets.formats import Conversation
 from lightmem.evaluation.metrics import answer_coverage, evidence_precision, evidence_recall, normalize_evidence, percentile
+from lightmem.evaluation.packed import CONTROLS, control_contexts, control_scores, memory_text, packed_lines, packed_recall
 from lightmem.evaluation.qa import LOCOMO_JUDGE_PROMPT, QAOptions, answer_questions, locomo_scores, parse_locomo_label, qa_summary
 from lightmem.evaluation.stats import spread
-from lightmem.evaluation.system import System, within_budget
-from lightmem.retrieval.composer import format_memory, pack_by_budget
+from lightmem.evaluation.system import System
 
 log = logging.getLogger(__name__)
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -43,17 +45,23 @@ class QuestionRecord:
     category: int
     question: str
     evidence: list[str]
-    recall: dict[str, dict[str, float]]  # "@5" | "@budget" -> {all, any, mean}
+    # "@5" | "@budget" (strict: whole memories) | "@budget_credited" (excerpts credited too) -> {all, any, mean, precision}
+    recall: dict[str, dict[str, float]]
     tokens: dict[str, int]
     retrieved: list[list[str]]  # provenance of the hits at max K, best first
     search_ms: float
     stage_ms: dict[str, float] = field(default_factory=dict)
     answer: str = ""
     qa: dict[str, Any] = field(default_factory=dict)  # prediction, f1, bleu1, rouge_l, judge, generate_ms, e2e_ms
-    coverage: float | None = None  # answer coverage of the memories packed within the budget (None: no gold answer)
+    # answer coverage of the packed memories' text, date prefixes left out (None: no gold answer)
+    coverage: float | None = None
     # evidence recall of Stage 1's candidate pool at max K (3K candidates by default): what Stage 2 could
     # at best keep; None for a system without a candidate stage (full context)
     candidate_recall: dict[str, float] | None = None
+    packed: list[dict[str, Any]] = field(default_factory=list)  # the prompt's memory lines, each whole or excerpt
+    context_ms: float = 0.0  # build_context's milliseconds
+    # the controls (packed.CONTROLS) composed within the same budget: recall_all, coverage, tokens, prompt, qa
+    controls: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def sample_questions(conv: Conversation, categories: Sequence[int], max_questions: int | None = None) -> list:
@@ -72,8 +80,12 @@ def evaluate_conversation(
     max_questions: int | None = None,
     qa_options: QAOptions | None = None,
     after_ingest: Callable[[System, Conversation], dict[str, Any]] | None = None,
+    seed: int = 0,
 ) -> tuple[list[QuestionRecord], dict[str, float]]:
     """Ingest ``conv`` into ``memory`` session by session, then score its questions.
+
+    Each question's context is ``memory.build_context(question, budget=budget)``: recall, coverage and the
+    reader's answer are all of that prompt. ``seed`` draws the random control context.
 
     ``after_ingest(memory, conv)`` runs after consolidation and before the questions (the
     update-gap stress test writes its recent noise there); what it returns lands in the stats.
@@ -92,14 +104,13 @@ def evaluate_conversation(
         cycles = len(memory.consolidate(user)) + (len(memory.ltm.scheduler.reports) if memory.ltm.scheduler else 0)
         consolidate_s = time.perf_counter() - t1
     injected = after_ingest(memory, conv) if after_ingest is not None else {}
-    qa_budget = int(getattr(memory, "context_budget", budget))  # full context packs to the generator window
     contexts: list[str] = []
-    context_tokens: list[int] = []
     kmax = max(ks)
     # Questions are asked after the last session: relative time in them is anchored there.
     asked_at = max((s.timestamp for s in conv.sessions), default=None)
+    turns = {t.turn_id: t for s in conv.sessions for t in s.turns if t.text.strip()}
     records = []
-    for qa in sample_questions(conv, categories, max_questions):
+    for n, qa in enumerate(sample_questions(conv, categories, max_questions)):
         evidence = normalize_evidence(qa.evidence)
         recall, tokens, stage_ms = {}, {}, {}
         search_ms = 0.0
@@ -119,25 +130,26 @@ def evaluate_conversation(
             tokens[f"@{k}"] = sum(h.item.n_tokens for h in hits)
         recall = {f"@{k}": recall[f"@{k}"] for k in sorted(ks)}
         tokens = {f"@{k}": tokens[f"@{k}"] for k in sorted(ks)}
-        hits = top_hits
-        kept = within_budget(memory, qa.question, user, kmax, budget, asked_at)
-        if qa_options is not None:
-            packed = kept if qa_budget == budget else [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], qa_budget)]
-            contexts.append("\n".join(format_memory(h.item) for h in packed))
-            context_tokens.append(sum(h.item.n_tokens for h in packed))
-        coverage = answer_coverage(qa.answer, "\n".join(format_memory(h.item) for h in kept))
-        recall["@budget"] = asdict(evidence_recall([h.item.provenance for h in kept], evidence))
-        recall["@budget"]["precision"] = evidence_precision([h.item.provenance for h in kept], evidence)
-        tokens["@budget"] = sum(h.item.n_tokens for h in kept)
+        # What a reader gets: the prompt build_context returns, scored as it is.
+        t = time.perf_counter()
+        ctx = memory.build_context(qa.question, user, budget=budget, now=asked_at)
+        context_ms = (time.perf_counter() - t) * 1000
+        recall.update(packed_recall(ctx, evidence))
+        tokens["@budget"] = ctx.n_tokens
+        contexts.append(ctx.prompt)
+        rng = np.random.default_rng([seed, n, zlib.crc32(conv.conv_id.encode())])
+        controls = {name: control_scores(c, evidence, qa.answer)
+                    for name, c in control_contexts(memory.composer, user, turns, qa.question, evidence, budget, rng).items()}
         records.append(
             QuestionRecord(conv.conv_id, int(qa.category), qa.question, evidence, recall, tokens,
-                           [list(h.item.provenance) for h in hits], search_ms, stage_ms, answer=str(qa.answer),
-                           coverage=coverage, candidate_recall=candidate_recall)
+                           [list(h.item.provenance) for h in top_hits], search_ms, stage_ms, answer=str(qa.answer),
+                           coverage=answer_coverage(qa.answer, memory_text(ctx)), candidate_recall=candidate_recall,
+                           packed=packed_lines(ctx), context_ms=context_ms, controls=controls)
         )
         on_question()
     qa_usage: dict[str, dict[str, float]] = {}
     if qa_options is not None and records:
-        qa_usage = _answer(records, contexts, qa_options, context_tokens)
+        qa_usage = _answer(records, contexts, qa_options)
     n_turns = sum(len(s.turns) for s in conv.sessions)
     stats = {"ingest_s": ingest_s, "turns": n_turns, "items": memory.stats().get(user, {}).get("items", 0),
              "llm": {r: u for r, u in _usage_delta(usage_before, memory.usage()).items() if r not in QA_ROLES},
@@ -150,18 +162,27 @@ def evaluate_conversation(
 QA_ROLES = ("generator", "judge")
 
 
-def _answer(records: Sequence[QuestionRecord], contexts: Sequence[str], opts: QAOptions,
-            context_tokens: Sequence[int]) -> dict[str, dict[str, float]]:
-    """Answer, score and (with a judge) judge every record in place; returns the QA roles' LLM usage."""
+def _answer(records: Sequence[QuestionRecord], contexts: Sequence[str], opts: QAOptions) -> dict[str, dict[str, float]]:
+    """Answer, score and (with a judge) judge every record in place; with ``opts.controls`` the control
+    contexts are answered too (in ``record.controls[name]["qa"]``). Returns the QA roles' LLM usage."""
     meters = {id(m): m for m in (opts.llm.meter, getattr(opts.judge, "meter", None)) if m is not None}
     before = {}
     for m in meters.values():
         before.update(m.summary())
-    answer_questions(records, contexts, opts, scores=lambda r, p: locomo_scores(p, r.answer, r.category),
-                     judge_prompt=lambda r, p: LOCOMO_JUDGE_PROMPT.format(question=r.question, gold=r.answer, prediction=p),
-                     parse_verdict=parse_locomo_label)
-    for r, n in zip(records, context_tokens):
-        r.qa["context_tokens"] = int(n)
+
+    def run(recs: Sequence[QuestionRecord], prompts: Sequence[str]) -> None:
+        answer_questions(recs, prompts, opts, scores=lambda r, p: locomo_scores(p, r.answer, r.category),
+                         judge_prompt=lambda r, p: LOCOMO_JUDGE_PROMPT.format(question=r.question, gold=r.answer, prediction=p),
+                         parse_verdict=parse_locomo_label)
+
+    run(records, contexts)
+    for r in records:
+        r.qa["context_tokens"] = int(r.tokens["@budget"])
+    for name in (CONTROLS if opts.controls else ()):
+        copies = [dataclasses.replace(r, qa={}) for r in records]
+        run(copies, [r.controls[name]["prompt"] for r in records])
+        for r, c in zip(records, copies):
+            r.controls[name]["qa"] = c.qa
     after = {}
     for m in meters.values():
         after.update(m.summary())
@@ -171,7 +192,14 @@ def _answer(records: Sequence[QuestionRecord], contexts: Sequence[str], opts: QA
 def qa_aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
     """Mean F1, BLEU-1, ROUGE-L and judge accuracy (over judged questions) of a set of answered questions."""
     done = [r.qa for r in records if r.qa]
-    return qa_summary(done, ("f1", "bleu1", "rouge_l")) if done else {"n": 0}
+    if not done:
+        return {"n": 0}
+    out = qa_summary(done, ("f1", "bleu1", "rouge_l"))
+    for name in CONTROLS:
+        ctl = [r.controls[name]["qa"] for r in records if r.qa and "qa" in r.controls.get(name, {})]
+        if ctl:
+            out[f"{name}_f1"] = float(np.mean([c["f1"] for c in ctl]))
+    return out
 
 
 def aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
@@ -183,9 +211,18 @@ def aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
         for kind in ("all", "any", "mean"):
             out[f"recall_{kind}{cut}"] = float(np.mean([r.recall[cut][kind] for r in records]))
         out[f"precision{cut}"] = float(np.mean([r.recall[cut].get("precision", float("nan")) for r in records]))
-        out[f"tokens{cut}"] = float(np.mean([r.tokens[cut] for r in records]))
+        if cut in records[0].tokens:
+            out[f"tokens{cut}"] = float(np.mean([r.tokens[cut] for r in records]))
     cov = [r.coverage for r in records if r.coverage is not None]
     out["answer_coverage@budget"] = float(np.mean(cov)) if cov else float("nan")
+    out["memories@budget"] = float(np.mean([len(r.packed) for r in records]))
+    out["excerpts@budget"] = float(np.mean([sum(not p["whole"] for p in r.packed) for r in records]))
+    for name in CONTROLS:
+        ctl = [r.controls[name] for r in records if name in r.controls]
+        if ctl:
+            out[f"{name}_recall_all"] = float(np.mean([c["recall_all"] for c in ctl]))
+            ccov = [c["coverage"] for c in ctl if c["coverage"] is not None]
+            out[f"{name}_coverage"] = float(np.mean(ccov)) if ccov else float("nan")
     pools = [r.candidate_recall for r in records if r.candidate_recall is not None]
     out["pool_recall_all"] = float(np.mean([c["all"] for c in pools])) if pools else float("nan")
     out["pool_size"] = float(np.mean([c["n"] for c in pools])) if pools else float("nan")
@@ -277,6 +314,7 @@ def evaluate_locomo(
     max_questions: int | None = None,
     qa_options: QAOptions | None = None,
     after_ingest: Callable[[System, Conversation], dict[str, Any]] | None = None,
+    seed: int = 0,
 ) -> tuple[dict[str, Any], list[QuestionRecord]]:
     """Evaluate each conversation in a fresh system from ``make_memory(conv_id)`` (closed after)."""
     if not ks or min(ks) <= 0:
@@ -295,7 +333,7 @@ def evaluate_locomo(
             try:
                 recs, stats = evaluate_conversation(
                     memory, conv, ks, budget, categories, on_question=lambda: progress.advance(task), max_questions=max_questions,
-                    qa_options=qa_options, after_ingest=after_ingest,
+                    qa_options=qa_options, after_ingest=after_ingest, seed=seed,
                 )
             finally:
                 memory.close()

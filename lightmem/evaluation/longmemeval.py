@@ -21,9 +21,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lightmem.datasets.formats import Conversation
 from lightmem.evaluation.metrics import answer_coverage, dedupe, ndcg_at_k, percentile, recall_at_k, token_f1
+from lightmem.evaluation.packed import memory_text
 from lightmem.evaluation.qa import QAOptions, answer_questions, longmemeval_judge_prompt, parse_yes_no, qa_summary
-from lightmem.evaluation.system import System, within_budget
-from lightmem.retrieval.composer import format_memory
+from lightmem.evaluation.system import System, is_whole
+from lightmem.types import ComposedContext
 
 
 def session_of(turn_id: str) -> str:
@@ -47,14 +48,22 @@ def ranked_metrics(ranked_turns: Sequence[str], gold_turns: Sequence[str], gold_
     return out
 
 
-def budget_metrics(packed: Sequence[Any], gold_turns: Sequence[str], answer: str, context: str) -> dict[str, float]:
-    """Turn-level recall of the hits packed within the token budget, and the answer's coverage of their text."""
-    within = dedupe(p for h in packed for p in h.item.provenance)
-    out = {"turn_recall_any@budget": float("nan"), "turn_recall_all@budget": float("nan")}
+def budget_metrics(ctx: ComposedContext | None, gold_turns: Sequence[str], answer: str) -> dict[str, float]:
+    """Turn-level recall of the memories the prompt holds (strict: packed whole; credited: excerpts too), the
+    answer's coverage of their text (date prefixes left out) and the prompt's tokens."""
+    out = {"turn_recall_any@budget": float("nan"), "turn_recall_all@budget": float("nan"),
+           "turn_recall_all@budget_credited": float("nan")}
+    mems = list(ctx.memories) if ctx is not None else []
     if gold_turns:
-        out["turn_recall_any@budget"], out["turn_recall_all@budget"] = recall_at_k(within, gold_turns, max(len(within), 1))
-    cov = answer_coverage(answer, context)
+        for suffix, chosen in (("", [m for m in mems if is_whole(m)]), ("_credited", mems)):
+            within = dedupe(p for m in chosen for p in m.provenance)
+            anyr, allr = recall_at_k(within, gold_turns, max(len(within), 1))
+            out[f"turn_recall_all@budget{suffix}"] = allr
+            if not suffix:
+                out["turn_recall_any@budget"] = anyr
+    cov = answer_coverage(answer, memory_text(ctx)) if ctx is not None else answer_coverage(answer, "")
     out["answer_coverage@budget"] = float("nan") if cov is None else cov
+    out["tokens@budget"] = float(ctx.n_tokens) if ctx is not None else 0.0
     return out
 
 
@@ -73,7 +82,7 @@ class LMERecord:
 
 
 def evaluate_instance(memory: System, inst: Conversation, ks: Sequence[int], budget: int) -> tuple[LMERecord, str]:
-    """Ingest one haystack, search once at max K; returns the record and the packed QA context."""
+    """Ingest one haystack, search once at max K, compose the budgeted prompt; returns the record and that prompt."""
     qa = inst.qa[0]
     t0 = time.perf_counter()
     for session in inst.sessions:
@@ -92,9 +101,9 @@ def evaluate_instance(memory: System, inst: Conversation, ks: Sequence[int], bud
     ranked = dedupe(p for h in hits for p in h.item.provenance)
     gold_sessions = [str(s) for s in qa.extra.get("answer_session_ids") or []]
     metrics = ranked_metrics(ranked, qa.evidence, gold_sessions, ks)
-    packed = within_budget(memory, qa.question, inst.conv_id, max(ks), budget, asked) if turns else []
-    context = "\n".join(format_memory(h.item) for h in packed)
-    metrics.update(budget_metrics(packed, qa.evidence, qa.answer, context))
+    ctx = memory.build_context(qa.question, inst.conv_id, budget=budget, now=asked) if turns else None
+    context = ctx.prompt if ctx is not None else f"### Question\n{qa.question}"
+    metrics.update(budget_metrics(ctx, qa.evidence, qa.answer))
     rec = LMERecord(inst.conv_id, str(qa.category), qa.question, qa.answer, metrics, ranked, search_ms, ingest_s, turns)
     return rec, context
 

@@ -29,17 +29,13 @@ class QAOptions:
     judge: LLM | None = None
     batch_size: int = 8
     max_new_tokens: int = 32
+    controls: bool = False  # also answer from the control contexts (gold evidence, random)
 
 
-ANSWER_PROMPT = """You answer questions about a long conversation between two people, using only the memories below.
-Each memory line starts with the date it was said.
-
-{context}
-
-Question: {question}
-Answer with a short phrase, using exact words from the memories whenever possible. For questions about time, give the date.
-If the memories do not contain the answer, reply: Not mentioned.
-Answer:"""
+# The reader's instruction, put before the prompt ``build_context`` returns (memories, then the question).
+READER_INSTRUCTION = """You answer a question about a long conversation between two people, using only the memories below.
+Each memory starts with the date it was said. Answer with a short phrase, using words from the memories when you can.
+For a question about time, give the date. If the memories do not hold the answer, reply: Not mentioned."""
 
 # LightMem / mem0's LoCoMo judge (mem0 evaluation/metrics/llm_judge.py ACCURACY_PROMPT).
 LOCOMO_JUDGE_PROMPT = """Your task is to label an answer to a question as 'CORRECT' or 'WRONG'. You will be given the following data:
@@ -103,8 +99,9 @@ def longmemeval_judge_prompt(question_type: str, question_id: str = "") -> str:
     return LONGMEMEVAL_JUDGE_PROMPTS.get(question_type, LONGMEMEVAL_JUDGE_PROMPTS["default"])
 
 
-def answer_prompt(question: str, context: str) -> str:
-    return ANSWER_PROMPT.format(context=context.strip() or "(no memories)", question=question.strip())
+def answer_prompt(context: str) -> str:
+    """The reader's input: its instruction, the context prompt as composed (it ends with the question), the cue."""
+    return f"{READER_INSTRUCTION}\n\n{context.strip()}\nAnswer:"
 
 
 def clean_answer(text: str) -> str:
@@ -149,14 +146,12 @@ class Generation:
     ms: float  # generation time of this question (its batch's time, shared equally)
 
 
-def generate_answers(llm: LLM, questions: Sequence[str], contexts: Sequence[str], batch_size: int = 8,
-                     max_new_tokens: int = 32, role: str = "generator") -> list[Generation]:
-    """Answer each question from its context; a failed batch answers "" and is counted by the meter."""
-    if len(questions) != len(contexts):
-        raise ValueError("one context per question")
+def generate_answers(llm: LLM, contexts: Sequence[str], batch_size: int = 8, max_new_tokens: int = 32,
+                     role: str = "generator") -> list[Generation]:
+    """Answer from each context prompt (it holds its question); a failed batch answers "" and is counted by the meter."""
     out: list[Generation] = []
-    for i in range(0, len(questions), max(1, batch_size)):
-        prompts = [answer_prompt(q, c) for q, c in zip(questions[i : i + batch_size], contexts[i : i + batch_size])]
+    for i in range(0, len(contexts), max(1, batch_size)):
+        prompts = [answer_prompt(c) for c in contexts[i : i + batch_size]]
         t = time.perf_counter()
         try:
             texts = llm.generate(prompts, role=role, max_new_tokens=max_new_tokens)
@@ -198,7 +193,7 @@ def answer_questions(records: Sequence[R], contexts: Sequence[str], opts: QAOpti
 
     Args:
         records: The questions, each with the milliseconds its search took.
-        contexts: One packed memory context per record.
+        contexts: One context prompt per record, as ``build_context`` composed it (it holds the question).
         opts: The generator and the optional judge.
         scores: The benchmark's overlap scores of a prediction (e.g. LoCoMo's F1, BLEU-1, ROUGE-L).
         judge_prompt: The benchmark's judge prompt for a record and its prediction.
@@ -206,7 +201,9 @@ def answer_questions(records: Sequence[R], contexts: Sequence[str], opts: QAOpti
 
     Each record's ``qa`` becomes ``{"prediction", **scores, "judge", "generate_ms", "e2e_ms"}``.
     """
-    gens = generate_answers(opts.llm, [r.question for r in records], contexts, opts.batch_size, opts.max_new_tokens)
+    if len(records) != len(contexts):
+        raise ValueError("one context per question")
+    gens = generate_answers(opts.llm, contexts, opts.batch_size, opts.max_new_tokens)
     verdicts: list[float | None] = [None] * len(records)
     if opts.judge is not None:
         prompts = [judge_prompt(r, g.text) for r, g in zip(records, gens)]

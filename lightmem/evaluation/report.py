@@ -20,17 +20,22 @@ def _fmt(v: Any) -> str:
 def retrieval_table(results: dict[str, Any], ks: list[int], budget: int) -> str:
     """Per-category and overall evidence recall, as a markdown table."""
     ret = results["retrieval"]
-    cols = [f"R_all@{k}" for k in ks] + [f"P@{ks[len(ks) // 2]}", f"R_all@{budget}tok", f"R_any@{budget}tok", f"R_mean@{budget}tok",
-                                         f"answer cov.@{budget}tok", f"tokens@{budget}", "R_all of Stage-1 pool"]
+    # Strict recall leads: evidence counts only where its memory is packed whole; the excerpt-credited figure
+    # and the two controls (gold evidence alone, a random context of the conversation) stand beside it.
+    cols = [f"R_all@{k}" for k in ks] + [f"P@{ks[len(ks) // 2]}", f"R_all@{budget}tok (strict)", f"R_any@{budget}tok",
+                                         "R_all credited", "answer cov. (no dates)", "cov. gold ctx", "cov. random ctx",
+                                         f"prompt tokens ({budget})", "memories (excerpts)", "R_all of Stage-1 pool"]
     keys = [f"recall_all@{k}" for k in ks] + [f"precision@{ks[len(ks) // 2]}", "recall_all@budget", "recall_any@budget",
-                                              "recall_mean@budget", "answer_coverage@budget", "tokens@budget",
-                                              "pool_recall_all"]
+                                              "recall_all@budget_credited", "answer_coverage@budget", "gold_coverage",
+                                              "random_coverage", "tokens@budget", "memories@budget", "pool_recall_all"]
     lines = ["| category | n | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     rows = list(ret["by_category"].items()) + [("**overall**", ret["overall"])]
     for name, agg in rows:
         if not agg.get("n"):
             continue
-        lines.append(f"| {name} | {agg['n']} | " + " | ".join(_fmt(agg.get(k, float('nan'))) for k in keys) + " |")
+        cells = [_fmt(agg.get(k, float("nan"))) for k in keys]
+        cells[keys.index("memories@budget")] = f"{agg.get('memories@budget', float('nan')):.1f} ({agg.get('excerpts@budget', float('nan')):.1f})"
+        lines.append(f"| {name} | {agg['n']} | " + " | ".join(cells) + " |")
     lat = results["latency"]
     lines += [
         "",
@@ -44,8 +49,8 @@ def retrieval_table(results: dict[str, Any], ks: list[int], budget: int) -> str:
 def qa_table(results: dict[str, Any]) -> str:
     """LoCoMo QA per category (adversarial apart), with end-to-end latency and context cost."""
     qa = results["qa"]
-    keys = ("f1", "bleu1", "rouge_l", "judge_accuracy")
-    lines = ["| category | n | F1 | BLEU-1 | ROUGE-L | judge |", "|---|---|---|---|---|---|"]
+    keys = ("f1", "bleu1", "rouge_l", "judge_accuracy", "gold_f1", "random_f1")
+    lines = ["| category | n | F1 | BLEU-1 | ROUGE-L | judge | F1 gold ctx | F1 random ctx |", "|---" * 8 + "|"]
     rows = [(k, v) for k, v in qa["by_category"].items() if not k.startswith("5")]
     rows += [("**overall (1-4)**", qa["overall"]), ("5-adversarial (apart)", qa["adversarial"])]
     for name, agg in rows:
@@ -63,8 +68,9 @@ def longmemeval_table(results: dict[str, Any], ks: list[int]) -> str:
     ret = results["retrieval"]
     cols = [(f"S R_all@{k}", f"session_recall_all@{k}") for k in ks] + [(f"S NDCG@{ks[-1]}", f"session_ndcg@{ks[-1]}")]
     cols += [(f"T R_any@{k}", f"turn_recall_any@{k}") for k in ks] + [(f"T NDCG@{ks[-1]}", f"turn_ndcg@{ks[-1]}")]
-    cols += [("T R_all@budget", "turn_recall_all@budget"), ("T R_any@budget", "turn_recall_any@budget"),
-             ("answer cov.@budget", "answer_coverage@budget"), ("QA F1", "qa_f1"), ("QA acc (judge)", "qa_accuracy")]
+    cols += [("T R_all@budget (strict)", "turn_recall_all@budget"), ("T R_any@budget", "turn_recall_any@budget"),
+             ("T R_all credited", "turn_recall_all@budget_credited"), ("answer cov. (no dates)", "answer_coverage@budget"),
+             ("prompt tokens", "tokens@budget"), ("QA F1", "qa_f1"), ("QA acc (judge)", "qa_accuracy")]
     lines = ["| type | n | " + " | ".join(c for c, _ in cols) + " |", "|---" * (len(cols) + 2) + "|"]
     for name, agg in list(ret["by_type"].items()) + [("**overall**", ret["overall"])]:
         if agg.get("n"):

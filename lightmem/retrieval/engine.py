@@ -21,7 +21,7 @@ from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import CachedCount
 from lightmem.retrieval import scoring
 from lightmem.retrieval.anchoring import check_policy, dated, wants_dates
-from lightmem.retrieval.composer import pack_by_budget
+from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.diversity import spread_sessions
 from lightmem.retrieval.excerpts import coded_excerpt, pack_whole_then_excerpts, query_terms, realign_keep
 from lightmem.retrieval.scoring import Fusion
@@ -84,6 +84,9 @@ class TwoStageRetriever:
             memory's event time ("yesterday [7 May 2023]", ``retrieval/anchoring.py``): ``asked`` for a
             question that asks about time, ``always``, or ``never``. Only the returned copies of episodes change
             (their token counts with them, ``metadata["dated"]`` set); the stored memory and its index do not.
+        composer: The prompt's composer: a token budget is packed as it packs memory lines (their dates,
+            newlines and the prompt's tokenizer counted), so ``build_context`` holds all that Stage 2 returns.
+            None: a composer counting with the embedder's tokenizer.
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class TwoStageRetriever:
         hop_extra: int = 10,
         session_spread: float = 0.0,
         anchor_dates: str = "asked",
+        composer: ContextComposer | None = None,
     ) -> None:
         if routing not in ROUTINGS:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
@@ -134,10 +138,11 @@ class TwoStageRetriever:
         self.whole_share, self.excerpt_rate = float(whole_share), float(excerpt_rate)
         self.anchor_dates = check_policy(anchor_dates)  # refused here, not at the first question
         self._count = CachedCount(embedder.token_counter)  # tokens of excerpts and dated copies
+        self.composer = composer or ContextComposer(embedder.token_counter())
 
     def retrieve(self, plan: RetrievalPlan, user_id: str, now: float, budget: int | None = None) -> RetrievalResult:
         """Stage 1, then Stage 2: the best ``plan.k`` hits, or with ``budget`` the set Stage 2 packs
-        within ``budget`` tokens of memory text (its ranking of all candidates, greedily packed:
+        within ``budget`` prompt tokens of memory lines (its ranking of all candidates, greedily packed:
         K then only sizes the candidate pool, so short memories leave room for more of them)."""
         t0 = time.perf_counter()
         texts = [hq.text for hq in plan.hqs]
@@ -161,33 +166,28 @@ class TwoStageRetriever:
         return RetrievalResult(hits, candidates, {"embed": ms(t0, t1), "stage1": ms(t1, t2), "stage2": ms(t2, t3)}, plan)
 
     def pack(self, plan: RetrievalPlan, hits: list[Hit], budget: int) -> list[Hit]:
-        """The ranked ``hits`` packed within ``budget`` tokens: whole memories in the first
-        ``whole_share`` of it, then excerpts (an excerpt hit's item is a copy whose text is one
-        sentence of the memory, with ``metadata["excerpt"]`` set; its id and provenance are
-        the memory's)."""
-        whole = [h.item.n_tokens for h in hits]
+        """The ranked ``hits`` packed within ``budget`` prompt tokens (as the composer packs): whole memories
+        in the first ``whole_share`` of it, then excerpts (an excerpt hit's item is a copy whose text is one
+        sentence of the memory, with ``metadata["excerpt"]`` set; its id and provenance are the memory's)."""
         whole_budget = int(round(self.whole_share * budget))
         if whole_budget >= budget:
-            return [hits[i] for i in pack_by_budget(whole, budget)]
+            return [hits[i] for i in self.composer.pack([h.item for h in hits], budget)]
+        whole = [self.composer.line_cost(h.item) for h in hits]  # each with its own date: an upper bound
         terms = query_terms([plan.query, *(hq.text for hq in plan.hqs)])
-        texts: dict[int, tuple[str, int]] = {}  # memory index -> (excerpt, its tokens)
+        cuts: dict[int, MemoryItem] = {}  # memory index -> its excerpt copy
 
         def excerpt_tokens(i: int) -> int | None:
             item = hits[i].item
             text = coded_excerpt(item.text, terms, item.metadata.get("keep"), self.excerpt_rate)
             if text is None:
                 return None
-            texts[i] = (text, self._count(text))
-            return texts[i][1]
+            cuts[i] = dataclasses.replace(item, text=text, n_tokens=self._count(text),
+                                          metadata={**item.metadata, "excerpt": True})
+            return self.composer.line_cost(cuts[i])
 
         out = []
         for i, is_excerpt in pack_whole_then_excerpts(whole, excerpt_tokens, budget, whole_budget):
-            h = hits[i]
-            if is_excerpt:
-                text, n = texts[i]
-                item = dataclasses.replace(h.item, text=text, n_tokens=n, metadata={**h.item.metadata, "excerpt": True})
-                h = dataclasses.replace(h, item=item)
-            out.append(h)
+            out.append(dataclasses.replace(hits[i], item=cuts[i]) if is_excerpt else hits[i])
         return out
 
     def _dated(self, hit: Hit) -> Hit:

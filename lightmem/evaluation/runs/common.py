@@ -19,7 +19,8 @@ def qa_options(cfg: DictConfig, shared: SharedRuntime) -> QAOptions | None:
     if qa is None or not qa.enabled:
         return None
     judge = instantiate(qa.judge) if qa.get("judge") else None
-    return QAOptions(llm=shared.llm(), judge=judge, batch_size=int(qa.batch_size), max_new_tokens=int(qa.max_new_tokens))
+    return QAOptions(llm=shared.llm(), judge=judge, batch_size=int(qa.batch_size), max_new_tokens=int(qa.max_new_tokens),
+                     controls=bool(qa.get("controls", False)))
 
 
 def optimized_metric(metrics: Mapping[str, float | None], cfg: DictConfig) -> float | None:

@@ -24,6 +24,7 @@ from lightmem.evaluation.report import plot_recall, qa_table, retrieval_table
 from lightmem.evaluation.runs.common import qa_options
 from lightmem.evaluation.system import System
 from lightmem.metric_logger import log_results, quiet_third_party_logs
+from lightmem.models.prompt_tokens import prompt_counter
 from lightmem.seeding import seed_everything
 
 
@@ -38,7 +39,8 @@ def system_factory(cfg: DictConfig, stores: Path, embedder, shared: SharedRuntim
 
     def make(conv_id: str) -> System:
         if baseline is not None:
-            return instantiate(baseline, counter=embedder.token_counter())
+            return instantiate(baseline, counter=prompt_counter(cfg.memory.get("tokenizer"), embedder),
+                               group_dates=bool(cfg.memory.get("group_dates", True)))
         memory = build_memory(cfg, stores / conv_id, embedder=embedder, shared=shared)
         questions, texts = pools(everything, conv_id)
         if float(inject.get("hq_noise", 0)) > 0:
@@ -85,7 +87,7 @@ def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
     results, records = evaluate_locomo(
         system_factory(cfg, stores, embedder, shared, everything), convs, ks=ks, budget=int(cfg.budget),
         categories=list(cfg.data.categories), show_progress=sys.stderr.isatty(), max_questions=cfg.data.max_questions,
-        qa_options=qa_options(cfg, shared), after_ingest=after_ingest_hook(cfg, everything),
+        qa_options=qa_options(cfg, shared), after_ingest=after_ingest_hook(cfg, everything), seed=int(cfg.seed),
     )
     if not cfg.keep_stores:
         shutil.rmtree(stores, ignore_errors=True)

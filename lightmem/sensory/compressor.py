@@ -173,7 +173,7 @@ class TokenClassifierCompressor(_WordCompressor):
     def _graph(self, kind: str, export) -> Path:
         """The cached ONNX graph ``kind`` of this model (exported on first use; quantized to int8
         from the cached fp32 graph on the ``onnx_int8`` backend)."""
-        from lightmem.models.onnx_encoder import quantize_int8
+        from lightmem.models.onnx_encoder import INT8_FORMAT, quantize_int8
         from lightmem.models.onnx_token import cached_graph, model_fingerprint
         from lightmem.models.registry import ModelRegistry
 
@@ -183,7 +183,7 @@ class TokenClassifierCompressor(_WordCompressor):
         fp32 = cached_graph(cache, key, export)
         if self.backend != "onnx_int8":
             return fp32
-        return cached_graph(cache, f"{key}+int8", lambda tmp: quantize_int8(fp32, tmp))
+        return cached_graph(cache, f"{key}+int8.{INT8_FORMAT}", lambda tmp: quantize_int8(fp32, tmp))
 
     def _keep_probs(self, chunks: list[list[str]]):
         """(P(keep) per sub-token as a batch × tokens array, the tokenizer's encoding)."""

@@ -43,7 +43,7 @@ def test_default_memory_uses_the_trained_embedder_and_ranker(tmp_path):
 
     m = Memory.open(tmp_path / "new")
     try:
-        assert isinstance(m.retriever.selector, LearnedRanker) and m.retriever.candidate_factor == 3
+        assert isinstance(m.retriever.selector, LearnedRanker) and m.retriever.candidate_factor == 5
         assert m.embedder.name.startswith("all-mpnet-base-v2+lora-") and m.store.embedder == m.embedder.name
         m.add([{"role": "user", "content": "My sister Anna moved to Lisbon."}, {"role": "user", "content": "I like tea."}], "u")
         hits = m.search("Where does Anna live?", "u", k=1)

@@ -17,7 +17,7 @@ def test_groups_compose_and_build(tmp_path, retrieval, logger):
     cfg = compose("locomo", [f"retrieval={retrieval}", f"logger={logger}", "encoder=hashing", "selector=none"])
     m = build_memory(cfg, tmp_path / "s")
     assert m.retriever.fusion is Fusion(cfg.retrieval.fusion)
-    assert m.retriever.candidate_factor == 3  # the learned ranker orders 3K Stage-1 candidates
+    assert m.retriever.candidate_factor == 5  # the learned ranker orders 5K Stage-1 candidates
     m.close()
 
 

@@ -308,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--store", required=True, help=STORE_HELP)
     s.add_argument("-k", type=int, default=5, help="how many items (default 5)")
     s.add_argument("--budget", type=int, default=None,
-                   help="tokens of memory text: return the best set that fits (Stage 2 fills it from 3K candidates) instead of K items")
+                   help="prompt tokens of memory lines, dates included (the reader's tokenizer): return the best set that fits (Stage 2 fills it from 5K candidates) instead of K items")
     s.add_argument("--selector", choices=["trained", "none"], default="trained",
                    help="Stage 2: the learned ranker of checkpoints/ranker (default) or the Stage-1 order")
     s.add_argument("--json", action="store_true", help="print hits as JSON (text, provenance, scores)")

@@ -80,13 +80,13 @@ class SearchRequest(_Request):
     query: Text
     k: K | None = Field(None, description="How many hits (default: the server's K).")
     filters: SearchFilters | None = None
-    budget: Budget | None = Field(None, description="Tokens of memory text: the best set that fits, instead of K hits.")
+    budget: Budget | None = Field(None, description="Prompt tokens of memory lines (dates included, the reader's tokenizer): the best set that fits, instead of K hits.")
 
 
 class ContextRequest(_Request):
     user_id: UserId = Field(description=USER_DOC, examples=["alice"])
     query: Text
-    budget: Budget | None = Field(None, description="Prompt budget in tokens (default: the server's).")
+    budget: Budget | None = Field(None, description="Tokens of the whole prompt as the reader's tokenizer counts them (default: the server's).")
     stm: list[str] = Field(default_factory=list, description="Recent turns of the conversation, oldest first.")
 
 

@@ -221,6 +221,8 @@ def test_the_write_path_stores_word_scores_and_squeezed_excerpts_pack_more_memor
         for it in stored.values():
             scores = keep_scores(it.text, it.metadata["keep"])
             assert scores is not None and scores["marathon"] == 66 and scores["I"] == 8
+        m.retriever.whole_share = 0.5  # excerpts in the budget's tail (off by default)
+        m.retriever.composer.group_dates = False  # a date on every line: each excerpt's cost is its own
         m.retriever.excerpt_rate = 1.0
         plain = m.retrieve("marathon training", "u", k=4, budget=150).hits
         m.retriever.excerpt_rate = 0.5
@@ -242,6 +244,7 @@ def test_without_a_word_scorer_memories_carry_no_scores_and_excerpts_stay_senten
     with Memory.open(tmp_path / "s", embedder=embedder, selector=Stage1Selector(), word_scorer=None) as m:
         m.add([{"speaker": "Ann", "text": t} for t in MARATHON], user_id="u", timestamp=1_600_000_000)
         assert all("keep" not in it.metadata for it in m.store.list("u"))
+        m.retriever.whole_share = 0.5  # excerpts in the budget's tail (off by default)
         hits = m.retrieve("marathon training", "u", k=4, budget=150).hits
         cut = [h for h in hits if h.item.metadata.get("excerpt")]
         assert cut and all(h.item.text.startswith("Ann: ") and h.item.text.endswith(".") for h in cut)

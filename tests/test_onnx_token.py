@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
+from lightmem.models.onnx_encoder import INT8_FORMAT
+
 CKPT = ROOT / "checkpoints" / "compressor"
 TURNS = ["Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
          "Melanie: wow, that's great! I painted a lake sunrise last year, it's special to me.",
@@ -95,5 +97,6 @@ def test_the_int8_backend_quantizes_both_graphs_into_their_own_cache_files_and_s
     att = int8.attention_fn((-1,))(ids)
     assert att.shape == (len(ids), len(ids)) and np.allclose(att.sum(-1), 1.0, atol=1e-3)
     cache = ModelRegistry().cache_dir / "onnx"
-    assert {p.name.split(".v")[0] for p in cache.glob(f"token-classifier-{int8._fingerprint}.*+int8.v*.onnx")} == {
-        f"token-classifier-{int8._fingerprint}.keep+int8", f"token-classifier-{int8._fingerprint}.attention_-1+int8"}
+    fmt = f"+int8.{INT8_FORMAT}"  # the int8 format is in the name: a graph quantized another way is made again
+    assert {p.name.split(".v")[0] for p in cache.glob(f"token-classifier-{int8._fingerprint}.*{fmt}.v*.onnx")} == {
+        f"token-classifier-{int8._fingerprint}.keep{fmt}", f"token-classifier-{int8._fingerprint}.attention_-1{fmt}"}

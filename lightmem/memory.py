@@ -185,7 +185,7 @@ class Memory:
         An adaptive controller may return more than ``k`` for a complex query (SimpleMem Eq. 8).
         With ``budget`` (prompt tokens of memory lines: each memory as ``build_context`` renders it, date
         prefix and newline included, counted by the prompt's tokenizer), the hits are the set Stage 2 packs
-        within it from its 3K candidates, best first: short memories leave room for more of them.
+        within it from its 5K candidates, best first: short memories leave room for more of them.
         """
         return self.retrieve(query, user_id, k, filters, stm, now, budget).hits
 

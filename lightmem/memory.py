@@ -234,16 +234,17 @@ class Memory:
         if not isinstance(query, str) or not query.strip():
             raise InvalidInputError("query must be a non-empty string")
         budget = self.composer.budget if budget is None else budget
+        layout = self.composer.layout(query, stm, budget)  # composed once: compose() reuses it
         hits: list[Hit] = []
         if k is not None:
             hits = self.search(query, user_id, k, filters, stm, now)
-        else:
-            fill = self.composer.layout(query, stm, budget).memory_budget
-            if fill > 0:
-                hits = self.search(query, user_id, None, filters, stm, now, fill)
-            else:  # nothing but the question fits; the arguments are still checked
-                self.retrieve(query, user_id, None, filters, stm, now, 1)
-        return self.composer.compose(query, stm, [h.item for h in hits], budget)
+        elif layout.memory_budget > 0:
+            hits = self.search(query, user_id, None, filters, stm, now, layout.memory_budget)
+        else:  # nothing but the question fits: no search, but the arguments are still checked
+            Filters.from_mapping(filters)
+            if now is not None:
+                parse_timestamp(now)
+        return self.composer.compose(query, stm, [h.item for h in hits], budget, layout=layout)
 
     # -- item management ---------------------------------------------------------------------
     def get(self, item_id: str, user_id: str, include_archived: bool = False) -> MemoryItem:

@@ -154,11 +154,13 @@ class ContextComposer:
         return Layout(query, tuple(stm_kept), max(left - self._block([self.MEMORIES]), 0))
 
     def compose(
-        self, query: str, stm: Sequence[str] = (), memories: Sequence[MemoryItem] = (), budget: int | None = None
+        self, query: str, stm: Sequence[str] = (), memories: Sequence[MemoryItem] = (), budget: int | None = None,
+        layout: Layout | None = None,
     ) -> ComposedContext:
-        """The prompt of ``query``, ``stm`` and as many of ``memories`` (rank order) as fit in ``budget``."""
+        """The prompt of ``query``, ``stm`` and as many of ``memories`` (rank order) as fit in ``budget``
+        (``layout``: this query's, stm's and budget's ``layout`` when the caller already made it)."""
         budget = self.budget if budget is None else budget
-        lay = self.layout(query, stm, budget)
+        lay = layout or self.layout(query, stm, budget)
         mem_idx = self.pack(memories, lay.memory_budget) if memories else []
         stm_kept = list(lay.stm)
 

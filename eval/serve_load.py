@@ -8,6 +8,7 @@ checks that every acknowledged turn is in the store and that no search returned 
     python eval/serve_load.py --duration 60 --clients 32 --users 200 --search-ratio 0.8
     python eval/serve_load.py --encoder tuned --selector trained   # the default read path (MiniLM + adapter, ranker)
     python eval/serve_load.py --store postgresql://user:pw@host/db  # PostgreSQL + pgvector instead of SQLite + FAISS
+    python eval/serve_load.py --clients 1 --search-ratio 1 --big-turn 100000 --workers 1   # searches while a longest turn is added
 
 Writes OUT/results.json and OUT/results.md (OUT: --out, default outputs/serve_load). The load generator
 runs on the same machine as the server, so the numbers include its CPU use.
@@ -48,6 +49,8 @@ def _start(args: argparse.Namespace, store: str, keys: Path, workers: int, log: 
            "--workers", str(workers), "--selector", args.selector]
     if args.encoder != "tuned":
         cmd += ["--encoder", args.encoder]
+    if args.max_turn_chars:
+        cmd += ["--max-turn-chars", str(args.max_turn_chars)]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + args.startup_timeout
@@ -77,6 +80,17 @@ def _turn(user: str, rng: random.Random) -> str:
     return f"{user} went to {rng.choice(THINGS)} in {rng.choice(PLACES)} with friend {rng.randrange(1000)}."
 
 
+def _big_turn(chars: int, rng: random.Random) -> str:
+    """``chars`` characters of words never seen before (the costliest text to analyse: no cached stems)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    out, n = [], 0
+    while n < chars:
+        w = "".join(rng.choice(letters) for _ in range(rng.randint(4, 10)))
+        out.append(w)
+        n += len(w) + 1
+    return " ".join(out)[:chars]
+
+
 class Load:
     """What the clients saw: latencies per endpoint, errors, acknowledged turns, returned hits."""
 
@@ -89,6 +103,10 @@ class Load:
     async def add(self, http: httpx.AsyncClient, user: str, key: str, turn_ids: list[str], rng: random.Random) -> None:
         body = {"user_id": user, "messages": [{"speaker": user, "text": _turn(user, rng), "id": t} for t in turn_ids]}
         await self._call(http, "add", "/v1/memories", key, body, lambda r: self.acked[user].update(turn_ids))
+
+    async def add_big(self, http: httpx.AsyncClient, user: str, key: str, turn_id: str, chars: int, rng: random.Random) -> None:
+        body = {"user_id": user, "messages": [{"speaker": user, "text": _big_turn(chars, rng), "id": turn_id}]}
+        await self._call(http, "add_big", "/v1/memories", key, body, lambda r: self.acked[user].add(turn_id))
 
     async def search(self, http: httpx.AsyncClient, user: str, key: str, rng: random.Random) -> None:
         body = {"user_id": user, "query": f"When did {user} go to {rng.choice(THINGS)}?", "k": 5}
@@ -135,8 +153,15 @@ async def _drive(base: str, keys: dict[str, str], args: argparse.Namespace, load
                     await load.add(http, u, keys[u], [f"{u}-s{seed}-c{c}-{n}-{j}" for j in range(rng.randint(1, 3))], rng)
                     n += 1
 
+        async def big_client() -> None:  # one more client: the longest turns the server takes, back to back
+            rng, n, u = random.Random(seed), 0, users[0]
+            while time.monotonic() < deadline:
+                await load.add_big(http, u, keys[u], f"{u}-big-{seed}-{n}", args.big_turn, rng)
+                n += 1
+
         t0 = time.monotonic()
-        await asyncio.gather(*(client(c) for c in range(args.clients)))
+        extra = [big_client()] if args.big_turn else []
+        await asyncio.gather(*(client(c) for c in range(args.clients)), *extra)
         return time.monotonic() - t0
 
 
@@ -182,6 +207,7 @@ def run_one(args: argparse.Namespace, workers: int, out: Path) -> dict:
         _stop(proc)
     n = sum(len(v) for v in load.ms.values())
     row = {"store": "postgres" if args.store else "sqlite", "workers": workers, "clients": args.clients, "users": args.users,
+           "big_turn_chars": args.big_turn,
            "seconds": round(elapsed, 1), "requests": n, "rps": round(n / elapsed, 1), "errors": dict(load.errors)}
     for ep, ms in sorted(load.ms.items()):
         row[ep] = {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 1), "p95_ms": round(float(np.percentile(ms, 95)), 1)}
@@ -193,6 +219,10 @@ def table(rows: list[dict], note: str) -> str:
     lines = [f"`lightmem serve` under load ({note})", "",
              "| store | workers | clients | users | req/s | add P50 / P95 ms | search P50 / P95 ms | errors | acked turns | lost | cross-user hits |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    if any(r.get("add_big") for r in rows):
+        lines[0] += "; one more client adds turns of " + ", ".join(sorted({f"{r['big_turn_chars']:,}" for r in rows})) + \
+            " characters back to back: " + "; ".join(f"{r['workers']} worker(s): add P50 / P95 {r['add_big']['p50_ms']} / "
+                                                      f"{r['add_big']['p95_ms']} ms over {r['add_big']['n']}" for r in rows if r.get("add_big"))
     for r in rows:
         a, s = r.get("add", {}), r.get("search", {})
         lines.append(f"| {r.get('store', 'sqlite')} | {r['workers']} | {r['clients']} | {r['users']} | {r['rps']} | {a.get('p50_ms')} / {a.get('p95_ms')} | "
@@ -232,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--encoder", choices=["hashing", "minilm", "tuned"], default="hashing",
                    help="embedder of the store: hashing (no model, default), minilm, tuned (MiniLM + the trained adapter)")
     p.add_argument("--selector", choices=["none", "trained"], default="none", help="Stage 2 (default none: the Stage-1 order)")
+    p.add_argument("--big-turn", type=int, default=0, metavar="CHARS",
+                   help="one more client adds turns of CHARS characters of unseen words, back to back (default 0: none)")
+    p.add_argument("--max-turn-chars", type=int, help="the server's limit per turn (default: lightmem's)")
     p.add_argument("--request-timeout", type=float, default=60, help="seconds before a request counts as an error")
     p.add_argument("--startup-timeout", type=float, default=180, help="seconds to wait for /healthz")
     p.add_argument("--store", help="postgresql://user:pw@host/db to load (default: a fresh SQLite store folder per worker count)")

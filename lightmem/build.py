@@ -14,6 +14,7 @@ from typing import Any
 from lightmem.errors import LightMemError
 from lightmem.ltm import LTMOptions, build_ltm
 from lightmem.memory import Memory
+from lightmem.messages import MAX_TURN_CHARS
 from lightmem.models.embedder import Embedder
 from lightmem.models.prompt_tokens import DEFAULT_TOKENIZER, prompt_counter
 from lightmem.models.tokens import TokenCounter
@@ -80,9 +81,10 @@ def open_memory(
     retrieval: Mapping[str, Any] | None = None,
     sensory_stage: SensoryStage | None = None,
     ltm: LTMOptions | None = None,
-    word_scorer: Compressor | str | None = "default",
+    word_scorer: Compressor | str | None = None,
     tokenizer: str | TokenCounter | None = DEFAULT_TOKENIZER,
     group_dates: bool = True,
+    max_turn_chars: int = MAX_TURN_CHARS,
     **store_kwargs: Any,
 ) -> Memory:
     """Open (or create) a store and assemble a Memory over it (``Memory.open`` is this); every part
@@ -110,12 +112,15 @@ def open_memory(
             search. None by default: MTM only.
         word_scorer: Scores each new memory's words for keeping, so that Stage 2 can squeeze the
             excerpts in the tail of a budget (``retrieval.excerpt_rate``); ``"default"``: the trained
-            compressor of checkpoints/compressor (loaded once per process); None: no scores.
+            compressor of checkpoints/compressor (loaded once per process). None (the default): no scores;
+            the default packing (``whole_share=1.0``) packs whole memories only and never reads them.
         tokenizer: What a prompt budget is counted with (``build_context`` and ``search(budget=)``): the
             default reader's tokenizer (``qwen2.5``, packaged), ``embedder``, a tokenizer file or folder, or a
             ``TokenCounter`` (``lightmem.models.prompt_tokens``).
         group_dates: The prompt shows memories grouped under one date line per day, in time order; False:
             each memory line carries its own date, in rank order (``ContextComposer``).
+        max_turn_chars: The longest turn ``add`` takes, in characters (text or image caption): longer ones
+            are refused with ``InvalidInputError`` (HTTP 422), never cut.
         **store_kwargs: Keyword arguments of the store (``MTMStore``: index, synchronous...;
             ``PostgresStore``: index, ef_search...).
     """
@@ -142,7 +147,7 @@ def open_memory(
         word_scorer = default_word_scorer()
     return Memory(store, embedder, retriever, composer, controller=controller, writer=writer,
                   maintainer=maintainer, counter=counter, k=k, sensory_stage=sensory_stage, ltm=runtime,
-                  word_scorer=word_scorer)
+                  word_scorer=word_scorer, max_turn_chars=max_turn_chars)
 
 
 # ``Memory.open`` hands its arguments to ``open_memory``: help() and editors show them there too.

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from lightmem.build import ENCODERS
 from lightmem.errors import LightMemError, StoreFullError
+from lightmem.messages import MAX_TURN_CHARS
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ceiling_bytes
 
 console = Console(stderr=True)
@@ -228,8 +229,17 @@ def cmd_backup(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     from lightmem.stores.embedded.backup import restore
 
-    summary = restore(args.backup, args.store, force=args.force)
-    console.print(escape(f"restored {_shown(args.store)} from {args.backup}: {summary}"))
+    done = restore(args.backup, args.store, force=args.force)
+    for line in done.lines(_shown(args.store), args.backup):
+        console.print(escape(line), soft_wrap=True)
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from lightmem.stores.embedded.backup import compact
+
+    for line in compact(args.store, wal=args.wal).lines():
+        console.print(escape(line), soft_wrap=True)
     return 0
 
 
@@ -247,7 +257,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     serve(ServeSettings(store=args.store, keys=args.keys, host=args.host, port=args.port, workers=args.workers,
                         encoder=args.encoder, selector=args.selector, max_body_bytes=args.max_body_bytes,
-                        cache_mb=args.cache_mb))
+                        cache_mb=args.cache_mb, max_turn_chars=args.max_turn_chars))
     return 0
 
 
@@ -351,11 +361,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_backup)
 
     s = sub.add_parser("restore", help="replace a store by a backup (checked first; written atomically)",
-                       epilog="Stop every process using the store first (a server: stop it, restore, start it).")
+                       epilog="Refused while another process has the store open (even with --force): stop it first "
+                              "(a server: stop it, restore, start it). A store path that is a symbolic link is "
+                              "followed: the file it points to is replaced, the link stays.")
     s.add_argument("backup", metavar="BACKUP", help="a file made by `lightmem backup`")
     s.add_argument("--store", required=True, help="store folder or .sqlite file to replace or create")
     s.add_argument("--force", action="store_true", help="replace a store that holds data or cannot be read")
     s.set_defaults(func=cmd_restore)
+
+    s = sub.add_parser("compact", help="rewrite a store's files without deleted data and give the space back",
+                       description="Embedded store: VACUUM, then empty the write-ahead log (deleted text is already "
+                                   "zeroed there; this reclaims the space). PostgreSQL: VACUUM (FULL, ANALYZE) of "
+                                   "lightmem's tables, VACUUM FULL pg_statistic, CHECKPOINT. Plain VACUUM (autovacuum) "
+                                   "leaves deleted rows' bytes in the table files; VACUUM FULL writes the tables anew, "
+                                   "locking each while it is rewritten. The report lists what may still hold deleted text.")
+    s.add_argument("--store", required=True, help="store folder, .sqlite file or postgresql:// URI")
+    s.add_argument("--wal", action="store_true",
+                   help="PostgreSQL: also switch and checkpoint the server's WAL until every segment file in pg_wal "
+                        "was written over (a superuser's URI; one 16 MB segment per round)")
+    s.set_defaults(func=cmd_compact)
 
     s = sub.add_parser("check", help="check a store's file for corruption (SQLite's integrity check)")
     s.add_argument("--store", required=True, help="store folder or .sqlite file")
@@ -371,6 +395,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--encoder", choices=["minilm", "hashing"], help="embedder of a new store (default: the trained one)")
     s.add_argument("--selector", choices=["trained", "none"], default="trained", help="Stage 2 (default: the learned ranker)")
     s.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default 1 MiB)")
+    s.add_argument("--max-turn-chars", type=int, default=MAX_TURN_CHARS, metavar="N",
+                   help=f"longer turns are refused with 422, never cut (default {MAX_TURN_CHARS:,} characters)")
     s.add_argument("--cache-mb", type=_cache_mb, metavar="MB",
                    help=f"ceiling of each worker's per-user in-memory indexes; the least recently served users' "
                         f"are dropped and rebuilt from the store when next used (default {DEFAULT_CACHE_MB:g}; 0: none)")

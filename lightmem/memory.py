@@ -7,9 +7,20 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lightmem.errors import InvalidInputError
+from lightmem.errors import InvalidInputError, shown
 from lightmem.ltm import CycleReport, LTMRuntime
-from lightmem.messages import check_budget, check_item_fields, check_k, check_stm, check_user_id, to_turns
+from lightmem.messages import (
+    MAX_TURN_CHARS,
+    check_budget,
+    check_id,
+    check_item_fields,
+    check_k,
+    check_query,
+    check_stm,
+    check_turn_lengths,
+    check_user_id,
+    to_turns,
+)
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
 from lightmem.retrieval.composer import ContextComposer
@@ -56,11 +67,15 @@ class Memory:
         sensory_stage: SensoryStage | None = None,
         ltm: LTMRuntime | None = None,
         word_scorer: Compressor | None = None,
+        max_turn_chars: int = MAX_TURN_CHARS,
     ) -> None:
         self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
         self.controller = controller or PassthroughController()
         self.counter = counter or embedder.token_counter()
         self.k = check_k(k)
+        if isinstance(max_turn_chars, bool) or not isinstance(max_turn_chars, int) or max_turn_chars < 1:
+            raise InvalidInputError(f"max_turn_chars must be a positive whole number of characters, got {shown(max_turn_chars)}")
+        self.max_turn_chars = max_turn_chars
         self.ltm = ltm
         self._write = WritePipeline(store, embedder, self.counter, writer or default_writer(), clock,
                                     sensory_stage=sensory_stage, maintainer=maintainer, ltm=ltm, word_scorer=word_scorer)
@@ -128,7 +143,9 @@ class Memory:
         buffer releases segments, and the turns still buffered are marked pending in the
         same transaction (``flush`` writes them at once).
         """
-        return self._write.add_turns(check_user_id(user_id), turns, context)
+        user_id = check_user_id(user_id)
+        check_turn_lengths(turns, self.max_turn_chars)
+        return self._write.add_turns(user_id, turns, context)
 
     def flush(self, user_id: str, context: Sequence[str] = ()) -> list[MemoryItem]:
         """Write everything the write path still buffers for ``user_id`` (end of a conversation)."""
@@ -200,9 +217,7 @@ class Memory:
         budget: int | None = None,
     ) -> RetrievalResult:
         """``search`` with its workings: the plan, the Stage-1 candidates and per-stage milliseconds."""
-        user_id = check_user_id(user_id)
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidInputError("query must be a non-empty string")
+        user_id, query = check_user_id(user_id), check_query(query)
         k, budget, stm = self.k if k is None else check_k(k), check_budget(budget), check_stm(stm)
         at = self.clock() if now is None else parse_timestamp(now)
         t0 = time.perf_counter()
@@ -231,8 +246,7 @@ class Memory:
         prompt holds: an excerpt is a copy with ``metadata["excerpt"]`` set.
         """
         user_id, budget, stm = check_user_id(user_id), check_budget(budget), check_stm(stm)
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidInputError("query must be a non-empty string")
+        query = check_query(query)
         budget = self.composer.budget if budget is None else budget
         layout = self.composer.layout(query, stm, budget)  # composed once: compose() reuses it
         hits: list[Hit] = []
@@ -248,7 +262,7 @@ class Memory:
 
     # -- item management ---------------------------------------------------------------------
     def get(self, item_id: str, user_id: str, include_archived: bool = False) -> MemoryItem:
-        return self.store.get(check_user_id(user_id), item_id, include_archived)
+        return self.store.get(check_user_id(user_id), check_id(item_id, "item_id"), include_archived)
 
     def get_all(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0) -> list[MemoryItem]:
         return self.store.list(check_user_id(user_id), include_archived, limit, offset)
@@ -262,6 +276,7 @@ class Memory:
         history (the events do), so an update can redact a memory.
         """
         user_id, fields = check_user_id(user_id), check_item_fields(fields, text)
+        item_id = check_id(item_id, "item_id")
         if not isinstance(keep_history, bool):
             raise InvalidInputError(f"keep_history must be True or False, got {keep_history!r}")
         if text is not None:  # checked above
@@ -280,10 +295,10 @@ class Memory:
 
     def archive(self, item_id: str, user_id: str) -> MemoryItem:
         """Hide an item from search without deleting it (``restore`` brings it back)."""
-        return self.store.set_archived(check_user_id(user_id), item_id, True, self.clock())
+        return self.store.set_archived(check_user_id(user_id), check_id(item_id, "item_id"), True, self.clock())
 
     def restore(self, item_id: str, user_id: str) -> MemoryItem:
-        return self.store.set_archived(check_user_id(user_id), item_id, False, self.clock())
+        return self.store.set_archived(check_user_id(user_id), check_id(item_id, "item_id"), False, self.clock())
 
     def delete(self, item_id: str, user_id: str) -> dict[str, int]:
         """Erase one item: it is never returned again and its text is gone from the store.
@@ -291,16 +306,25 @@ class Memory:
         Removes the item (row, vector, terms), the texts of its history (the events stay) and
         the turns it was written from that no other item cites. Returns ``{"items": 1, "turns": n}``.
         """
-        return self.store.delete(check_user_id(user_id), item_id, self.clock())
+        return self.store.delete(check_user_id(user_id), check_id(item_id, "item_id"), self.clock())
 
     def delete_user(self, user_id: str) -> dict[str, int]:
-        """Erase everything of a user: turns, items and history."""
+        """Erase everything of a user: turns, items, history, and what the LTM learned from them.
+
+        In one transaction: the user's LTM partition goes whole; with a shared graph
+        (``LTMOptions(scope="shared")``), the nodes, edges and statements only this user supported go and
+        the rest lose the user's support (their vectors are recomputed without the user's statements).
+        Returns the counts removed, ``ltm_nodes``, ``ltm_edges`` and ``ltm_facts`` included.
+        """
         user_id = check_user_id(user_id)
         self._write.forget(user_id)
-        return self.store.delete_user(user_id)
+        removed = self.store.delete_user(user_id, encode=self.embedder.encode)
+        if self.ltm is not None:
+            self.ltm.graph.invalidate()  # this process's views of the graph reload without the user
+        return removed
 
     def history(self, item_id: str, user_id: str) -> list[HistoryEvent]:
-        return self.store.history(check_user_id(user_id), item_id)
+        return self.store.history(check_user_id(user_id), check_id(item_id, "item_id"))
 
     def usage(self) -> dict[str, dict[str, float]]:
         """LLM calls, tokens, latency and failures per role, from every role that uses an LLM."""

@@ -18,15 +18,22 @@ _CAPTION_KEYS = ("caption", "blip_caption")
 _KNOWN = {*_TEXT_KEYS, *_SPEAKER_KEYS, *_ID_KEYS, *_CAPTION_KEYS, "timestamp", "session_id", "metadata"}
 # Bounds of the numbers a search takes: far above any real use, far below where arithmetic on
 # them overflows a float (k=10**400 did), so a caller's typo is an error, never a crash.
-MAX_K = 10_000
+MAX_K = 1_000
 MAX_BUDGET = 10_000_000  # tokens: beyond the context of any model
+# Names (user ids, speakers, turn, session and item ids) are identifiers, not texts: the same bound on
+# every entry point (Python, HTTP, MCP) and both backends.
+MAX_ID_CHARS = 256
+# The longest turn ``add`` takes by default (``Memory.open(max_turn_chars=...)``): 4x LongMemEval's
+# longest turn (41,855 characters), small enough that one add cannot hold a server worker for seconds.
+MAX_TURN_CHARS = 200_000
 
 
 def check_user_id(user_id: object) -> str:
     """Return ``user_id`` unchanged when it names a user.
 
     Raises:
-        InvalidInputError: ``user_id`` is not a string, or is empty or only whitespace.
+        InvalidInputError: ``user_id`` is not a string, is empty or only whitespace, is longer than
+            ``MAX_ID_CHARS``, or holds a character no store keeps (NUL, a lone surrogate).
     """
     if not isinstance(user_id, str):
         raise InvalidInputError(
@@ -34,27 +41,76 @@ def check_user_id(user_id: object) -> str:
         )
     if not user_id.strip():
         raise InvalidInputError(
-            f"user_id is empty or only whitespace ({user_id!r}): pass the id of the user whose memories these are, "
-            "e.g. user_id='alice'"
+            f"user_id is empty or only whitespace ({shown(user_id)}): pass the id of the user whose memories these "
+            "are, e.g. user_id='alice'"
         )
-    return check_unicode(user_id, "user_id")
+    return check_id(user_id, "user_id")
+
+
+def check_id(value: object, what: str) -> str:
+    """Return ``value`` when it is a usable identifier: a non-blank string of at most ``MAX_ID_CHARS``
+    characters that both backends can store.
+
+    Raises:
+        InvalidInputError: not a string, blank, too long, or holding NUL or a lone surrogate.
+    """
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidInputError(f"{what} is empty or only whitespace ({shown(value)})")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidInputError(f"{what} is {len(value)} characters long; an identifier has at most {MAX_ID_CHARS}")
+    return check_unicode(value, what)
 
 
 def check_unicode(text: str, what: str) -> str:
-    """Return ``text`` when it can be stored as UTF-8.
+    """Return ``text`` when every store can keep it: UTF-8 text without NUL.
 
     JSON's ``"\\ud800"`` decodes to a lone surrogate, which Python keeps in a ``str`` but no store
-    (SQLite, PostgreSQL) nor HTTP answer can encode.
+    (SQLite, PostgreSQL) nor HTTP answer can encode. PostgreSQL's text and jsonb cannot hold the
+    NUL character (``"\\u0000"``); it is refused on every backend so that both take the same input.
 
     Raises:
-        InvalidInputError: ``text`` holds a lone surrogate.
+        InvalidInputError: ``text`` holds a lone surrogate or a NUL character.
     """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidInputError(f"{what} is not valid Unicode text: character {exc.start + 1} is a lone surrogate "
                                 f"({text[exc.start]!r}), half of a pair; send the whole character") from exc
+    nul = text.find("\x00")
+    if nul >= 0:
+        raise InvalidInputError(f"{what} holds a NUL character (\\u0000) at character {nul + 1}, which a database "
+                                "cannot store as text; remove it")
     return text
+
+
+def check_query(query: object) -> str:
+    """Return ``query`` when it is a non-empty text a store can search with.
+
+    Raises:
+        InvalidInputError: not a string, blank, or holding NUL or a lone surrogate.
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError("query must be a non-empty string")
+    return check_unicode(query, "query")
+
+
+def check_turn_lengths(turns: Sequence[Turn], max_chars: int) -> None:
+    """Refuse turns whose text (or image caption) is longer than ``max_chars`` characters.
+
+    A turn's cost on the write path grows with its length; the bound keeps one request from holding
+    a worker (and every other user's request behind it) for long. Nothing is split silently.
+
+    Raises:
+        InvalidInputError: a turn is too long (the message names it and the limit).
+    """
+    for i, turn in enumerate(turns):
+        n = max(len(turn.text), len(turn.caption or ""))
+        if n > max_chars:
+            raise InvalidInputError(
+                f"message {i} is {n:,} characters long, over the limit of {max_chars:,} per turn: split it into "
+                "several messages, or open the memory with a larger max_turn_chars")
 
 
 def _pick(msg: Mapping[str, Any], keys: Sequence[str], what: str, required: bool) -> str | None:
@@ -63,6 +119,8 @@ def _pick(msg: Mapping[str, Any], keys: Sequence[str], what: str, required: bool
             v = msg[k]
             if not isinstance(v, str):
                 raise InvalidInputError(f"field {k!r} must be a string, got {type(v).__name__}")
+            if keys is not _TEXT_KEYS and keys is not _CAPTION_KEYS and len(v) > MAX_ID_CHARS:
+                raise InvalidInputError(f"field {k!r} is {len(v)} characters long; a name or id has at most {MAX_ID_CHARS}")
             return check_unicode(v, f"field {k!r}")
     if required:
         names = " or ".join(repr(k) for k in keys)
@@ -81,7 +139,8 @@ def check_json(value: object, what: str) -> None:
         InvalidInputError: ``value`` is not JSON-serialisable, holds a non-finite number or a lone surrogate.
     """
     try:
-        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        dumped = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        dumped.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
         if isinstance(exc, UnicodeEncodeError):
             reason = "a lone surrogate is no Unicode text"
@@ -90,6 +149,24 @@ def check_json(value: object, what: str) -> None:
         else:
             reason = str(exc)[:120]
         raise InvalidInputError(f"{what} must be JSON-serialisable with finite numbers ({reason})") from exc
+    if "\\u0000" in dumped and _holds_nul(value):  # json.dumps writes NUL as \u0000 whatever ensure_ascii says
+        raise InvalidInputError(f"{what} holds a NUL character (\\u0000), which a database cannot store in JSON; remove it")
+
+
+def _holds_nul(value: object) -> bool:
+    """Whether a string of ``value`` (a JSON-serialisable tree, keys included) holds NUL."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if "\x00" in v:
+                return True
+        elif isinstance(v, Mapping):
+            stack.extend(k for k in v.keys() if isinstance(k, str))
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return False
 
 
 def _metadata(msg: Mapping[str, Any]) -> dict[str, Any]:
@@ -139,10 +216,8 @@ def message_to_turn(
     turn_id = _pick(msg, _ID_KEYS, "id", False) or f"t-{uuid.uuid4().hex[:12]}"
     caption = _pick(msg, _CAPTION_KEYS, "caption", False)
     sid = msg.get("session_id", session_id)
-    if sid is not None and not isinstance(sid, str):
-        raise InvalidInputError(f"field 'session_id' must be a string, got {type(sid).__name__}")
     if sid is not None:
-        check_unicode(sid, "field 'session_id'")
+        check_id(sid, "field 'session_id'")
     ts = _timestamp(msg, base_ts)
     return Turn(turn_id, speaker.strip() or default_speaker, text, ts, sid, caption, _metadata(msg))
 
@@ -174,8 +249,8 @@ def to_turns(
     if len(messages) == 0:
         raise InvalidInputError("messages is empty: nothing to add")
     base_ts = now() if timestamp is None else parse_timestamp(timestamp)
-    if session_id is not None and not isinstance(session_id, str):
-        raise InvalidInputError("session_id must be a string")
+    if session_id is not None:
+        check_id(session_id, "session_id")
     turns: list[Turn] = []
     for i, msg in enumerate(messages):
         if isinstance(msg, str):
@@ -224,7 +299,7 @@ def check_stm(stm: object) -> list[str]:
         raise InvalidInputError(f"stm must be a list of the conversation's recent turns (strings), got {type(stm).__name__}")
     if not all(isinstance(line, str) for line in stm):
         raise InvalidInputError("stm must be a list of strings: the conversation's recent turns, oldest first")
-    return list(stm)
+    return [check_unicode(line, f"stm[{i}]") for i, line in enumerate(stm)]
 
 
 def check_item_fields(fields: Mapping[str, Any], text: object = None) -> dict[str, Any]:

@@ -33,13 +33,53 @@ def words(text: str) -> list[str]:
 
 
 _ANALYZED: dict[str, str] = {}  # word → its stem, or "" for a stop word (a vocabulary is small; bounded below)
+# Version of ``analyze``: stored BM25 terms (view snapshots) made by another version are rebuilt.
+ANALYZER = 2
+# Any script's words: letters and digits of every alphabet, with the combining marks Python's \w leaves out
+# (accents, Hebrew and Arabic points, the vowel signs of Indic scripts), and an apostrophe suffix as in English.
+_LETTER = "(?:[^\\W_]|[\u0300-\u036f\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u0900-\u0dff\u0e00-\u0eff])"
+_UWORD = re.compile(f"{_LETTER}+(?:'{_LETTER}+)?")
+# Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, Japanese kana, Han) and Hangul, whose
+# words take particles: indexed as overlapping character pairs, so a query finds them without a dictionary.
+_DENSE = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+                    "\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]+")
 
 
 def analyze(text: str) -> list[str]:
-    """Lower-case words minus stop words, Porter-stemmed. Pure and deterministic."""
+    """Lower-case words minus stop words, Porter-stemmed. Pure and deterministic.
+
+    English text (ASCII) is analysed as the lexical index always did. Words of other alphabets are
+    case-folded, not stemmed; runs of a script written without spaces (Chinese, Japanese, Thai...) or of
+    Hangul become overlapping character pairs (a run of one character stays a term).
+    """
+    if text.isascii():
+        return _ascii_terms(words(text))
+    out: list[str] = []
+    for token in _UWORD.findall(text.lower().replace("\u2019", "'")):
+        if token.isascii():
+            out += _ascii_terms(_WORD.findall(token))
+            continue
+        at = 0
+        for run in _DENSE.finditer(token):
+            out += _other_terms(token[at:run.start()])
+            chars = run.group(0)
+            out += [chars] if len(chars) == 1 else [chars[i:i + 2] for i in range(len(chars) - 1)]
+            at = run.end()
+        out += _other_terms(token[at:])
+    return out
+
+
+def _other_terms(part: str) -> list[str]:
+    """A word (or the part of one between runs of a spaceless script): English stemmed, others case-folded."""
+    if not part:
+        return []
+    return _ascii_terms(_WORD.findall(part)) if part.isascii() else [part.casefold()]
+
+
+def _ascii_terms(tokens: list[str]) -> list[str]:
     known = _ANALYZED.get
     out = []
-    for w in words(text):
+    for w in tokens:
         s = known(w)
         if s is None:
             if len(_ANALYZED) > 200_000:

@@ -238,6 +238,8 @@ def _strings(value: object, key: str) -> tuple[str, ...]:
         raise InvalidInputError(f"filters.{key} must be a list of strings, got {type(value).__name__}")
     if not all(isinstance(v, str) for v in value):
         raise InvalidInputError(f"filters.{key} must be a list of strings")
+    if any("\x00" in v for v in value):  # a store cannot search with it (PostgreSQL refuses it in text)
+        raise InvalidInputError(f"filters.{key} holds a NUL character (\\u0000); remove it")
     return tuple(value)
 
 

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,9 @@ from lightmem.errors import LightMemError, StoreCorruptError
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.roles.selector import Stage1Selector
+from lightmem.stores.embedded import openlock
 from lightmem.stores.embedded.backup import backup, restore, without_password
+from lightmem.stores.embedded.openlock import StoreInUseError
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
@@ -35,6 +38,24 @@ WRITER = textwrap.dedent(
         print(i, flush=True)
     """
 )
+
+# Adds one turn per transaction and prints its number once `add` returned (acknowledged), until STOP exists.
+STOPPABLE_WRITER = textwrap.dedent(
+    """
+    import os, sys
+    from lightmem.memory import Memory
+    from lightmem.models.embedder import HashingEmbedder
+    from lightmem.roles.selector import Stage1Selector
+    m = Memory.open(sys.argv[1], embedder=HashingEmbedder(64), selector=Stage1Selector(), synchronous="NORMAL")
+    i = 0
+    while not os.path.exists(sys.argv[2]):
+        m.add({"speaker": "w", "text": f"written turn {i}", "id": f"W{i}"}, user_id="w", timestamp=1_600_000_000 + i)
+        print(i, flush=True)
+        i += 1
+    m.close()
+    """
+)
+CLI = [sys.executable, "-m", "lightmem.cli"]
 
 
 def _open(store: Path | str) -> Memory:
@@ -166,3 +187,135 @@ def test_a_postgresql_store_is_backed_up_with_pg_dump_and_the_password_is_never_
 def test_backup_of_a_missing_store_says_so(tmp_path):
     with pytest.raises(LightMemError, match="no lightmem store"):
         backup(tmp_path / "nothing", tmp_path / "b.sqlite")
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_restore_refuses_while_another_process_writes_and_no_acknowledged_write_is_lost(tmp_path):
+    store, other, saved, stop = tmp_path / "store", tmp_path / "other", tmp_path / "saved.sqlite", tmp_path / "stop"
+    _fill(other, user="saved")
+    backup(other, saved)
+    _fill(store, user="old")
+    writer = subprocess.Popen([sys.executable, "-c", STOPPABLE_WRITER, str(store), str(stop)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=ENV)
+    acked: list[int] = []
+    try:
+        while len(acked) < 5:
+            line = writer.stdout.readline()
+            assert line, writer.stderr.read()
+            acked.append(int(line))
+        refused = subprocess.run([*CLI, "restore", str(saved), "--store", str(store), "--force"], capture_output=True,
+                                 text=True, env=ENV, timeout=300)
+        during = len(acked)
+        while len(acked) < during + 5:  # the writer goes on, acknowledged, after the refusal
+            acked.append(int(writer.stdout.readline()))
+    finally:
+        stop.touch()
+        out, err = writer.communicate(timeout=120)
+    acked += [int(line) for line in out.split()]
+    assert writer.returncode == 0, err
+    assert refused.returncode == 2
+    message = _flat(refused.stderr)
+    assert f"another process has it open (pid {writer.pid} " in message and "Nothing was changed" in message, message
+    assert "Stop it" in message and "--force" in message
+    with _open(store) as m:  # every acknowledged turn is there, and the old store is untouched
+        stored = {t.turn_id for t in m.store.turns("w")}
+        assert {f"W{i}" for i in acked} <= stored and len(acked) >= 10
+        assert m.store.users() == ["old", "w"] and len(m.get_all("old")) == 10
+    done = subprocess.run([*CLI, "restore", str(saved), "--store", str(store), "--force"], capture_output=True,
+                          text=True, env=ENV, timeout=300)
+    assert done.returncode == 0, done.stderr  # once the writer has stopped
+    message = _flat(done.stderr)
+    assert f"replaced {(store / 'lightmem.sqlite').resolve()}, which held 2 users, {10 + len(stored)} turns" in message
+    assert "that copy is not kept" in message
+    with _open(store) as m:
+        assert m.store.users() == ["saved"]
+
+
+def test_restore_finds_a_process_that_holds_the_database_without_lightmems_lock(tmp_path, capsys):
+    store, saved = tmp_path / "store", tmp_path / "saved.sqlite"
+    _fill(store)
+    backup(store, saved)
+    db = store / "lightmem.sqlite"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sqlite3, sys
+        con = sqlite3.connect(sys.argv[1])  # an older lightmem, the sqlite3 shell: no lock file
+        con.execute("SELECT count(*) FROM turns").fetchall()
+        print("open", flush=True)
+        sys.stdin.read()
+    """), str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        assert main(["restore", str(saved), "--store", str(store), "--force"]) == 2
+        message = _flat(capsys.readouterr().err)
+        assert "with an SQLite connection" in message and f"pid {holder.pid}" in message
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    with _open(store):  # this process's own open store counts too
+        with pytest.raises(StoreInUseError, match="this process"):
+            restore(saved, store, force=True)
+    assert main(["restore", str(saved), "--store", str(store), "--force"]) == 0
+
+
+def test_a_store_opened_during_a_restore_waits_for_it(tmp_path):
+    store = tmp_path / "store"
+    _fill(store)
+    db = store / "lightmem.sqlite"
+    opener = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time
+        from lightmem.memory import Memory
+        from lightmem.models.embedder import HashingEmbedder
+        from lightmem.roles.selector import Stage1Selector
+        print("opening", flush=True)
+        with Memory.open(sys.argv[1], embedder=HashingEmbedder(64), selector=Stage1Selector()) as m:
+            print(time.time(), len(m.get_all("u")), flush=True)
+    """), str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    with openlock.hold_exclusive(db, str(store)):  # what restore holds while it replaces the file
+        with pytest.raises(StoreInUseError, match="being restored by another process"):
+            openlock.hold_shared(db, str(store), wait_s=0.2)
+        assert opener.stdout.readline().strip() == "opening"
+        time.sleep(1.0)
+        released = time.time()
+    out, err = opener.communicate(timeout=120)
+    assert opener.returncode == 0, err
+    opened, items = out.split()
+    assert float(opened) >= released and int(items) == 10
+
+
+def test_restore_onto_a_symbolic_link_replaces_the_file_it_points_to(tmp_path, capsys):
+    real, link = tmp_path / "real" / "mem.sqlite", tmp_path / "link.sqlite"
+    other, saved = tmp_path / "other", tmp_path / "saved.sqlite"
+    _fill(other, user="saved", n=3)
+    backup(other, saved)
+    _fill(real, user="old")
+    link.symlink_to(real)
+    assert main(["restore", str(saved), "--store", str(link), "--force"]) == 0
+    message = _flat(capsys.readouterr().err)
+    assert f"{link} is a symbolic link: the backup was written to the file it points to, {real.resolve()}" in message
+    assert f"replaced {real.resolve()}, which held 1 user, 10 turns, 10 items" in message
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    with _open(real) as m:
+        assert m.store.users() == ["saved"] and len(m.get_all("saved")) == 3
+    assert not (tmp_path / ".link.sqlite.lock").exists() and (tmp_path / "real" / "mem.sqlite.lock").exists()
+
+
+def test_compact_shrinks_an_embedded_store_after_a_deletion(tmp_path, capsys):
+    store = tmp_path / "store"
+    _fill(store, user="a", n=200)
+    _fill(store, user="b", n=5)
+    db = store / "lightmem.sqlite"
+    with _open(store) as m:
+        m.delete_user("a")
+    before = db.stat().st_size
+    assert main(["compact", "--store", str(store)]) == 0
+    message = _flat(capsys.readouterr().err)
+    assert f"compacted {store}" in message and "VACUUM; wal_checkpoint(TRUNCATE)" in message
+    assert "not cleared" not in message
+    wal = Path(f"{db}-wal")
+    assert db.stat().st_size < before and (not wal.exists() or wal.stat().st_size == 0)
+    with _open(store) as m:
+        assert m.store.users() == ["b"] and len(m.get_all("b")) == 5
+    assert main(["compact", "--store", str(tmp_path / "none")]) == 2

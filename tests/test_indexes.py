@@ -85,6 +85,36 @@ def _unit(rng, n, d):
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+def test_english_text_is_analysed_as_before_whatever_else_is_in_it():
+    english = "Caroline's 3 kids went camping in the mountains last weekend, didn't they?"
+    assert analyze(english) == ["caroline'", "3", "kid", "went", "camp", "mountain", "last", "weekend", "didn't"]
+    # one word of another script changes nothing for the English words around it
+    assert analyze(english + " 東京") == analyze(english) + ["東京"]
+
+
+@pytest.mark.parametrize("text, query, shared", [
+    ("我昨天去了北京大学看朋友", "北京大学在哪里", {"北京", "京大", "大学"}),   # Chinese: no spaces
+    ("東京で寿司を食べました", "寿司はどこで食べた", {"寿司"}),            # Japanese
+    ("서울에서 친구를 만났어요", "서울 친구", {"서울", "친구"}),            # Korean: words take particles
+    ("ฉันไปตลาดเมื่อวาน", "ไปตลาด", {"ไป", "ปต", "ตล", "ลา", "าด"}),     # Thai: no spaces, vowel marks
+    ("אני גר בתל אביב", "אביב", {"אביב"}),                                # Hebrew
+    ("Я живу в Москве", "МОСКВЕ", {"москве"}),                            # Cyrillic, case-folded
+    ("नमस्ते दुनिया", "दुनिया", {"दुनिया"}),                                # Devanagari with its vowel signs
+])
+def test_other_scripts_yield_terms_a_query_shares(text, query, shared):
+    assert shared <= set(analyze(text)) & set(analyze(query))
+
+
+def test_bm25_finds_chinese_thai_and_hebrew_memories():
+    index = LexicalIndex()
+    docs = ["我昨天去了北京大学看朋友", "ฉันไปตลาดเมื่อวาน", "אני גר בתל אביב", "I went to the market yesterday"]
+    for i, d in enumerate(docs):
+        index.add(i, d)
+    for query, want in (("北京大学", 0), ("ตลาด", 1), ("תל אביב", 2), ("market", 3)):
+        hits = index.top(query, 2)
+        assert len(hits.ids) and int(hits.ids[0]) == want, (query, hits.ids)
+
+
 def test_vector_search_matches_bruteforce_and_survives_removal():
     rng = np.random.default_rng(3)
     vecs = _unit(rng, 200, 32)

@@ -112,8 +112,8 @@ def test_generative_abstractor_scrubs_and_falls_back():
 
 
 # -- graph ------------------------------------------------------------------------------------------
-def test_units_merge_across_users_and_accumulate_evidence(store_at):
-    m = _memory(store_at, ConsolidationSpec(sleep_update=False, recursive=False))
+def test_units_merge_across_users_and_accumulate_evidence_in_the_shared_graph(store_at):
+    m = _memory(store_at, ConsolidationSpec(sleep_update=False, recursive=False), scope="shared")
     _say(m, "u1", ["I joined a Pottery Class downtown last week."])
     _say(m, "u2", ["My sister loves her Pottery Class on Mondays."], speaker="Ben")
     m.consolidate()
@@ -121,6 +121,21 @@ def test_units_merge_across_users_and_accumulate_evidence(store_at):
     assert node.evidence == 2 and node.confidence > GraphSpec().initial_confidence
     assert len(node.facts) == 2 and sum(n.key == "pottery class" for n in m.ltm.graph.nodes()) == 1
     assert m.ltm_stats()["cycles"] == 2
+    m.close()
+
+
+def test_by_default_each_user_has_a_graph_of_their_own(store_at):
+    m = _memory(store_at, ConsolidationSpec(sleep_update=False, recursive=False))
+    assert m.ltm.graph.scope == "user"
+    _say(m, "u1", ["I joined a Pottery Class downtown last week."])
+    _say(m, "u2", ["My sister loves her Pottery Class on Mondays."], speaker="Ben")
+    m.consolidate()
+    mine = {u: [n for n in m.ltm.graph.nodes(user_id=u) if n.key == "pottery class"] for u in ("u1", "u2")}
+    assert [n.evidence for n in mine["u1"]] == [1] and [n.evidence for n in mine["u2"]] == [1]
+    assert mine["u1"][0].id != mine["u2"][0].id and mine["u1"][0].facts != mine["u2"][0].facts
+    for user, other in (("u1", "u2"), ("u2", "u1")):
+        knowledge = [h.item for h in m.search("Pottery Class", user, k=6) if h.item.kind is ItemKind.KNOWLEDGE]
+        assert knowledge and all(h.metadata["ltm_node"] != mine[other][0].id for h in knowledge)
     m.close()
 
 
@@ -167,17 +182,24 @@ def test_a_store_written_before_the_graph_was_versioned_opens_with_its_graph(tmp
     db = tmp_path / "old.sqlite"
     shutil.copy(FIXTURES / "store_schema2.sqlite", db)
     m = _memory(db, ConsolidationSpec(sleep_update=False, recursive=False))
-    assert m.store.info()["schema_version"] == "3"
+    assert m.store.info()["schema_version"] == "4"
     assert m.stats() == {"ava": {"turns": 1, "items": 1, "archived": 0, "pending": 0},
                          "u": {"turns": 3, "items": 3, "archived": 0, "pending": 0}}
     assert m.ltm_stats() == {"nodes": 4, "nodes_dropped": 0, "edges": 3, "edges_dropped": 0, "cycles": 1}
     assert any("photography club" in t.lower() for t in m.ltm.graph.texts())
+    # the old graph was everyone's: it is kept whole in the shared scope, out of the per-user default's reach
     kinds = {h.item.kind for h in m.search("Biscuit the dog", "u", k=4) if "Biscuit" in h.item.text}
-    assert kinds == {ItemKind.EPISODIC, ItemKind.KNOWLEDGE}  # the old turn and the old graph's node
+    assert kinds == {ItemKind.EPISODIC}
+    assert m.ltm.graph.nodes(user_id="u") == [] and len(m.store.graph.nodes(scope="")) == 4
     assert m.store.consolidation_state("u") == {"consolidated": 3, "unconsolidated": 0}
     _say(m, "u", ["The Photography Club moved to Tuesday evenings."], prefix="N")
     assert [r.cycle for r in m.consolidate("u")] == [2]
+    assert m.ltm.graph.nodes(user_id="u") and len(m.store.graph.nodes(scope="")) == 4  # the new knowledge is u's own
     m.close()
+    shared = _memory(db, ConsolidationSpec(sleep_update=False, recursive=False), scope="shared")  # the operator opts in
+    kinds = {h.item.kind for h in shared.search("Biscuit the dog", "u", k=4) if "Biscuit" in h.item.text}
+    assert kinds == {ItemKind.EPISODIC, ItemKind.KNOWLEDGE}  # the old turn and the old graph's node
+    shared.close()
 
 
 # -- consolidation steps over MTM -----------------------------------------------------------------------
@@ -257,8 +279,10 @@ def test_routing_and_expansion(store_at):
     timed = m.search("Volcano Museum", "u", k=6, filters={"time_from": T0 - DAY})
     assert all(h.item.kind is not ItemKind.KNOWLEDGE for h in timed)  # knowledge has no event time
     # expansion: a neighbour reached through an edge, not only the seed
-    seed_only = m.ltm.graph.search(m.embedder.encode(["Volcano Museum"], is_query=True)[0], "Volcano Museum", 4, hops=0)
-    expanded = m.ltm.graph.search(m.embedder.encode(["Volcano Museum"], is_query=True)[0], "Volcano Museum", 4, hops=2)
+    qvec = m.embedder.encode(["Volcano Museum"], is_query=True)[0]
+    seed_only = m.ltm.graph.search(qvec, "Volcano Museum", 4, hops=0, user_id="u")
+    expanded = m.ltm.graph.search(qvec, "Volcano Museum", 4, hops=2, user_id="u")
+    assert m.ltm.graph.search(qvec, "Volcano Museum", 4, hops=2, user_id="someone else") == []
     assert {n.key for n, _, _ in expanded} >= {n.key for n, _, _ in seed_only[:1]}
     ctx = m.build_context("Volcano Museum", "u", budget=300)
     assert "[knowledge]" in ctx.prompt

@@ -231,7 +231,8 @@ def test_delete_user_erases_everything_of_that_user_only(memory):
     ava = memory.add("Ava's phone is 555-0100", user_id="ava")[0]
     memory.add("Ben's phone is 555-0199", user_id="ben")
     removed = memory.delete_user("ava")
-    assert removed == {"items": 1, "turns": 1, "history": 1, "pending": 0, "consolidated": 0}
+    assert removed == {"items": 1, "turns": 1, "history": 1, "pending": 0, "consolidated": 0, "ltm_nodes": 0, "ltm_edges": 0,
+                       "ltm_facts": 0}
     assert memory.search("phone", "ava", k=5) == [] and memory.get_all("ava") == []
     assert memory.store.history("ava", ava.id) == [] and "ava" not in memory.store.users()
     assert len(memory.search("phone", "ben", k=5)) == 1
@@ -288,3 +289,13 @@ def test_build_context_respects_the_budget_and_priorities(memory):
     filled = memory.build_context("What do I grow?", "u", budget=2000)
     assert len(filled.memories) > memory.k and filled.n_tokens <= 2000
     assert filled.dropped_memories == 0  # Stage 2 packed the rendered lines: the composer drops nothing
+
+
+def test_memories_in_scripts_without_spaces_are_found_by_their_words(memory):
+    texts = ["我昨天去了北京大学看朋友", "東京で寿司を食べました", "서울에서 친구를 만났어요", "ฉันไปตลาดเมื่อวาน",
+             "אני גר בתל אביב", "I went to the market yesterday"]
+    for t in texts:
+        memory.add(t, user_id="u")
+    for query, want in (("北京大学", 0), ("寿司", 1), ("서울 친구", 2), ("ตลาด", 3), ("תל אביב", 4), ("market", 5)):
+        hits = memory.search(query, "u", k=1)
+        assert hits and hits[0].item.text == f"user: {texts[want]}", query

@@ -34,6 +34,17 @@ class Blob:
         return self.n
 
 
+def test_a_view_over_the_ceiling_is_said_once_per_process_and_counted_every_time(caplog, monkeypatch):
+    monkeypatch.setattr(ViewCache, "_warned", False)
+    caches = [ViewCache(max_bytes=10), ViewCache(max_bytes=10)]  # a server's two stores, a tiny ceiling
+    with caplog.at_level("WARNING", logger="lightmem.stores.views.cache"):
+        for i in range(500):
+            caches[i % 2].put(f"user{i}", Blob(20))
+    warnings = [r for r in caplog.records if "ceiling" in r.getMessage()]
+    assert len(warnings) == 1 and "raise cache_mb" in warnings[0].getMessage()
+    assert caches[0].stats()["oversized"] == 250 and caches[1].oversized == 250
+
+
 def test_the_least_recently_used_views_go_first_and_the_one_in_use_stays():
     cache: ViewCache[Blob] = ViewCache(max_bytes=100)
     for key in "abc":
@@ -45,7 +56,8 @@ def test_the_least_recently_used_views_go_first_and_the_one_in_use_stays():
     cache.resize("d")
     assert list(cache) == ["d"] and cache.bytes == 95
     assert cache.get("b") is None
-    assert cache.stats() == {"views": 1, "mb": 0.0, "ceiling_mb": 0.0, "hits": 1, "misses": 1, "evictions": 3}
+    assert cache.stats() == {"views": 1, "mb": 0.0, "ceiling_mb": 0.0, "hits": 1, "misses": 1, "evictions": 3,
+                             "oversized": 0}
     assert cache.pop("d").n == 95 and cache.bytes == 0 and cache.pop("d") is None
     unbounded: ViewCache[Blob] = ViewCache(max_bytes=None)
     for i in range(50):

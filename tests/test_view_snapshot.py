@@ -156,6 +156,48 @@ def test_erasing_a_memory_drops_its_users_snapshot(tmp_path):
     raw.close()
 
 
+def test_a_snapshot_built_before_an_erasure_is_never_written_after_it(tmp_path):
+    """A view read before another process's deletion or redacting update may hold the erased text: its
+    snapshot is refused, one read afterwards is written, and changes that erase nothing refuse none.
+    (Two real processes racing: ``test_snapshot_race``.)"""
+    with _open(tmp_path / "s") as memory, _open(tmp_path / "s") as other:
+        items = _fill(memory, "ana", 40)
+        _fill(memory, "bo", 40)
+        sql = memory.store.sql
+        blob = view_snapshot.dump(memory.store._part("ana"))
+        for erase in (lambda: other.delete(items[0].id, user_id="ana"),
+                      lambda: other.update(items[1].id, user_id="ana", text="A redacted memory."),
+                      lambda: other.delete_user("bo")):
+            seq = sql.last_change()
+            erase()
+            assert sql.put_view_snapshot("ana", seq, 40, blob) is False
+            assert sql.put_view_snapshot("ana", sql.last_change(), 40, blob) is True
+        seq = sql.last_change()
+        other.update(items[2].id, user_id="ana", text="A new text, the old one kept.", keep_history=True)
+        other.archive(items[3].id, user_id="ana")
+        _fill(other, "ana", 2, start=40)
+        assert sql.put_view_snapshot("ana", seq, 40, blob) is True
+
+
+def test_a_snapshot_that_outlived_a_deletion_is_rewritten_without_the_item(tmp_path):
+    """A snapshot that holds an item deleted after it was written (as the race left them before writes
+    checked for erasures) is rewritten without it on its next load."""
+    with _open(tmp_path / "s") as memory:
+        items = _fill(memory, "ana", 40)
+        _cold(memory)
+        memory.search("cello", user_id="ana", k=3)
+        stale = _snapshot(memory, "ana")
+        rid = memory.store.sql.rid_of("ana", items[5].id)
+        assert rid in view_snapshot.load(stale[2], 64).vectors
+        memory.delete(items[5].id, user_id="ana")
+        with memory.store.sql.transaction() as c:
+            c.execute("INSERT INTO view_snapshots (user_id, seq, n, data) VALUES ('ana', ?, ?, ?)", stale)
+        _cold(memory)
+        assert items[5].id not in {h.item.id for h in memory.search("trip 5", user_id="ana", k=40)}
+        snap = _snapshot(memory, "ana")
+        assert snap[0] > stale[0] and snap[1] == 39 and rid not in view_snapshot.load(snap[2], 64).vectors
+
+
 def test_a_read_only_store_reads_snapshots_and_writes_none(tmp_path, monkeypatch):
     with _open(tmp_path / "s") as memory:
         _fill(memory, "ana", 40)

@@ -18,6 +18,7 @@ from lightmem.config.hydra_app import to_container
 from lightmem.config.schemas import NODE_SWITCHES
 from lightmem.config.specs import build_spec
 from lightmem.memory import Memory
+from lightmem.messages import MAX_TURN_CHARS
 from lightmem.models.embedder import Embedder
 from lightmem.roles.maintenance import Maintainer
 
@@ -143,4 +144,5 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
         word_scorer="default" if cfg.memory.word_scores else None,
         tokenizer=cfg.memory.get("tokenizer"),
         group_dates=bool(cfg.memory.get("group_dates", True)),
+        max_turn_chars=int(cfg.memory.get("max_turn_chars", MAX_TURN_CHARS)),
     )

@@ -82,9 +82,10 @@ class MemoryConfig:
     budget: int = _default(open_memory, "budget")
     maintenance: bool = False  # merge near-duplicates / supersede conflicts after each write
     dup_threshold: float = _default(Maintainer.__init__, "dup_threshold")
-    word_scores: bool = True  # the trained compressor scores each new memory's words (retrieval.excerpt_rate uses them)
+    word_scores: bool = False  # the trained compressor scores each new memory's words (only excerpts use them)
     tokenizer: str = _default(open_memory, "tokenizer")  # what a prompt budget is counted with (the reader's)
     group_dates: bool = _default(open_memory, "group_dates")  # one date line per day above its memories
+    max_turn_chars: int = _default(open_memory, "max_turn_chars")  # longer turns are refused
 
 
 def logger_field() -> Any:

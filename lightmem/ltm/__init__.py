@@ -1,4 +1,4 @@
-"""Long-term memory: a de-identified knowledge graph built by offline consolidation.
+"""Long-term memory: a de-identified knowledge graph built by offline consolidation, per user by default.
 
 ``LTMOptions`` groups what ``Memory.open(..., ltm=LTMOptions())`` needs; ``build_ltm``
 wires the graph, the consolidator and the background scheduler over an open store.
@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightmem.ltm.consolidation import ConsolidationSpec, Consolidator, CycleReport
-from lightmem.ltm.graph import GraphSpec, KnowledgeGraph
+from lightmem.ltm.graph import SCOPES, GraphSpec, KnowledgeGraph, check_scope
 from lightmem.ltm.scheduler import ConsolidationScheduler
 from lightmem.stores.base import MemoryStore
 
 __all__ = ["LTMOptions", "LTMRuntime", "build_ltm", "ConsolidationSpec", "Consolidator", "CycleReport", "GraphSpec",
-           "KnowledgeGraph", "ConsolidationScheduler"]
+           "KnowledgeGraph", "ConsolidationScheduler", "SCOPES"]
 
 
 @dataclass
@@ -37,6 +37,11 @@ class LTMOptions:
         nlp: A spaCy pipeline with the parser for the extractive abstractor and
             de-identification (None: rules only).
         llm: The offline LLM (generative abstraction, update decisions, cluster abstracts).
+        scope: ``user`` (default): each user's knowledge is stored and searched in that user's own
+            partition, and ``delete_user`` removes it. ``shared``: one graph for every user, read by every
+            user's searches: what one user said reaches others, de-identified only as far as
+            ``lightmem.ltm.deidentify`` goes (places, organisations and diagnoses stay); ``delete_user``
+            removes what only that user supported. A graph made before scopes is reachable only here.
     """
 
     consolidation: ConsolidationSpec = field(default_factory=ConsolidationSpec)
@@ -49,6 +54,10 @@ class LTMOptions:
     abstractor: str = "extractive"
     nlp: Any = None
     llm: Any = None
+    scope: str = "user"
+
+    def __post_init__(self) -> None:
+        check_scope(self.scope)
 
 
 @dataclass
@@ -63,12 +72,13 @@ def build_ltm(store: MemoryStore, embedder: Any, options: LTMOptions, clock: Any
     from lightmem.ltm.abstraction import ABSTRACTORS
     from lightmem.ltm.deidentify import Deidentifier
 
+    check_scope(options.scope)
     choice = ABSTRACTORS.get(options.abstractor)
     if choice is None:
         raise ValueError(f"abstractor must be one of {', '.join(ABSTRACTORS)}, got {options.abstractor!r}")
     if choice.needs_llm and options.llm is None:
         raise ValueError(f"the {options.abstractor} abstractor needs an LLM runtime (LTMOptions.llm)")
-    graph = KnowledgeGraph(store.graph, embedder.encode, embedder.dim, options.graph)
+    graph = KnowledgeGraph(store.graph, embedder.encode, embedder.dim, options.graph, scope=options.scope)
     deid = Deidentifier(options.nlp)
     abstractor = choice.build(options.nlp, options.llm, deid)
     kw = {"clock": clock} if clock is not None else {}

@@ -1,6 +1,7 @@
 """Offline consolidation (LightMem-SLM Algorithm 3, LightMem §3.3, SimpleMem §2.2).
 
-One cycle for one user, over an incremental batch of MTM items:
+One cycle for one user, over an incremental batch of MTM items (its knowledge goes to the user's own
+LTM partition, or to the shared graph when the operator chose ``LTMOptions(scope="shared")``):
 
 1. select: new, retrieval-reactivated, or low-retention items under capacity pressure;
 2. abstract the de-identified episodes into knowledge units (LLM or extractive);
@@ -115,7 +116,7 @@ class Consolidator:
         t1 = time.perf_counter()
         units = self._abstract(user_id, [it for _, it, _ in batch]) if sp.ltm else []
         rep.units = len(units)
-        plan = self.graph.prepare(units) if units else None
+        plan = self.graph.prepare(units, user_id) if units else None
         t2 = time.perf_counter()
         changes = OfflineChanges(marks=[(it.id, it.access_count) for _, it, _ in batch])
         if sp.sleep_update:
@@ -129,7 +130,7 @@ class Consolidator:
             self.crash_hook("before_commit")
         # One store call commits the graph and MTM changes together and refreshes the MTM
         # indexes before readers get the store's lock back.
-        update = CycleUpdate(self.graph, plan, decay=sp.ltm)
+        update = CycleUpdate(self.graph, plan, user_id, decay=sp.ltm)
         done = self.store.commit_offline(user_id, changes, self.clock(), update, {"units": rep.units},
                                          before_commit=self._in_transaction)
         rep.cycle, rep.graph, rep.mtm = done.cycle, done.graph, done.mtm

@@ -2,8 +2,26 @@
 
 Nodes (Entity, Concept) and typed edges (IsA, HasProperty, RelatedTo, Implies) carry a
 confidence and an evidence count accumulated across consolidation cycles (Algorithm 3,
-steps 4-9). The tables hold no user id and no link back to MTM: what a user's episodes
-taught is kept only as de-identified statements and counts.
+steps 4-9). No link back to MTM: what a user's episodes taught is kept only as de-identified
+statements and counts.
+
+Scopes. By default (``scope="user"``) the LTM is per user, like MTM: a cycle writes what one
+user's episodes taught into that user's partition (scope = the user id), a search reads only the
+searching user's partition, and ``delete_user`` removes the partition whole. No query of one user
+can return what another user said.
+
+``scope="shared"`` is the operator's explicit choice of one graph for every user (LightMem-SLM's
+user-agnostic LTM): every user's cycles merge into it and every user's searches read it, so a
+statement one user made can reach another user's prompt, protected only by de-identification
+(``lightmem.ltm.deidentify``: names, e-mails, phones, addresses, ids, account numbers and
+credentials are masked; places, organisations, diagnoses and other free-text facts are not).
+The shared graph records which users supported each node, statement and edge
+(``ltm_sources``), so that ``delete_user`` removes what came only from that user and drops the
+user from the rest.
+
+A graph made before scopes existed (one graph for everyone, with no record of who said what) is
+kept, every row as it was, in the shared scope: only a Memory opened with ``scope="shared"``
+reads it, and a user's erasure cannot attribute its statements.
 
 Writes happen inside the store's offline commit (``CycleUpdate`` runs ``integrate`` and
 ``decay`` there) and return a ``GraphDelta``; ``refresh(delta)`` updates the in-memory
@@ -13,18 +31,38 @@ they were.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from lightmem.errors import InvalidInputError
 from lightmem.ltm.abstraction import KnowledgeUnit
 from lightmem.retrieval import scoring
 from lightmem.stores.base import GraphStore, GraphTransaction
+from lightmem.stores.rows import SHARED_SCOPE, fact_digest, node_document
 from lightmem.stores.views.lexical import LexicalIndex
 from lightmem.stores.views.vector import VectorIndex
 from lightmem.types import Edge, EdgeType, KnowledgeNode
+
+SCOPES = ("user", "shared")  # LTMOptions.scope: each user's own graph (default), or one graph for every user
+__all__ = ["SCOPES", "SHARED_SCOPE", "CycleUpdate", "GraphDelta", "GraphPlan", "GraphSpec", "KnowledgeGraph",
+           "check_scope", "node_document"]
+
+
+def check_scope(scope: object) -> str:
+    """Return ``scope`` when it names an LTM scope.
+
+    Raises:
+        InvalidInputError: ``scope`` is neither ``"user"`` nor ``"shared"``.
+    """
+    if scope not in SCOPES:
+        raise InvalidInputError(
+            f"ltm scope must be 'user' (each user's knowledge kept and searched in the user's own partition, the "
+            f"default) or 'shared' (one graph for every user: statements reach other users, de-identified), got {scope!r}")
+    return str(scope)
 
 
 @dataclass(frozen=True)
@@ -56,8 +94,11 @@ class GraphSpec:
 
 @dataclass
 class GraphPlan:
-    """A batch prepared for ``integrate``: node drafts by key, merge targets, new vectors, links."""
+    """A batch prepared for ``integrate``: node drafts by key, merge targets, new vectors, links; the
+    scope it is written to and, in the shared graph, the user it is recorded as coming from."""
 
+    scope: str = SHARED_SCOPE
+    source: str | None = None  # the user whose support the shared graph records (None: a user's own graph)
     drafts: dict[str, dict[str, Any]] = field(default_factory=dict)
     edges: dict[tuple[str, str, EdgeType], tuple[int, str]] = field(default_factory=dict)
     merge: dict[str, int] = field(default_factory=dict)  # key → existing node id
@@ -71,8 +112,9 @@ class GraphPlan:
 
 @dataclass
 class GraphDelta:
-    """What a committed cycle changed: nodes to (re)index and nodes to drop from the index."""
+    """What a committed cycle changed in one scope: nodes to (re)index and nodes to drop from the index."""
 
+    scope: str = SHARED_SCOPE
     upserted: dict[int, tuple[KnowledgeNode, np.ndarray]] = field(default_factory=dict)
     dropped: set[int] = field(default_factory=set)
     edges_changed: bool = False
@@ -80,9 +122,14 @@ class GraphDelta:
                                                             "edges_reinforced": 0, "nodes_dropped": 0, "edges_dropped": 0})
 
 
-def node_document(name: str, facts: Sequence[str]) -> str:
-    """What a node's embedding and BM25 entry are computed from."""
-    return name + (": " + " | ".join(facts) if facts else "")
+@dataclass
+class _View:
+    """One scope's in-memory indexes: vectors, BM25, active nodes and their edges."""
+
+    vectors: VectorIndex
+    lexical: LexicalIndex
+    nodes: dict[int, KnowledgeNode]
+    adj: dict[int, list[Edge]]
 
 
 class KnowledgeGraph:
@@ -93,80 +140,120 @@ class KnowledgeGraph:
         encode: Embeds texts (the Memory's embedder); vectors are L2-normalised.
         dim: Embedding dimension.
         spec: Merge, link and decay rules.
+        scope: ``"user"`` (default): each user's knowledge is written to and searched in that user's own
+            partition. ``"shared"``: one graph for every user (see the module docstring for what that exposes).
+        max_views: Scopes whose in-memory indexes are kept at once (least recently used dropped first; they
+            are rebuilt from the tables on use).
+
+    Raises:
+        InvalidInputError: ``scope`` is neither ``"user"`` nor ``"shared"``.
     """
 
     def __init__(self, tables: GraphStore, encode: Callable[[list[str]], np.ndarray], dim: int,
-                 spec: GraphSpec | None = None) -> None:
+                 spec: GraphSpec | None = None, scope: str = "user", max_views: int = 256) -> None:
         self.tables, self.encode, self.dim, self.spec = tables, encode, dim, spec or GraphSpec()
+        self.scope = check_scope(scope)
+        self.max_views = max(1, int(max_views))
         self._lock = threading.RLock()
+        self._views: OrderedDict[str, _View] = OrderedDict()
         self._seen_version = tables.data_version()
-        self._load()
+        self._loaded_gen = tables.generation()
 
-    # -- in-memory views -----------------------------------------------------------------------
+    @property
+    def shared(self) -> bool:
+        """Whether every user reads and writes one shared graph (``scope="shared"``)."""
+        return self.scope == "shared"
+
+    def scope_of(self, user_id: str) -> str:
+        """The partition ``user_id``'s cycles write and searches read: the user's own, or the shared one."""
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise InvalidInputError(f"the LTM needs the id of the user it acts for, got {user_id!r}")
+        return SHARED_SCOPE if self.shared else user_id
+
+    # -- in-memory views (one per scope, loaded on first use) --------------------------------------
     def _sync(self) -> None:
-        """Reload the views when another process committed a consolidation cycle (a PRAGMA otherwise)."""
+        """Drop the views when another process changed the graph (a cycle or an erasure); a PRAGMA otherwise."""
         version = self.tables.data_version()
         if version == self._seen_version:
             return
         self._seen_version = version
-        if self.tables.last_cycle() != self._loaded_cycle:
-            self._load()
+        gen = self.tables.generation()
+        if gen != self._loaded_gen:
+            with self._lock:
+                self._views.clear()
+                self._loaded_gen = gen
 
-    def _load(self) -> None:
-        cycle = self.tables.last_cycle()
-        active, vecs = self.tables.active_nodes()
-        vectors, lexical = VectorIndex(self.dim), LexicalIndex()
-        nodes: dict[int, KnowledgeNode] = {}
-        if active:
-            vectors.add(np.asarray([n.id for n in active], dtype=np.int64), vecs)
-            for node in active:
-                nodes[node.id] = node
-                lexical.add(node.id, node_document(node.text, node.facts))
+    def invalidate(self) -> None:
+        """Drop every scope's views (this process erased from the graph); they reload from the tables on use."""
         with self._lock:
-            self._vectors, self._lexical, self._nodes = vectors, lexical, nodes
-            self._adj = self._load_edges()
-            self._loaded_cycle = cycle
+            self._views.clear()
+            self._loaded_gen = self.tables.generation()
 
-    def _load_edges(self) -> dict[int, list[Edge]]:
+    def _view(self, scope: str) -> _View:
+        """``scope``'s views, loaded from the tables when missing (call holding the lock: a refresh waits)."""
+        view = self._views.get(scope)
+        if view is not None:
+            self._views.move_to_end(scope)
+            return view
+        active, vecs = self.tables.active_nodes(scope)
+        view = _View(VectorIndex(self.dim), LexicalIndex(), {}, {})
+        if active:
+            view.vectors.add(np.asarray([n.id for n in active], dtype=np.int64), vecs)
+            for node in active:
+                view.nodes[node.id] = node
+                view.lexical.add(node.id, node_document(node.text, node.facts))
+        view.adj = self._load_edges(scope)
+        self._views[scope] = view
+        while len(self._views) > self.max_views:
+            self._views.popitem(last=False)
+        return view
+
+    def _load_edges(self, scope: str) -> dict[int, list[Edge]]:
         adj: dict[int, list[Edge]] = {}
-        for e in self.tables.active_edges():
+        for e in self.tables.active_edges(scope):
             adj.setdefault(e.src, []).append(e)
             adj.setdefault(e.dst, []).append(e)
         return adj
 
     def refresh(self, delta: GraphDelta) -> None:
-        """Apply a committed cycle's changes to the indexes (brief lock; searches see old or new)."""
+        """Apply a committed cycle's changes to its scope's indexes (brief lock; searches see old or new).
+        A scope not loaded here loads from the tables, which have the cycle, when first used."""
         with self._lock:
-            gone = [i for i in delta.dropped | set(delta.upserted) if i in self._vectors]
+            view = self._views.get(delta.scope)
+            if view is None:
+                return
+            gone = [i for i in delta.dropped | set(delta.upserted) if i in view.vectors]
             if gone:
-                self._vectors.remove(gone)
-                self._lexical.remove(gone)
+                view.vectors.remove(gone)
+                view.lexical.remove(gone)
             for i in delta.dropped:
-                self._nodes.pop(i, None)
+                view.nodes.pop(i, None)
             for i, (node, vec) in delta.upserted.items():
                 if i in delta.dropped:
                     continue
-                self._vectors.add(np.asarray([i]), vec[None, :])
-                self._lexical.add(i, node_document(node.text, node.facts))
-                self._nodes[i] = node
-        if delta.edges_changed or delta.dropped:
-            adj = self._load_edges()
-            with self._lock:
-                self._adj = adj
+                view.vectors.add(np.asarray([i]), vec[None, :])
+                view.lexical.add(i, node_document(node.text, node.facts))
+                view.nodes[i] = node
+            if delta.edges_changed or delta.dropped:
+                view.adj = self._load_edges(delta.scope)
 
     def __len__(self) -> int:
-        return len(self._nodes)
+        """Active nodes in every scope."""
+        return self.tables.stats()["nodes"]
 
     # -- consolidation writes (inside the store's offline commit) ----------------------------------
-    def prepare(self, units: Sequence[KnowledgeUnit]) -> "GraphPlan":
-        """The expensive half of ``integrate``, run without any lock: group the batch by node
-        key (one piece of evidence per unit), embed, find anchors, decide merge or insert."""
-        sp, plan = self.spec, GraphPlan()
+    def prepare(self, units: Sequence[KnowledgeUnit], user_id: str) -> "GraphPlan":
+        """The expensive half of ``integrate``, run without the store's lock: group ``user_id``'s batch by
+        node key (one piece of evidence per unit), embed, find anchors in the user's scope, decide merge
+        or insert."""
+        scope = self.scope_of(user_id)
+        sp, plan = self.spec, GraphPlan(scope=scope, source=user_id if self.shared else None)
         drafts = plan.drafts
         for u in units:
             for n in u.nodes:
-                d = drafts.setdefault(n.key, {"text": n.text, "kind": n.kind, "facts": [], "evidence": 0})
+                d = drafts.setdefault(n.key, {"text": n.text, "kind": n.kind, "facts": [], "evidence": 0, "stated": {}})
                 d["evidence"] += 1
+                d["stated"][u.statement] = d["stated"].get(u.statement, 0) + 1
                 if u.statement not in d["facts"]:
                     d["facts"].append(u.statement)
             for e in {(e.src, e.dst, e.type, e.label) for e in u.edges}:
@@ -178,12 +265,14 @@ class KnowledgeGraph:
         docs = [node_document(drafts[k]["text"], drafts[k]["facts"][-1:]) for k in keys]
         enc = np.asarray(self.encode(docs + [drafts[k]["text"] for k in keys]), dtype=np.float32)
         vecs, name_vec = enc[: len(keys)], dict(zip(keys, enc[len(keys):]))
-        existing = {k: n for k in keys if (n := self.tables.node_by_key(k)) is not None}
+        existing = {k: n for k in keys if (n := self.tables.node_by_key(k, scope)) is not None}
         # Neighbourhoods come from the documents; identity (merge) from the names alone:
         # two nodes of one statement share a document but not a name.
-        neighbours = [self._anchors(v, keys[:i], list(vecs[:i])) for i, v in enumerate(vecs)]
+        self._sync()
+        neighbours = [self._anchors(scope, v, keys[:i], list(vecs[:i])) for i, v in enumerate(vecs)]
         with self._lock:
-            anchor_names = {a: self._nodes[a].text for ns in neighbours for a, _ in ns if isinstance(a, int) and a in self._nodes}
+            nodes = self._view(scope).nodes
+            anchor_names = {a: nodes[a].text for ns in neighbours for a, _ in ns if isinstance(a, int) and a in nodes}
         ids = list(anchor_names)
         if ids:
             name_vec.update(zip(ids, np.asarray(self.encode([anchor_names[i] for i in ids]), dtype=np.float32)))
@@ -196,6 +285,8 @@ class KnowledgeGraph:
                 if into in plan.insert:
                     plan.alias[key] = into
                     drafts[into]["evidence"] += drafts[key]["evidence"]
+                    for statement, n in drafts[key]["stated"].items():
+                        drafts[into]["stated"][statement] = drafts[into]["stated"].get(statement, 0) + n
                     drafts[into]["facts"] = _merge_facts(drafts[into]["facts"], drafts[key]["facts"], sp.max_facts)
                     continue
                 if into in plan.merge:  # that one merged into an existing node: so does this one
@@ -224,14 +315,14 @@ class KnowledgeGraph:
         statements added to its facts); otherwise it is inserted and linked (RelatedTo) to
         its nearest anchors above ``link_threshold``. Cheap: no model runs here.
         """
-        sp, delta = self.spec, GraphDelta()
+        sp, delta = self.spec, GraphDelta(scope=plan.scope)
         id_of: dict[str, int] = {}
         for key, d in plan.drafts.items():
             if key in plan.alias:
                 continue
             nid = plan.merge.get(key)
             if nid is None:  # inserted by a concurrent cycle since prepare(): merge into it
-                found = tx.node_by_key(key)
+                found = tx.node_by_key(key, plan.scope)
                 if found is not None:
                     nid = found.id
                     plan.merged_vecs.setdefault(nid, plan.insert[key])
@@ -251,9 +342,11 @@ class KnowledgeGraph:
                 vec = plan.insert[key]
                 conf = _reinforce(sp.initial_confidence, sp.reinforce, d["evidence"] - 1)
                 facts = d["facts"][-sp.max_facts:]
-                nid = tx.insert_node(key, d["kind"], d["text"], facts, conf, d["evidence"], now, cycle, vec)
+                nid = tx.insert_node(key, d["kind"], d["text"], facts, conf, d["evidence"], now, cycle, vec, scope=plan.scope)
                 node = KnowledgeNode(nid, key, d["kind"], d["text"], facts, conf, d["evidence"], now, now, cycle)
                 delta.counts["nodes_added"] += 1
+            if plan.source is not None:  # the shared graph: who supported it, and with which statements
+                tx.add_sources(node.id, plan.source, [(fact_digest(st), n) for st, n in d["stated"].items()])
             id_of[key] = node.id
             delta.upserted[node.id] = (node, vec)
         for key, into in plan.alias.items():
@@ -278,15 +371,22 @@ class KnowledgeGraph:
                 tx.reinforce_edge(a, b, et, conf, n, now, cycle)
                 delta.counts["edges_reinforced"] += 1
             elif tx.both_active(a, b):
-                tx.insert_edge(a, b, et, label, _reinforce(sp.initial_confidence, sp.reinforce, n - 1), n, now, cycle)
+                tx.insert_edge(a, b, et, label, _reinforce(sp.initial_confidence, sp.reinforce, n - 1), n, now, cycle,
+                               scope=plan.scope)
                 delta.counts["edges_added"] += 1
+            else:
+                continue
+            if plan.source is not None:
+                tx.add_edge_source(a, b, et, plan.source, n)
         delta.edges_changed = bool(edge_ev)
         return delta
 
-    def _anchors(self, vec: np.ndarray, new_ids: list[str], new_vecs: list[np.ndarray]) -> list[tuple[int | str, float]]:
-        """Nearest nodes: (id, cosine) of indexed ones, (key, cosine) of those new in this batch."""
+    def _anchors(self, scope: str, vec: np.ndarray, new_ids: list[str],
+                 new_vecs: list[np.ndarray]) -> list[tuple[int | str, float]]:
+        """Nearest nodes: (id, cosine) of ``scope``'s indexed ones, (key, cosine) of those new in this batch."""
         with self._lock:
-            ids, cos = self._vectors.search(vec, self.spec.anchors) if len(self._vectors) else (np.zeros(0), np.zeros(0))
+            vectors = self._view(scope).vectors
+            ids, cos = vectors.search(vec, self.spec.anchors) if len(vectors) else (np.zeros(0), np.zeros(0))
         out: list[tuple[int | str, float]] = [(int(i), float(s)) for i, s in zip(ids, cos)]
         if new_vecs:
             sims = np.stack(new_vecs) @ vec
@@ -294,10 +394,10 @@ class KnowledgeGraph:
         return sorted(out, key=lambda t: -t[1])[: self.spec.anchors]
 
     def decay(self, tx: GraphTransaction, cycle: int, delta: GraphDelta) -> None:
-        """Algorithm 3, steps 8-9: weakly supported units not seen this cycle lose confidence;
-        those below ``drop_below`` become inactive (kept on disk, out of the index)."""
+        """Algorithm 3, steps 8-9: weakly supported units of the cycle's scope not seen this cycle lose
+        confidence; those below ``drop_below`` become inactive (kept on disk, out of the index)."""
         sp = self.spec
-        dropped, n_edges = tx.decay(sp.decay, cycle, sp.strong_evidence, sp.drop_below)
+        dropped, n_edges = tx.decay(sp.decay, cycle, sp.strong_evidence, sp.drop_below, scope=delta.scope)
         delta.dropped.update(int(i) for i in dropped)
         delta.counts["nodes_dropped"] += len(dropped)
         delta.counts["edges_dropped"] += n_edges
@@ -310,51 +410,55 @@ class KnowledgeGraph:
 
     # -- reads -----------------------------------------------------------------------------------
     def search(self, qvec: np.ndarray, query: str, quota: int, hops: int = 1, w_lexical: float = 0.5,
-               hop_decay: float = 0.5, depth_factor: int = 2) -> list[tuple[KnowledgeNode, float, str]]:
-        """Stage-1 over LTM: hybrid seeds, then expansion along edges (1-2 hops), at most ``quota``.
+               hop_decay: float = 0.5, depth_factor: int = 2, *, user_id: str) -> list[tuple[KnowledgeNode, float, str]]:
+        """Stage-1 over the LTM ``user_id`` may read (``scope_of``): hybrid seeds, then expansion along
+        edges (1-2 hops), at most ``quota``.
 
         Returns (node, score, rendered text) best first. A neighbour reached through an edge
         scores seed score × edge confidence × ``hop_decay`` per hop.
         """
+        scope = self.scope_of(user_id)
         if quota <= 0:
             return []
         self._sync()
         with self._lock:
-            if not self._nodes:
+            view = self._view(scope)
+            if not view.nodes:
                 return []
             depth = quota * depth_factor
-            d_ids, _ = self._vectors.search(qvec, depth)
-            lex = self._lexical.top(query, depth if w_lexical else 0, lambda ids: None)
+            d_ids, _ = view.vectors.search(qvec, depth)
+            lex = view.lexical.top(query, depth if w_lexical else 0, lambda ids: None)
             union = list(dict.fromkeys([*d_ids.tolist(), *lex.ids.tolist()]))
             if not union:
                 return []
-            cos = self._vectors.cosine(qvec, union)
-            bm = scoring.normalize_max(self._lexical.lookup(lex.row_scores, union))
+            cos = view.vectors.cosine(qvec, union)
+            bm = scoring.normalize_max(view.lexical.lookup(lex.row_scores, union))
             fused = cos + w_lexical * bm
             best = {nid: float(s) for nid, s in zip(union, fused)}
             frontier = sorted(best.items(), key=lambda t: -t[1])[:quota]
             for _ in range(max(0, hops)):
                 nxt: dict[int, float] = {}
                 for nid, s in frontier:
-                    for e in self._adj.get(nid, ()):
+                    for e in view.adj.get(nid, ()):
                         other = e.dst if e.src == nid else e.src
-                        if other in self._nodes:
+                        if other in view.nodes:
                             score = s * e.confidence * hop_decay
                             if score > best.get(other, -np.inf) and score > nxt.get(other, -np.inf):
                                 nxt[other] = score
                 best.update(nxt)
                 frontier = sorted(nxt.items(), key=lambda t: -t[1])[:quota]
             top = sorted(best.items(), key=lambda t: -t[1])[:quota]
-            return [(self._nodes[nid], s, self._render(nid)) for nid, s in top]
+            return [(view.nodes[nid], s, self._render(view, nid)) for nid, s in top]
 
-    def _render(self, nid: int, max_links: int = 4) -> str:
-        node = self._nodes[nid]
-        edges = sorted(self._adj.get(nid, ()), key=lambda e: -e.confidence)
+    @staticmethod
+    def _render(view: _View, nid: int, max_links: int = 4) -> str:
+        node = view.nodes[nid]
+        edges = sorted(view.adj.get(nid, ()), key=lambda e: -e.confidence)
         links = []
         for e in edges:
             other = e.dst if e.src == nid else e.src
-            if other in self._nodes and len(links) < max_links:
-                name = self._nodes[other].text
+            if other in view.nodes and len(links) < max_links:
+                name = view.nodes[other].text
                 links.append((e.type, name if e.src == nid else f"{name} (from)"))
         return node.render(links)
 
@@ -364,23 +468,26 @@ class KnowledgeGraph:
             raise KeyError(f"no LTM node {nid}")
         return node
 
-    def nodes(self, include_dropped: bool = False) -> list[KnowledgeNode]:
-        return self.tables.nodes(include_dropped)
+    def nodes(self, include_dropped: bool = False, user_id: str | None = None) -> list[KnowledgeNode]:
+        """Nodes of every scope (the operator's view), or of the scope ``user_id`` reads."""
+        return self.tables.nodes(include_dropped, None if user_id is None else self.scope_of(user_id))
 
-    def edges(self, include_dropped: bool = False) -> list[Edge]:
-        return self.tables.edges(include_dropped)
+    def edges(self, include_dropped: bool = False, user_id: str | None = None) -> list[Edge]:
+        """Edges of every scope, or of the scope ``user_id`` reads."""
+        return self.tables.edges(include_dropped, None if user_id is None else self.scope_of(user_id))
 
     def stats(self) -> dict[str, int]:
         return self.tables.stats()
 
     def texts(self) -> list[str]:
-        """Every text LTM stores (node names, facts, edge labels): what a privacy audit scans."""
+        """Every text LTM stores, in every scope (node names, facts, edge labels): what a privacy audit scans."""
         return self.tables.texts()
 
 
 @dataclass
 class CycleUpdate:
-    """A cycle's graph half (``GraphUpdate``): integrate the prepared batch, then decay.
+    """A cycle's graph half (``GraphUpdate``) for ``user_id``: integrate the prepared batch, then decay,
+    in the scope the user's cycles write.
 
     ``MemoryStore.commit_offline`` runs it inside the cycle's transaction; ``delta`` is what
     ``KnowledgeGraph.refresh`` applies once the cycle committed.
@@ -388,11 +495,13 @@ class CycleUpdate:
 
     graph: KnowledgeGraph
     plan: GraphPlan | None
+    user_id: str
     decay: bool = True
     delta: GraphDelta = field(default_factory=GraphDelta)
 
     def apply(self, tx: GraphTransaction, cycle: int, now: float) -> dict[str, int]:
-        self.delta = self.graph.integrate(tx, self.plan, now, cycle) if self.plan is not None else GraphDelta()
+        scope = self.graph.scope_of(self.user_id)
+        self.delta = self.graph.integrate(tx, self.plan, now, cycle) if self.plan is not None else GraphDelta(scope=scope)
         if self.decay:
             self.graph.decay(tx, cycle, self.delta)
         return dict(self.delta.counts)

@@ -229,7 +229,7 @@ class TwoStageRetriever:
             if mtm_q:
                 keep(self._hybrid(hq.text, qvec, mtm_q, plan, user_id, now))
             if ltm_q:
-                keep(self._ltm(hq.text, qvec, ltm_q))
+                keep(self._ltm(hq.text, qvec, ltm_q, user_id))
         first = sorted(best.items(), key=lambda kv: -kv[1].score)[:budget]
         if self.hop_seeds and self.hop_extra and first:
             first += self._second_hop(plan, user_id, qvecs[0], first, now)
@@ -285,10 +285,11 @@ class TwoStageRetriever:
         cross = math.ceil(quota * self.cross_share) if self.routing == "concurrent" else 0
         return (quota, cross) if route is Route.MTM else (cross, quota)
 
-    def _ltm(self, text: str, qvec: np.ndarray, quota: int) -> list[tuple[Any, Hit]]:
-        """LTM nodes for one HQ: hybrid seeds expanded along edges, as knowledge hits."""
+    def _ltm(self, text: str, qvec: np.ndarray, quota: int, user_id: str) -> list[tuple[Any, Hit]]:
+        """LTM nodes for one HQ, from the graph ``user_id`` may read: hybrid seeds expanded along edges, as
+        knowledge hits."""
         out = []
-        for node, score, rendered in self.ltm.search(qvec, text, quota, self.ltm_hops, self.w_lexical):
+        for node, score, rendered in self.ltm.search(qvec, text, quota, self.ltm_hops, self.w_lexical, user_id=user_id):
             item = MemoryItem(
                 id=f"ltm:{node.id}", user_id="", text=rendered, provenance=[], created_at=node.first_seen,
                 event_time=node.last_seen, last_access=node.last_seen, kind=ItemKind.KNOWLEDGE, topic=node.text,

@@ -8,6 +8,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -16,14 +17,15 @@ from pydantic import (
     model_validator,
 )
 
-from lightmem.messages import MAX_BUDGET
+from lightmem.messages import MAX_BUDGET, MAX_ID_CHARS, MAX_K
 from lightmem.types import ComposedContext, HistoryEvent, Hit, MemoryItem
 
-MAX_K = 200
 MAX_LIMIT = 1000  # memories in one listing
 MAX_OFFSET = 2**31 - 1  # a listing's offset: more items than any store holds, less than any database's integer
 
-UserId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")]
+UserId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=r"\S")]
+# Speakers, turn and session ids: names, bounded as the Python API bounds them (lightmem.messages).
+Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
 USER_DOC = "The user whose memories these are: the partition, never a filter."
 Text = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 # A Unix time (seconds) or a date string lightmem parses ("1:56 pm on 8 May, 2023", ISO 8601...).
@@ -40,11 +42,12 @@ def _whole_number(value: object) -> object:
     return value
 
 
-# Counts, bounded (the bounds are in the OpenAPI schema: the validator comes after them).
-K = Annotated[int, Field(ge=1, le=MAX_K), BeforeValidator(_whole_number)]
-Budget = Annotated[int, Field(ge=1, le=MAX_BUDGET), BeforeValidator(_whole_number)]
-Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT), BeforeValidator(_whole_number)]
-Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET), BeforeValidator(_whole_number)]
+# Counts, bounded (the bounds are in the OpenAPI schema: the validator comes after them), and strict wherever
+# they are used (the MCP tools' arguments too): "5" is no number.
+K = Annotated[int, Strict(), Field(ge=1, le=MAX_K), BeforeValidator(_whole_number)]
+Budget = Annotated[int, Strict(), Field(ge=1, le=MAX_BUDGET), BeforeValidator(_whole_number)]
+Limit = Annotated[int, Strict(), Field(ge=1, le=MAX_LIMIT), BeforeValidator(_whole_number)]
+Offset = Annotated[int, Strict(), Field(ge=0, le=MAX_OFFSET), BeforeValidator(_whole_number)]
 
 
 class _Request(BaseModel):
@@ -54,17 +57,17 @@ class _Request(BaseModel):
 
 
 class Message(_Request):
-    speaker: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(examples=["Caroline"])
+    speaker: Name = Field(examples=["Caroline"])
     text: Text = Field(examples=["I went to a LGBTQ support group yesterday."])
     timestamp: Timestamp | None = Field(None, description="When it was said; defaults to now.")
-    id: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = Field(
+    id: Name | None = Field(
         None, description="Turn id: a retried request with the same ids stores nothing twice.")
 
 
 class AddRequest(_Request):
     user_id: UserId = Field(description=USER_DOC, examples=["alice"])
     messages: list[Message] = Field(min_length=1)
-    session_id: str | None = None
+    session_id: Name | None = None
 
 
 class SearchFilters(_Request):

@@ -13,7 +13,7 @@ from lightmem.server.settings import ENV, ServeSettings, open_memory
 def app_from_env() -> FastAPI:
     """The app of one worker, from the settings ``serve`` left in the environment (uvicorn's factory)."""
     s = ServeSettings.from_env()
-    return create_app(lambda: open_memory(s.store, s.encoder, s.selector, s.cache_mb), KeyRing.load(s.keys), s.max_body_bytes)
+    return create_app(lambda: open_memory(s.store, s.encoder, s.selector, s.cache_mb, s.max_turn_chars), KeyRing.load(s.keys), s.max_body_bytes)
 
 
 def serve(settings: ServeSettings) -> None:

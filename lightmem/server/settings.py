@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from lightmem.build import ENCODERS  # --encoder of a new store (an existing one reopens with its own); None: the trained default
 from lightmem.errors import LightMemError
 from lightmem.memory import Memory
+from lightmem.messages import MAX_TURN_CHARS
 
 log = logging.getLogger(__name__)
 ENV = "LIGHTMEM_SERVE"  # a worker process reads its ServeSettings from here (uvicorn starts workers by import string)
@@ -29,6 +30,7 @@ class ServeSettings:
         selector: Stage 2: ``trained`` (the learned ranker) or ``none`` (the Stage-1 order).
         max_body_bytes: Larger request bodies get 413.
         cache_mb: Ceiling (MiB) of each worker's per-user in-memory views (None: the store's default).
+        max_turn_chars: Longer turns are refused (422).
     """
 
     store: str
@@ -40,6 +42,7 @@ class ServeSettings:
     selector: str = "trained"
     max_body_bytes: int = 1 << 20
     cache_mb: float | None = None
+    max_turn_chars: int = MAX_TURN_CHARS
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -52,7 +55,8 @@ class ServeSettings:
         return cls(**json.loads(raw))
 
 
-def open_memory(store: str, encoder: str | None = None, selector: str = "trained", cache_mb: float | None = None) -> Memory:
+def open_memory(store: str, encoder: str | None = None, selector: str = "trained", cache_mb: float | None = None,
+                max_turn_chars: int = MAX_TURN_CHARS) -> Memory:
     """Open a store (a folder or a ``postgresql://`` URI) for serving: an existing store with the embedder that wrote it, a new one with ``encoder``.
 
     Raises:
@@ -73,4 +77,4 @@ def open_memory(store: str, encoder: str | None = None, selector: str = "trained
     embedder = embedder_for(ENCODERS[encoder]) if encoder and not stored else None
     options = {} if cache_mb is None else {"cache_mb": cache_mb}
     return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),
-                       **options)
+                       max_turn_chars=max_turn_chars, **options)

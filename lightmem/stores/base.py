@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from lightmem.stores.rows import SHARED_SCOPE
 from lightmem.types import Edge, EdgeType, Filters, HistoryEvent, KnowledgeNode, MemoryItem, NodeKind, Turn
 
 # B, the active items a user keeps before the least retained are archived: every backend and every entry
@@ -62,15 +63,19 @@ class OfflineCommit:
 
 
 class GraphTransaction(Protocol):
-    """The LTM graph's writes, valid only inside ``MemoryStore.commit_offline``."""
+    """The LTM graph's writes, valid only inside ``MemoryStore.commit_offline`` (and ``delete_user``).
+
+    Nodes and edges belong to a scope: a user id (that user's own graph) or ``rows.SHARED_SCOPE`` (the
+    shared graph, the default of these calls); a key is unique within its scope, an id everywhere.
+    """
 
     def node(self, nid: int) -> KnowledgeNode | None: ...
 
-    def node_by_key(self, key: str) -> KnowledgeNode | None: ...
+    def node_by_key(self, key: str, scope: str = SHARED_SCOPE) -> KnowledgeNode | None: ...
 
     def insert_node(self, key: str, kind: NodeKind, text: str, facts: list[str], confidence: float, evidence: int,
-                    now: float, cycle: int, vector: np.ndarray) -> int:
-        """Insert an active node; returns its id."""
+                    now: float, cycle: int, vector: np.ndarray, scope: str = SHARED_SCOPE) -> int:
+        """Insert an active node in ``scope``; returns its id."""
         ...
 
     def save_node(self, node: KnowledgeNode, vector: np.ndarray) -> None:
@@ -87,16 +92,32 @@ class GraphTransaction(Protocol):
         ...
 
     def insert_edge(self, src: int, dst: int, type: EdgeType, label: str, confidence: float, evidence: int, now: float,
-                    cycle: int) -> None: ...
+                    cycle: int, scope: str = SHARED_SCOPE) -> None: ...
 
     def both_active(self, a: int, b: int) -> bool:
         """Whether two distinct nodes exist and are active."""
         ...
 
-    def decay(self, factor: float, cycle: int, strong_evidence: int, drop_below: float) -> tuple[list[int], int]:
-        """Scale the confidence of active units last seen before ``cycle`` with less than
+    def add_sources(self, nid: int, user_id: str, facts: Sequence[tuple[str, int]]) -> None:
+        """Record that ``user_id`` supported a shared node: (``rows.fact_digest`` of a statement, evidence) pairs,
+        added to what was recorded."""
+        ...
+
+    def add_edge_source(self, src: int, dst: int, type: EdgeType, user_id: str, evidence: int) -> None:
+        """Record that ``user_id`` supported a shared edge ``evidence`` more times."""
+        ...
+
+    def decay(self, factor: float, cycle: int, strong_evidence: int, drop_below: float,
+              scope: str = SHARED_SCOPE) -> tuple[list[int], int]:
+        """Scale the confidence of ``scope``'s active units last seen before ``cycle`` with less than
         ``strong_evidence``; deactivate nodes below ``drop_below`` and edges below it or touching
         an inactive node. Returns (ids of the nodes dropped, number of edges dropped)."""
+        ...
+
+    def erase_user(self, user_id: str, encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
+        """Remove the user's own graph, and from the shared graph what only the user supported (nodes, edges,
+        statements); ``encode`` re-embeds the shared nodes whose statements changed. Returns ``ltm_nodes``,
+        ``ltm_edges`` (deleted) and ``ltm_facts`` (statements removed from nodes others keep)."""
         ...
 
 
@@ -109,7 +130,8 @@ class GraphUpdate(Protocol):
 
 
 class GraphStore(Protocol):
-    """Reads of the LTM graph's tables (no user id: the graph holds de-identified knowledge only)."""
+    """Reads of the LTM graph's tables: de-identified knowledge, partitioned by scope (a user id, or
+    ``rows.SHARED_SCOPE``; ``scope=None``: every scope, the operator's listings)."""
 
     def data_version(self) -> int:
         """A number that changes when another process commits (cheap: polled before each search)."""
@@ -119,21 +141,25 @@ class GraphStore(Protocol):
         """The newest committed cycle (0 before the first)."""
         ...
 
-    def active_nodes(self) -> tuple[list[KnowledgeNode], np.ndarray]:
-        """Active nodes by id and their vectors (one row each, float32)."""
+    def generation(self) -> tuple[int, int]:
+        """(newest cycle, erasures so far): changes whenever the graph's contents do."""
         ...
 
-    def active_edges(self) -> list[Edge]: ...
+    def active_nodes(self, scope: str | None = None) -> tuple[list[KnowledgeNode], np.ndarray]:
+        """Active nodes of ``scope`` by id and their vectors (one row each, float32)."""
+        ...
+
+    def active_edges(self, scope: str | None = None) -> list[Edge]: ...
 
     def node(self, nid: int) -> KnowledgeNode | None: ...
 
-    def node_by_key(self, key: str) -> KnowledgeNode | None: ...
+    def node_by_key(self, key: str, scope: str = SHARED_SCOPE) -> KnowledgeNode | None: ...
 
-    def nodes(self, include_dropped: bool = False) -> list[KnowledgeNode]:
+    def nodes(self, include_dropped: bool = False, scope: str | None = None) -> list[KnowledgeNode]:
         """Nodes by id."""
         ...
 
-    def edges(self, include_dropped: bool = False) -> list[Edge]:
+    def edges(self, include_dropped: bool = False, scope: str | None = None) -> list[Edge]:
         """Edges by (src, dst)."""
         ...
 
@@ -236,8 +262,10 @@ class ItemStore(Protocol):
         other item cites or the write path buffers; returns ``{"items": 1, "turns": n}``."""
         ...
 
-    def delete_user(self, user_id: str) -> dict[str, int]:
-        """Erase the user's items, turns, history, pending marks and consolidation marks; returns counts."""
+    def delete_user(self, user_id: str, encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
+        """Erase the user's items, turns, history, pending marks and consolidation marks, and in the same
+        transaction what the LTM graph holds of the user (``GraphTransaction.erase_user``; ``encode`` re-embeds
+        the shared nodes that lose statements); returns counts (``ltm_nodes``, ``ltm_edges``, ``ltm_facts`` too)."""
         ...
 
     def history(self, user_id: str, item_id: str) -> list[HistoryEvent]: ...
@@ -314,7 +342,8 @@ class OfflineStore(Protocol):
                        before_commit: Callable[[], None] | None = None) -> OfflineCommit:
         """Commit one consolidation cycle in one transaction: a new cycle, the graph update,
         the MTM changes, ``before_commit`` (raise there to roll everything back) and the cycle's
-        stats. Changes to items deleted or archived since the cycle read them are skipped."""
+        stats. Changes to items deleted or archived since the cycle read them are skipped, and so is
+        the graph update when none of the items the cycle marks is left (the user was erased meanwhile)."""
         ...
 
 

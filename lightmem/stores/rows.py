@@ -1,11 +1,13 @@
 """The backend-free rules of a store's rows, which both backends call: the column order of an item
 and of the LTM graph's nodes and edges, an item row turned back into a ``MemoryItem``, which items a
-consolidation cycle takes first and which capacity archives, which fields an update may change, and
-when an update erases an item's earlier texts."""
+consolidation cycle takes first and which capacity archives, which fields an update may change,
+when an update erases an item's earlier texts, and what erasing a user does to the shared LTM graph."""
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,3 +72,89 @@ def forgets_old_text(old_text: str, fields: Mapping[str, Any], keep_history: boo
     """Whether an update erases the item's earlier texts from its history: it changes the text and
     the caller did not ask to keep history."""
     return "text" in fields and fields["text"] != old_text and not keep_history
+
+
+# -- the LTM graph's partitions (scopes) --------------------------------------------------------------------
+SHARED_SCOPE = ""  # the scope of the shared graph (``LTMOptions.scope="shared"``); no user id is empty
+
+
+def node_document(name: str, facts: Sequence[str]) -> str:
+    """What an LTM node's embedding and BM25 entry are computed from."""
+    return name + (": " + " | ".join(facts) if facts else "")
+
+
+def fact_digest(statement: str) -> str:
+    """The key under which a shared node records who stated ``statement`` (``ltm_sources.fact``)."""
+    return hashlib.sha256(statement.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass
+class SharedErasure:
+    """What erasing one user does to the shared graph (``shared_erasure``).
+
+    Attributes:
+        nodes: Nodes every recorded piece of evidence of which came from the user: deleted.
+        kept: Nodes other users support too: node id → (facts kept, evidence left), for those that change.
+        facts_removed: Statements removed from the kept nodes (stated by the user and no one else).
+        edges: Edges only the user supported: deleted.
+        edge_evidence: Edges others support too: (src, dst, type) → evidence left.
+    """
+
+    nodes: list[int] = field(default_factory=list)
+    kept: dict[int, tuple[list[str], int]] = field(default_factory=dict)
+    facts_removed: int = 0
+    edges: list[tuple[int, int, str]] = field(default_factory=list)
+    edge_evidence: dict[tuple[int, int, str], int] = field(default_factory=dict)
+
+
+def shared_erasure(user_id: str, node_sources: Sequence[Sequence[Any]], nodes: Mapping[int, tuple[list[str], int]],
+                   edge_sources: Sequence[Sequence[Any]], edges: Mapping[tuple[int, int, str], int]) -> SharedErasure:
+    """The shared graph without ``user_id``'s contributions.
+
+    Args:
+        user_id: The user being erased.
+        node_sources: Every ``ltm_sources`` row (node, user_id, fact digest, evidence) of the nodes the user supported.
+        nodes: Those nodes' (facts, evidence).
+        edge_sources: Every ``ltm_edge_sources`` row (src, dst, type, user_id, evidence) of the edges the user supported.
+        edges: Those edges' evidence.
+
+    A node (edge) whose only recorded contributor is the user goes; otherwise it loses the user's evidence and
+    the statements that the user alone stated. A statement another user stated as well stays: it came from them
+    too. Pure.
+    """
+    out = SharedErasure()
+    by_node: dict[int, list[Sequence[Any]]] = {}
+    for row in node_sources:
+        by_node.setdefault(int(row[0]), []).append(row)
+    for nid, rows in sorted(by_node.items()):
+        if nid not in nodes:
+            continue
+        mine = [r for r in rows if r[1] == user_id]
+        theirs = {r[2] for r in rows if r[1] != user_id}
+        if not mine:
+            continue
+        if len(mine) == len(rows):
+            out.nodes.append(nid)
+            continue
+        facts, evidence = nodes[nid]
+        only_mine = {r[2] for r in mine} - theirs
+        kept = [f for f in facts if fact_digest(f) not in only_mine]
+        left = max(1, evidence - sum(int(r[3]) for r in mine))
+        if kept != facts or left != evidence:
+            out.kept[nid] = (kept, left)
+            out.facts_removed += len(facts) - len(kept)
+    by_edge: dict[tuple[int, int, str], list[Sequence[Any]]] = {}
+    for row in edge_sources:
+        by_edge.setdefault((int(row[0]), int(row[1]), str(row[2])), []).append(row)
+    gone = set(out.nodes)
+    for key, rows in sorted(by_edge.items()):
+        if key not in edges:
+            continue
+        mine = [r for r in rows if r[3] == user_id]
+        if not mine:
+            continue
+        if len(mine) == len(rows) or key[0] in gone or key[1] in gone:
+            out.edges.append(key)
+        else:
+            out.edge_evidence[key] = max(1, edges[key] - sum(int(r[4]) for r in mine))
+    return out

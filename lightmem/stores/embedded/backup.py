@@ -1,9 +1,11 @@
-"""Backup, restore and check of the embedded store (a PostgreSQL store uses ``pg_dump`` / ``pg_restore``).
+"""Backup, restore, check and compaction of the embedded store (a PostgreSQL store uses ``pg_dump`` /
+``pg_restore``, and ``postgres.maintenance`` to compact it).
 
 ``backup`` copies a consistent snapshot with SQLite's online backup API while other processes go on
-writing; ``restore`` verifies a backup, then puts it in place atomically; ``check`` runs SQLite's
-integrity check. A backup is itself a store: ``--store BACKUP.sqlite`` opens it. The commands
-``lightmem backup / restore / check`` call these.
+writing; ``restore`` verifies a backup, then puts it in place atomically, and only while no process
+has the store open (``openlock``); ``check`` runs SQLite's integrity check; ``compact`` rewrites the
+file without its free pages (``VACUUM``). A backup is itself a store: ``--store BACKUP.sqlite`` opens
+it. The commands ``lightmem backup / restore / check / compact`` call these.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from lightmem.errors import LightMemError, NotAStoreError, StoreCorruptError, StoreError, StoreFullError
 from lightmem.stores.embedded import faults as sqlite_faults
+from lightmem.stores.embedded import openlock
 from lightmem.stores.embedded.tables import MIGRATABLE, SCHEMA_VERSION, database_path, schema_version, store_label
 from lightmem.stores.factory import describe, is_server
 
@@ -38,6 +41,38 @@ class StoreSummary:
             return f"{count} {what}{'' if count == 1 else 's'}"
 
         return f"{n(self.users, 'user')}, {n(self.turns, 'turn')}, {n(self.items, 'item')} ({self.size / 1e6:.1f} MB)"
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What ``restore`` did: the store it wrote, and what that file held before.
+
+    Attributes:
+        summary: The restored store (``summary.path`` is the real file written, symbolic links resolved).
+        link: The path given, when it is (or passes through) a symbolic link to ``summary.path``.
+        replaced: What the file held before (None when there was no file or it could not be read).
+        replaced_note: Why ``replaced`` is None although a file was replaced (it could not be read).
+    """
+
+    summary: StoreSummary
+    link: Path | None = None
+    replaced: StoreSummary | None = None
+    replaced_note: str | None = None
+
+    def lines(self, store: str, backup_file: str) -> list[str]:
+        """The report the CLI prints."""
+        real = self.summary.path
+        out = [f"restored {store} from {backup_file}: {self.summary}"]
+        if self.link is not None:
+            what = "is a symbolic link" if self.link.is_symlink() else "leads through a symbolic link"
+            out.append(f"{self.link} {what}: the backup was written to the file it points to, {real} (the link stays)")
+        if self.replaced is not None:
+            out.append(f"replaced {real}, which held {self.replaced}; that copy is not kept")
+        elif self.replaced_note is not None:
+            out.append(f"replaced {real}, which {self.replaced_note}; that copy is not kept")
+        else:
+            out.append(f"created {real} (no store was there)")
+        return out
 
 
 def backup(location: str | Path, out: str | Path, force: bool = False) -> StoreSummary:
@@ -79,22 +114,28 @@ def backup(location: str | Path, out: str | Path, force: bool = False) -> StoreS
     return summary
 
 
-def restore(backup_file: str | Path, location: str | Path, force: bool = False) -> StoreSummary:
+def restore(backup_file: str | Path, location: str | Path, force: bool = False) -> Restored:
     """Put the backup ``backup_file`` in place as the store at ``location``, atomically.
 
-    The backup is checked first (a lightmem database that passes ``PRAGMA integrity_check``); then
-    it is copied beside the store, the store's stale ``-wal`` / ``-shm`` files are removed (SQLite
-    would replay an old log onto the new file) and the copy is renamed over the store. Stop every
-    process that uses the store first: one still running keeps writing to the replaced file.
+    The backup is checked first (a lightmem database that passes ``PRAGMA integrity_check``). Then,
+    holding the store's lock exclusively (``openlock``: no process may have the store open, and one
+    that opens it meanwhile waits), the backup is copied beside the store, the store's stale ``-wal`` /
+    ``-shm`` files are removed (SQLite would replay an old log onto the new file) and the copy is
+    renamed over the store. A ``location`` that is a symbolic link is followed: the file it points to
+    is replaced, and the link stays. The replaced store is not kept.
 
     Args:
         backup_file: A backup made by ``backup`` (or any lightmem store file or folder).
         location: The store to replace or create (folder or ``.sqlite`` file).
         force: Replace a store that holds turns or items, or that cannot be read.
 
+    Returns:
+        The restored store, the link followed (if any), and what the replaced file held.
+
     Raises:
         LightMemError: ``location`` is a PostgreSQL store (the message gives ``pg_restore``), the
             backup is missing, or the store holds data and ``force`` is not given.
+        StoreInUseError: another process has the store open (``--force`` does not override it).
         StoreError: the backup is unusable (nothing is changed then).
     """
     if is_server(location):
@@ -102,8 +143,10 @@ def restore(backup_file: str | Path, location: str | Path, force: bool = False) 
     src_db = database_path(backup_file)
     if not src_db.is_file():
         raise LightMemError(f"no backup at {backup_file}")
-    target = database_path(location)
-    if target.exists() and target.resolve() == src_db.resolve():
+    given = database_path(location)
+    target = given.resolve()  # a link is followed: its file is restored, the link stays
+    link = given if Path(os.path.abspath(given)) != target else None
+    if target.exists() and target == src_db.resolve():
         raise LightMemError(f"{backup_file} is the store itself; nothing to restore")
     try:
         src = sqlite_faults.open_read_only(src_db, store_label(src_db))
@@ -123,14 +166,16 @@ def restore(backup_file: str | Path, location: str | Path, force: bool = False) 
         if problems:
             raise StoreCorruptError(f"the backup {src_db} is corrupt (PRAGMA integrity_check: {'; '.join(problems[:5])}): "
                                     f"nothing was restored, and {target} is untouched. Use another backup.")
-        if not force:
-            _refuse_to_replace(target)
-        _write_copy(src, target)
+        with openlock.hold_exclusive(target, str(location), str(backup_file)):
+            if not force:
+                _refuse_to_replace(target)
+            replaced, note = _held(target)
+            _write_copy(src, target)
+            summary = summarize(target)
     finally:
         src.close()
-    summary = summarize(target)
-    log.info("restored %s from %s: %s", target, src_db, summary)
-    return summary
+    log.info("restored %s from %s: %s (replaced: %s)", target, src_db, summary, replaced or note or "nothing")
+    return Restored(summary, link, replaced, note)
 
 
 def check(location: str | Path) -> StoreSummary:
@@ -160,6 +205,85 @@ def check(location: str | Path) -> StoreSummary:
             f"{f'; and {len(problems) - 5} more' if len(problems) > 5 else ''}). Recover it from a backup with "
             f"`lightmem restore BACKUP --store {label} --force`, or salvage what is readable with `sqlite3 {db} .recover`.")
     return summarize(db)
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """What ``compact`` did to a store (either backend).
+
+    Attributes:
+        location: The store, as shown to users (a URI without its password).
+        before: Bytes the store's files (PostgreSQL: its tables, with their indexes) took before.
+        after: The same after.
+        steps: What was run, in order.
+        remaining: Where erased text may still be found afterwards, and why (empty: nowhere the
+            command could reach).
+    """
+
+    location: str
+    before: int
+    after: int
+    steps: tuple[str, ...]
+    remaining: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        """The report the CLI prints."""
+        out = [f"compacted {self.location}: {self.before / 1e6:.1f} MB -> {self.after / 1e6:.1f} MB ({'; '.join(self.steps)})"]
+        out += [f"not cleared: {r}" for r in self.remaining]
+        return out
+
+
+def compact(location: str | Path, wal: bool = False) -> Compacted:
+    """Rewrite the store so that its files keep nothing of what was deleted, and give the space back.
+
+    The embedded store: ``VACUUM`` (the file is rewritten without its free pages, and shrinks), then
+    the write-ahead log is copied in and truncated. Deleted text is already zeroed in the file
+    (``secure_delete``) and the log is emptied after each deletion, so this reclaims space rather
+    than erases. A PostgreSQL store: ``postgres.maintenance.compact`` (``VACUUM FULL``, which erasure
+    needs there; ``wal`` also cycles the server's write-ahead log).
+
+    Args:
+        location: The store (folder, ``.sqlite`` file or ``postgresql://`` URI).
+        wal: PostgreSQL only: also push the server's WAL segments that may hold deleted text out of
+            ``pg_wal`` (needs a superuser). The embedded store always empties its log.
+
+    Raises:
+        LightMemError: no store there.
+        StoreError: the store cannot be written (a subclass says why), or another process held the
+            database longer than the busy timeout.
+    """
+    if is_server(location):
+        from lightmem.stores.postgres.maintenance import compact as compact_postgres
+
+        return compact_postgres(str(location), wal=wal)
+    db = database_path(location)
+    if not db.is_file():
+        raise LightMemError(f"no lightmem store at {location}: nothing to compact")
+    label = store_label(db)
+
+    def size() -> int:
+        return sum(p.stat().st_size for p in (db, Path(f"{db}-wal")) if p.exists())
+
+    before = size()
+    with openlock.hold_shared(db, label):  # not while a restore replaces the file
+        con = sqlite_faults.connect(db, label, 30.0)
+        try:
+            if schema_version(con, db) is None:
+                raise NotAStoreError(f"{db} holds no lightmem store yet (no tables): nothing to compact")
+            try:
+                con.execute("VACUUM")
+                busy, _, _ = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise StoreError(f"cannot compact the lightmem store at {label}: another process kept it busy "
+                                     f"({exc}); run `lightmem compact --store {label}` again later") from exc
+                raise
+        finally:
+            con.close()
+    remaining = () if busy == 0 else (
+        f"the write-ahead log {db.name}-wal: another process was reading, so the log could not be truncated; "
+        f"it empties at the next checkpoint (at the latest when the last process closes the store)",)
+    return Compacted(label, before, size(), ("VACUUM", "wal_checkpoint(TRUNCATE)"), remaining)
 
 
 def integrity_problems(con: sqlite3.Connection) -> list[str]:
@@ -207,6 +331,16 @@ def without_password(uri: str) -> str:
         netloc = f"{cred.split(':', 1)[0]}@{hosts}"
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"])
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _held(target: Path) -> tuple[StoreSummary | None, str | None]:
+    """What the file about to be replaced holds, or why that cannot be told ((None, None): no file)."""
+    if not target.exists():
+        return None, None
+    try:
+        return summarize(target), None
+    except (StoreError, sqlite3.Error) as exc:
+        return None, f"could not be read ({type(exc).__name__}; {target.stat().st_size / 1e6:.1f} MB)"
 
 
 def _refuse_to_replace(target: Path) -> None:

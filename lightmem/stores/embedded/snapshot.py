@@ -6,6 +6,10 @@ A snapshot is a cache, never the source of truth: it records the change-log posi
 and the store replays the user's item changes since then on load (or rebuilds from the tables when
 those changes were pruned, or are many). The blob is an uncompressed ``.npz`` read with
 ``allow_pickle=False``; a blob that does not parse is ignored (rebuilt), not trusted.
+
+A snapshot never outlives an erasure: deleting an item (or forgetting its old text) drops its user's
+snapshot, and a snapshot is written only if nothing was erased after the position it reflects (a
+view read before another process's deletion may still hold the item: ``put_view_snapshot``).
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import numpy as np
 from lightmem.stores.views.lexical import LexicalIndex
 from lightmem.stores.views.partition import IndexMeta, Partition, tags_of
 from lightmem.stores.views.vector import VectorIndex
+from lightmem.text import ANALYZER
 from lightmem.types import ItemKind
 
 FORMAT = 1
@@ -37,7 +42,7 @@ def dump(part: Partition) -> bytes:
     ids = part.vectors.ids
     metas = [part.meta[int(r)] for r in ids.tolist()]
     tagged = [(i, sorted(m.tags)) for i, m in enumerate(metas) if m.tags]
-    header = {"format": FORMAT, "kinds": [k.value for k in ItemKind], "tags": tagged}
+    header = {"format": FORMAT, "analyzer": ANALYZER, "kinds": [k.value for k in ItemKind], "tags": tagged}
     lex = {f"lex_{k}": v for k, v in part.lexical.export().items()}
     graph = part.vectors.to_bytes()  # an HNSW graph is kept (it holds the vectors too): rebuilding it is slow
     vectors = {"vecs": part.vectors.vecs} if graph is None else {"hnsw": graph}
@@ -66,6 +71,8 @@ def load(blob: bytes, dim: int, kind: str = "flat", device: str = "cpu") -> Part
         header = json.loads(bytes(a["header"]).decode())
         if header.get("format") != FORMAT:
             raise SnapshotError(f"snapshot format {header.get('format')!r}, this code reads {FORMAT}")
+        if header.get("analyzer", 1) != ANALYZER:  # its BM25 terms come from another text analysis: rebuilt
+            raise SnapshotError(f"snapshot terms of text analysis {header.get('analyzer', 1)}, this code's is {ANALYZER}")
         ids = a["ids"]
         vectors = VectorIndex.from_hnsw_bytes(ids, a["hnsw"]) if "hnsw" in a else None
         vecs = a["vecs"] if vectors is None else vectors.vecs

@@ -32,7 +32,7 @@ import numpy as np
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.stores.access import AccessBuffer
 from lightmem.stores.base import DEFAULT_CAPACITY, DEFAULT_RETENTION_HALF_LIFE_DAYS, GraphUpdate, OfflineChanges, OfflineCommit
-from lightmem.stores.embedded import offline
+from lightmem.stores.embedded import offline, openlock
 from lightmem.stores.embedded import snapshot as view_snapshot
 from lightmem.stores.embedded.eviction import evict
 from lightmem.stores.embedded.graph import SQLiteGraph, SQLiteGraphTransaction
@@ -96,7 +96,13 @@ class MTMStore:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
         db = database_path(path)
-        self.sql = SQLiteTables(db, synchronous=synchronous)
+        # Held until close(): `lightmem restore` refuses meanwhile, and this waits for one in progress (openlock).
+        self._open_lock = openlock.hold_shared(db, str(path))
+        try:
+            self.sql = SQLiteTables(db, synchronous=synchronous)
+        except BaseException:
+            self._open_lock.release()
+            raise
         self.path = db
         self.dim, self.embedder = dim, embedder
         self.capacity = capacity
@@ -241,13 +247,22 @@ class MTMStore:
             log.warning("user %s: ignoring the view snapshot (rebuilding from the tables): %s", user_id, exc)
             return None
         if rids:
+            held = [r for r in rids if r in part.vectors]
             self._replay(part, user_id, rids)
-            if len(rids) >= max(_REPLAY_MIN, n // 20):
+            left = [r for r in held if r not in part.vectors]
+            # A snapshot holding an item deleted since outlived the deletion (one written before writes checked
+            # for erasures): rewritten, so that the item's vector and terms leave the file.
+            if len(rids) >= max(_REPLAY_MIN, n // 20) or (left and self.sql.any_deleted(left)):
                 self._snapshot(user_id, seq, part)
         return part
 
     def _snapshot(self, user_id: str, seq: int, part: Partition) -> None:
+        """Store ``part``, which reflects every change through ``seq``, as the user's snapshot; not when an
+        item was erased after ``seq`` (the view may hold it: ``put_view_snapshot`` checks again as it writes)."""
         try:
+            if self.sql.erased_through() > seq:
+                log.debug("user %s: view snapshot not written (an item was erased while it was built)", user_id)
+                return
             written = self.sql.put_view_snapshot(user_id, seq, len(part.vectors), view_snapshot.dump(part))
         except (StoreError, sqlite3.Error, ValueError, KeyError, MemoryError) as exc:
             # A cache: a failed write (a full disk, a blob over SQLite's limit) costs a rebuild later, not this read.
@@ -397,14 +412,16 @@ class MTMStore:
             self.sql.erase_log()
             return {"items": 1, "turns": turns}
 
-    def delete_user(self, user_id: str) -> dict[str, int]:
-        """Erase a user's turns, items and history everywhere. Returns what was removed."""
+    def delete_user(self, user_id: str, encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
+        """Erase a user's turns, items and history everywhere, and what the LTM graph holds of the user
+        (``SQLiteGraphTransaction.erase_user``), in one transaction. Returns what was removed."""
         with self._lock:
             with self.sql.transaction() as c:
                 counts = {
                     table: c.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,)).rowcount
                     for table in ("items", "turns", "history", "pending", "consolidated")
                 }
+                counts.update(SQLiteGraphTransaction(c).erase_user(user_id, encode))
             self._parts.pop(user_id)
             self._access.forget(user_id)
             self.sql.erase_log()
@@ -497,6 +514,11 @@ class MTMStore:
         with self.sql.lock:
             with self.sql.transaction() as c:
                 cycle = SQLiteGraph.new_cycle(c, now)
+                marked = [m[0] for m in changes.marks]
+                if graph is not None and marked and not c.execute(
+                        f"SELECT 1 FROM items WHERE user_id = ? AND id IN ({', '.join('?' * len(marked))}) LIMIT 1",
+                        (user_id, *marked)).fetchone():
+                    graph = None  # every item of the batch was deleted meanwhile (the user, erased): it teaches nothing
                 graph_counts = dict(graph.apply(SQLiteGraphTransaction(c), cycle, now)) if graph is not None else {}
                 delta = offline.apply(self.sql, c, user_id, changes, cycle, now)
                 if before_commit is not None:
@@ -534,7 +556,10 @@ class MTMStore:
             self.flush()
             self.sql.prune_changes(self._keep_changes)
         finally:
-            self.sql.close()
+            try:
+                self.sql.close()
+            finally:
+                self._open_lock.release()  # after the database closes (its last close checkpoints the log)
 
     @staticmethod
     def new_id() -> str:

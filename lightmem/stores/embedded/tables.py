@@ -30,8 +30,10 @@ from lightmem.types import HistoryEvent, MemoryItem, Turn
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "3"
-MIGRATABLE = {"1", "2"}  # older versions this code upgrades in place (every change is additive)
+SCHEMA_VERSION = "4"
+# Older versions this code upgrades in place: every change is additive, except that schema 4 rebuilds
+# ltm_nodes (a key became unique per scope), keeping every row (``_scope_ltm``).
+MIGRATABLE = {"1", "2", "3"}
 _BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
@@ -86,23 +88,73 @@ CREATE TABLE IF NOT EXISTS view_snapshots (
 );
 CREATE TRIGGER IF NOT EXISTS items_drop_snapshot AFTER DELETE ON items
 BEGIN DELETE FROM view_snapshots WHERE user_id = OLD.user_id; END;
+-- The change-log position of the newest erasure (a change whose item row is gone: a deletion; a
+-- redacting update sets it too, ``forget_history_texts``), so that a snapshot built before it, and
+-- written after it by another process, is refused (``put_view_snapshot``). One number for all users:
+-- it names no one, and outlives ``delete_user``.
+CREATE TRIGGER IF NOT EXISTS item_changes_mark_erasure AFTER INSERT ON item_changes
+WHEN NOT EXISTS (SELECT 1 FROM items WHERE rid = NEW.rid)
+BEGIN INSERT OR REPLACE INTO meta (key, value) VALUES ('erased_through', NEW.seq); END;
 -- schema 3: the LTM graph (schema-2 stores made these tables on first LTM use, unversioned;
--- IF NOT EXISTS keeps theirs). No user id and no link back to MTM: de-identified knowledge only.
+-- IF NOT EXISTS keeps theirs). No link back to MTM: de-identified knowledge only.
+-- schema 4: every node and edge belongs to a scope: the user id of the user whose episodes it came
+-- from (the default, per-user LTM), or '' for the shared graph; a key is unique within its scope.
+-- The shared graph records which users supported each node, statement and edge (ltm_sources,
+-- ltm_edge_sources) so that erasing a user removes what only that user said.
 CREATE TABLE IF NOT EXISTS ltm_nodes (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, text TEXT NOT NULL,
-  facts TEXT NOT NULL DEFAULT '[]', confidence REAL NOT NULL, evidence INTEGER NOT NULL,
+  id INTEGER PRIMARY KEY AUTOINCREMENT, scope TEXT NOT NULL DEFAULT '', key TEXT NOT NULL, kind TEXT NOT NULL,
+  text TEXT NOT NULL, facts TEXT NOT NULL DEFAULT '[]', confidence REAL NOT NULL, evidence INTEGER NOT NULL,
   first_seen REAL NOT NULL, last_seen REAL NOT NULL, last_cycle INTEGER NOT NULL, active INTEGER NOT NULL DEFAULT 1,
   embedding BLOB NOT NULL
 );
+CREATE UNIQUE INDEX IF NOT EXISTS ltm_nodes_scope_key ON ltm_nodes (scope, key);
 CREATE TABLE IF NOT EXISTS ltm_edges (
   src INTEGER NOT NULL, dst INTEGER NOT NULL, type TEXT NOT NULL, label TEXT NOT NULL DEFAULT '',
   confidence REAL NOT NULL, evidence INTEGER NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
-  last_cycle INTEGER NOT NULL, active INTEGER NOT NULL DEFAULT 1,
+  last_cycle INTEGER NOT NULL, active INTEGER NOT NULL DEFAULT 1, scope TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (src, dst, type)
 );
 CREATE INDEX IF NOT EXISTS ltm_edges_dst ON ltm_edges (dst);
+CREATE INDEX IF NOT EXISTS ltm_edges_scope ON ltm_edges (scope);
 CREATE TABLE IF NOT EXISTS ltm_cycles (cycle INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, stats TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS ltm_sources (
+  node INTEGER NOT NULL, user_id TEXT NOT NULL, fact TEXT NOT NULL, evidence INTEGER NOT NULL,
+  PRIMARY KEY (node, user_id, fact)
+);
+CREATE INDEX IF NOT EXISTS ltm_sources_by_user ON ltm_sources (user_id);
+CREATE TABLE IF NOT EXISTS ltm_edge_sources (
+  src INTEGER NOT NULL, dst INTEGER NOT NULL, type TEXT NOT NULL, user_id TEXT NOT NULL, evidence INTEGER NOT NULL,
+  PRIMARY KEY (src, dst, type, user_id)
+);
+CREATE INDEX IF NOT EXISTS ltm_edge_sources_by_user ON ltm_edge_sources (user_id);
 """
+
+def _scope_ltm(c: sqlite3.Connection) -> bool:
+    """Schema 4, first half (inside the schema transaction, before ``_SCHEMA``): a graph made before
+    scopes gets a scope column on its edges, and its node table is renamed for ``_copy_legacy_nodes``
+    (SQLite cannot drop the old ``UNIQUE (key)``). Returns whether there is a node table to copy."""
+    def columns(table: str) -> set[str]:
+        return {r[1] for r in c.execute(f"PRAGMA table_info({table})").fetchall()}
+
+    edges = columns("ltm_edges")
+    if edges and "scope" not in edges:
+        c.execute("ALTER TABLE ltm_edges ADD COLUMN scope TEXT NOT NULL DEFAULT ''")
+    nodes = columns("ltm_nodes")
+    if not nodes or "scope" in nodes:
+        return False
+    c.execute("ALTER TABLE ltm_nodes RENAME TO ltm_nodes_unscoped")
+    return True
+
+
+def _copy_legacy_nodes(c: sqlite3.Connection) -> None:
+    """Schema 4, second half: the nodes of a graph made before scopes, every row kept as it was, go to
+    the shared scope (''): the graph was shared by every user then. Only an operator who opts into the
+    shared graph (``LTMOptions(scope="shared")``) reads them; who stated what was not recorded, so a
+    user's erasure cannot attribute these statements."""
+    cols = "id, key, kind, text, facts, confidence, evidence, first_seen, last_seen, last_cycle, active, embedding"
+    c.execute(f"INSERT INTO ltm_nodes (scope, {cols}) SELECT '', {cols} FROM ltm_nodes_unscoped ORDER BY id")
+    c.execute("DROP TABLE ltm_nodes_unscoped")
+
 
 def _row_to_turn(r: tuple) -> Turn:
     """(turn_id, speaker, text, timestamp, session_id, caption, metadata) → Turn."""
@@ -145,8 +197,11 @@ class SQLiteTables:
                 version = schema_version(c, self.path)
                 if version is not None and version != SCHEMA_VERSION and version not in MIGRATABLE:
                     raise StoreError(f"{self.path} has schema version {version}; this lightmem reads {SCHEMA_VERSION}")
+                legacy = _scope_ltm(c)
                 for stmt in _statements(_SCHEMA):
                     c.execute(stmt)
+                if legacy:
+                    _copy_legacy_nodes(c)
                 c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
         except BaseException as exc:
             self._conn.close()
@@ -284,14 +339,36 @@ class SQLiteTables:
             return None
         return (int(row[0][0]), int(row[0][1]), bytes(row[0][2])) if row else None
 
+    def any_deleted(self, rids: Sequence[int]) -> bool:
+        """Whether any of these row ids has no item row any more (its item was deleted)."""
+        found: set[int] = set()
+        for i in range(0, len(rids), 500):
+            chunk = [int(r) for r in rids[i : i + 500]]
+            found.update(r[0] for r in self.query(f"SELECT rid FROM items WHERE rid IN ({','.join('?' * len(chunk))})", chunk))
+        return len(found) < len(set(int(r) for r in rids))
+
+    def erased_through(self, c: sqlite3.Connection | None = None) -> int:
+        """The change-log position of the newest erasure (an item deletion or a redacting update, by
+        any process; 0 for none); pass ``c`` inside a transaction."""
+        with self.lock:
+            row = (c or self._conn).execute("SELECT value FROM meta WHERE key = 'erased_through'").fetchone()
+        return int(row[0]) if row else 0
+
     def put_view_snapshot(self, user_id: str, seq: int, n: int, data: bytes, wait_ms: int = 50) -> bool:
-        """Store the user's view snapshot unless another process holds the write lock longer than
-        ``wait_ms`` (it is a cache: the next load tries again). Returns whether it was written."""
+        """Store the user's view snapshot, which reflects every change through ``seq``, unless an item
+        was erased after ``seq`` or another process holds the write lock longer than ``wait_ms`` (it
+        is a cache: the next load tries again). Returns whether it was written.
+
+        The erasure check runs in the writing transaction: a deletion another process commits while
+        this one builds the view dropped the snapshots there were, and the view may still hold the
+        erased item's vector and terms, so writing it would leave them in the file."""
         with self.lock:
             if self.read_only or self._conn.in_transaction:
                 return False
             try:
                 with self.transaction(wait_ms) as c:
+                    if self.erased_through(c) > seq:
+                        return False
                     c.execute("INSERT OR REPLACE INTO view_snapshots (user_id, seq, n, data) VALUES (?, ?, ?, ?)",
                               (user_id, seq, n, data))
             except sqlite3.OperationalError as exc:
@@ -368,10 +445,15 @@ class SQLiteTables:
 
     @staticmethod
     def forget_history_texts(c: sqlite3.Connection, user_id: str, item_id: str) -> None:
-        """Blank the texts of an item's history events; the events themselves stay."""
+        """Blank the texts of an item's history events; the events themselves stay. Its user's view
+        snapshot (it may hold the old text's terms) is dropped, and no snapshot built before this
+        change is written after it (``put_view_snapshot``): call it after the statement that changed
+        or deleted the item, whose change-log row then marks the erasure."""
         c.execute("UPDATE history SET old_text = NULL, new_text = NULL WHERE user_id = ? AND item_id = ?",
                   (user_id, item_id))
-        c.execute("DELETE FROM view_snapshots WHERE user_id = ?", (user_id,))  # it may hold the old text's terms
+        c.execute("DELETE FROM view_snapshots WHERE user_id = ?", (user_id,))
+        c.execute("INSERT OR REPLACE INTO meta (key, value) "
+                  "VALUES ('erased_through', (SELECT COALESCE(MAX(seq), 0) FROM item_changes))")
 
     @staticmethod
     def drop_uncited_turns(c: sqlite3.Connection, user_id: str, turn_ids: Sequence[str]) -> int:

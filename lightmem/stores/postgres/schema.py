@@ -22,11 +22,20 @@ from lightmem.errors import StoreError, StoreFullError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 URI_SCHEMES = ("postgresql://", "postgres://")
 _SCHEMA_LOCK = 0x6C6D0001  # advisory lock: one process creates or upgrades the schema, others wait
 CYCLE_LOCK = 0x6C6D0002  # advisory lock: consolidation cycles commit one at a time, in cycle order
 USER_LOCK_CLASS = 0x6C6D  # advisory lock (class, hash of user id): one writer per user at a time
+
+# Version 2: every LTM node and edge belongs to a scope (the user id of a per-user graph, '' for the shared
+# graph) and a node's key is unique within its scope. A version-1 graph was shared by every user: its rows
+# go to the shared scope, kept as they were, read only by a Memory opened with LTMOptions(scope="shared").
+_SCOPE_LTM = """
+ALTER TABLE ltm_nodes ADD COLUMN IF NOT EXISTS scope TEXT NOT NULL DEFAULT '';
+ALTER TABLE ltm_nodes DROP CONSTRAINT IF EXISTS ltm_nodes_key_key;
+ALTER TABLE ltm_edges ADD COLUMN IF NOT EXISTS scope TEXT NOT NULL DEFAULT '';
+"""
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
@@ -80,19 +89,32 @@ CREATE OR REPLACE TRIGGER items_changed
 AFTER INSERT OR DELETE OR UPDATE OF text, embedding, archived, superseded_by, valid_to, event_time, kind, topic, entities
 ON items FOR EACH ROW EXECUTE FUNCTION lightmem_item_changed();
 CREATE TABLE IF NOT EXISTS ltm_nodes (
-  id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, text TEXT NOT NULL,
+  id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
   facts TEXT NOT NULL DEFAULT '[]', confidence DOUBLE PRECISION NOT NULL, evidence INTEGER NOT NULL,
   first_seen DOUBLE PRECISION NOT NULL, last_seen DOUBLE PRECISION NOT NULL, last_cycle INTEGER NOT NULL,
-  active BOOLEAN NOT NULL DEFAULT TRUE, embedding vector({dim}) NOT NULL
+  active BOOLEAN NOT NULL DEFAULT TRUE, embedding vector({dim}) NOT NULL, scope TEXT NOT NULL DEFAULT ''
 );
+CREATE UNIQUE INDEX IF NOT EXISTS ltm_nodes_scope_key ON ltm_nodes (scope, key);
 CREATE TABLE IF NOT EXISTS ltm_edges (
   src BIGINT NOT NULL, dst BIGINT NOT NULL, type TEXT NOT NULL, label TEXT NOT NULL DEFAULT '',
   confidence DOUBLE PRECISION NOT NULL, evidence INTEGER NOT NULL, first_seen DOUBLE PRECISION NOT NULL,
   last_seen DOUBLE PRECISION NOT NULL, last_cycle INTEGER NOT NULL, active BOOLEAN NOT NULL DEFAULT TRUE,
+  scope TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (src, dst, type)
 );
 CREATE INDEX IF NOT EXISTS ltm_edges_dst ON ltm_edges (dst);
+CREATE INDEX IF NOT EXISTS ltm_edges_scope ON ltm_edges (scope);
 CREATE TABLE IF NOT EXISTS ltm_cycles (cycle INTEGER PRIMARY KEY, at DOUBLE PRECISION NOT NULL, stats TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS ltm_sources (
+  node BIGINT NOT NULL, user_id TEXT NOT NULL, fact TEXT NOT NULL, evidence INTEGER NOT NULL,
+  PRIMARY KEY (node, user_id, fact)
+);
+CREATE INDEX IF NOT EXISTS ltm_sources_by_user ON ltm_sources (user_id);
+CREATE TABLE IF NOT EXISTS ltm_edge_sources (
+  src BIGINT NOT NULL, dst BIGINT NOT NULL, type TEXT NOT NULL, user_id TEXT NOT NULL, evidence INTEGER NOT NULL,
+  PRIMARY KEY (src, dst, type, user_id)
+);
+CREATE INDEX IF NOT EXISTS ltm_edge_sources_by_user ON ltm_edge_sources (user_id);
 """
 
 
@@ -182,7 +204,9 @@ def ensure_schema(conn: Any, uri: str, dim: int, embedder: str) -> None:
                                  f"{SCHEMA_VERSION}: upgrade lightmem")
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             _check_identity(uri, meta, dim, embedder)
-        if version < SCHEMA_VERSION:  # migrations from older versions go here, in order
+        if 0 < version < 2:  # migrations from older versions go here, in order (then _TABLES adds what is new)
+            conn.execute(_SCOPE_LTM)
+        if version < SCHEMA_VERSION:
             conn.execute(_TABLES.replace("{dim}", str(int(dim))))
         conn.execute("INSERT INTO schema_version (version) VALUES (%s) ON CONFLICT DO NOTHING", (SCHEMA_VERSION,))
         conn.execute("INSERT INTO meta (key, value) VALUES ('dim', %s), ('embedder', %s) ON CONFLICT DO NOTHING",

@@ -371,8 +371,9 @@ class PostgresStore:
 
     def delete(self, user_id: str, item_id: str, now: float) -> dict[str, int]:
         """Erase one item: its row, the texts of its history (a ``DELETE`` event stays) and the turns it
-        came from that no other item cites. Returns the counts. (Dead row versions stay in the table
-        files until PostgreSQL vacuums them.)"""
+        came from that no other item cites. Returns the counts. (The dead row version stays readable in the
+        table file, and the text in the WAL, after a plain VACUUM too: ``postgres.maintenance.compact``,
+        ``lightmem compact``, clears them.)"""
         def op(cur: Any, _: bool) -> tuple[int, int]:
             row = cur.execute("DELETE FROM items WHERE user_id = %s AND id = %s RETURNING rid, provenance",
                               (user_id, item_id)).fetchone()
@@ -388,18 +389,23 @@ class PostgresStore:
             self._access.forget(user_id, rid)
         return {"items": 1, "turns": turns}
 
-    def delete_user(self, user_id: str) -> dict[str, int]:
-        """Erase a user's turns, items, history, pending and consolidation marks, and its change log."""
+    def delete_user(self, user_id: str, encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
+        """Erase a user's turns, items, history, pending and consolidation marks, its change log, and what the
+        LTM graph holds of the user (``PostgresGraphTransaction.erase_user``), in one transaction."""
         def op(cur: Any, _: bool) -> dict[str, int]:
+            # The graph is shared by every user's cycles: the cycle lock first, then the user's, as a cycle takes them.
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (pg_schema.CYCLE_LOCK,))
+            cur.execute(f"SELECT {_USER_LOCK}", (pg_schema.USER_LOCK_CLASS, user_id))
             counts = {table: cur.execute(f"DELETE FROM {table} WHERE user_id = %s", (user_id,)).rowcount
                       for table in ("items", "turns", "history", "pending", "consolidated")}
             cur.execute("DELETE FROM item_changes WHERE user_id = %s", (user_id,))
             # Every process's BM25 view of the user is now behind the pruned log: each reloads (empty).
             cur.execute("UPDATE item_versions SET version = version + 1, pruned_through = version + 1 WHERE user_id = %s",
                         (user_id,))
+            counts.update(PostgresGraphTransaction(cur).erase_user(user_id, encode))
             return counts
 
-        counts = self._write(op, user_id, "a user's deletion")
+        counts = self._write(op, None, "a user's deletion")
         with self._mutex:
             self._views.pop(user_id)
             self._access.forget(user_id)
@@ -522,7 +528,12 @@ class PostgresStore:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (pg_schema.CYCLE_LOCK,))
             cur.execute(f"SELECT {_USER_LOCK}", (pg_schema.USER_LOCK_CLASS, user_id))
             cycle = PostgresGraph.new_cycle(cur, now)
-            graph_counts = dict(graph.apply(PostgresGraphTransaction(cur), cycle, now)) if graph is not None else {}
+            live = graph
+            if graph is not None and changes.marks and cur.execute(
+                    "SELECT 1 FROM items WHERE user_id = %s AND id = ANY(%s) LIMIT 1",
+                    (user_id, [m[0] for m in changes.marks])).fetchone() is None:
+                live = None  # every item of the batch was deleted meanwhile (the user, erased): it teaches nothing
+            graph_counts = dict(live.apply(PostgresGraphTransaction(cur), cycle, now)) if live is not None else {}
             mtm = pg_offline.apply(cur, user_id, changes, cycle, now, _tags)
             if before_commit is not None:
                 before_commit()

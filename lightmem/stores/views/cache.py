@@ -47,12 +47,15 @@ class ViewCache(Generic[V]):
     Not thread-safe by itself: the stores call it under their own lock.
     """
 
+    _warned = False  # the oversized-view warning is logged once per process
+
     def __init__(self, max_bytes: int | None) -> None:
         self.max_bytes = max_bytes
         self._views: OrderedDict[str, V] = OrderedDict()
         self._sizes: dict[str, int] = {}
         self._bytes = 0
         self.hits = self.misses = self.evictions = 0
+        self.oversized = 0  # times one view alone was over the ceiling
 
     def get(self, key: str) -> V | None:
         """The view (now the most recent), or None when it is not held (counted as a miss)."""
@@ -92,8 +95,12 @@ class ViewCache(Generic[V]):
             self._drop(oldest)
             self.evictions += 1
         if self._bytes > self.max_bytes:
-            log.warning("one user's view (%.0f MiB) is larger than the view cache's ceiling (%.0f MiB); it is "
-                        "kept while in use: raise cache_mb", size / 2**20, self.max_bytes / 2**20)
+            self.oversized += 1
+            if not ViewCache._warned:  # once per process: a tiny ceiling would log on every view load
+                ViewCache._warned = True
+                log.warning("one user's view (%.0f MiB) is larger than the view cache's ceiling (%.0f MiB); it is "
+                            "kept while in use: raise cache_mb (said once; `oversized` counts them)",
+                            size / 2**20, self.max_bytes / 2**20)
 
     def pop(self, key: str) -> V | None:
         """Drop a view (it is rebuilt from the tables on next use); returns it, or None."""
@@ -133,4 +140,5 @@ class ViewCache(Generic[V]):
             "hits": self.hits,
             "misses": self.misses,
             "evictions": self.evictions,
+            "oversized": self.oversized,
         }

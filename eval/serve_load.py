@@ -67,6 +67,21 @@ def _start(args: argparse.Namespace, store: str, keys: Path, workers: int, log: 
     raise RuntimeError(f"the server did not answer /healthz within {args.startup_timeout} s; see {log}")
 
 
+def _rss_mb(pid: int) -> float:
+    """Resident memory of a process and its children (the workers), MiB, from /proc (0 where there is none)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
+            todo += [int(c) for t in Path(f"/proc/{p}/task").iterdir()
+                     for c in (t / "children").read_text().split()]
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total
+
+
 def _stop(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGINT)  # graceful: in-flight requests finish, each worker closes its Memory
     try:
@@ -201,23 +216,27 @@ def run_one(args: argparse.Namespace, workers: int, out: Path) -> dict:
     keys_file.write_text(json.dumps({k: [u] for u, k in keys.items()}))
     load = Load()
     proc, base = _start(args, store, keys_file, workers, out / f"server-w{workers}.log")
+    rss_start = _rss_mb(proc.pid)
     try:
         elapsed = asyncio.run(_drive(base, keys, args, load, seed=workers))
+        rss_end = _rss_mb(proc.pid)
+        views = httpx.get(f"{base}/healthz", timeout=10).json().get("views")  # one worker's, when there are several
     finally:
         _stop(proc)
     n = sum(len(v) for v in load.ms.values())
     row = {"store": "postgres" if args.store else "sqlite", "workers": workers, "clients": args.clients, "users": args.users,
-           "big_turn_chars": args.big_turn,
+           "big_turn_chars": args.big_turn, "rss_mb_start": round(rss_start), "rss_mb_end": round(rss_end), "views": views,
            "seconds": round(elapsed, 1), "requests": n, "rps": round(n / elapsed, 1), "errors": dict(load.errors)}
     for ep, ms in sorted(load.ms.items()):
-        row[ep] = {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 1), "p95_ms": round(float(np.percentile(ms, 95)), 1)}
+        row[ep] = {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 1), "p95_ms": round(float(np.percentile(ms, 95)), 1),
+                   "p99_ms": round(float(np.percentile(ms, 99)), 1), "max_ms": round(float(np.max(ms)), 1)}
     row.update(_verify(store, load, erase=bool(args.store)))
     return row
 
 
 def table(rows: list[dict], note: str) -> str:
     lines = [f"`lightmem serve` under load ({note})", "",
-             "| store | workers | clients | users | req/s | add P50 / P95 ms | search P50 / P95 ms | errors | acked turns | lost | cross-user hits |",
+             "| store | workers | clients | users | req/s | add P50 / P95 ms | search P50 / P95 / max ms | errors | acked turns | lost | cross-user hits |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     if any(r.get("add_big") for r in rows):
         lines[0] += "; one more client adds turns of " + ", ".join(sorted({f"{r['big_turn_chars']:,}" for r in rows})) + \
@@ -226,7 +245,7 @@ def table(rows: list[dict], note: str) -> str:
     for r in rows:
         a, s = r.get("add", {}), r.get("search", {})
         lines.append(f"| {r.get('store', 'sqlite')} | {r['workers']} | {r['clients']} | {r['users']} | {r['rps']} | {a.get('p50_ms')} / {a.get('p95_ms')} | "
-                     f"{s.get('p50_ms')} / {s.get('p95_ms')} | {sum(r['errors'].values())} | {r['acknowledged_turns']} | "
+                     f"{s.get('p50_ms')} / {s.get('p95_ms')} / {s.get('max_ms')} | {sum(r['errors'].values())} | {r['acknowledged_turns']} | "
                      f"{r['lost_turns']} | {r['cross_user_hits']} |")
     return "\n".join(lines)
 

@@ -88,3 +88,10 @@ def _ascii_terms(tokens: list[str]) -> list[str]:
         if s:
             out.append(s)
     return out
+
+
+def warm(texts: list[str]) -> None:
+    """Analyse ``texts`` once, for the caches alone: stemming unseen words is the costly part of indexing a
+    long text, so a server that calls this before taking its lock holds the lock for a cached analysis."""
+    for text in texts:
+        analyze(text)

@@ -96,6 +96,34 @@ def test_a_slow_memory_call_does_not_block_the_server(client):
         worker.join()
 
 
+def test_a_long_turn_is_analysed_before_the_worker_lock_so_other_users_are_answered(client, monkeypatch):
+    import lightmem.server.app as app_module
+
+    lock = client.app.state.memory_lock
+    started, release, held = threading.Event(), threading.Event(), []
+    warm = app_module.warm
+
+    def slow_warm(texts):  # a long text's stemming, made slow
+        held.append(lock.locked())
+        started.set()
+        release.wait(10)
+        warm(texts)
+
+    monkeypatch.setattr(app_module, "warm", slow_warm)
+    body = {"user_id": "alice", "messages": [{"speaker": "Alice", "text": "a very long turn about ferns"}]}
+    worker = threading.Thread(target=client.post, args=("/v1/memories",), kwargs={"headers": auth(ALICE), "json": body})
+    worker.start()
+    try:
+        assert started.wait(10)
+        r = client.post("/v1/search", headers=auth(BOB), json={"user_id": "bob", "query": "ferns"})  # bob is not held
+        assert r.status_code == 200
+    finally:
+        release.set()
+        worker.join()
+    assert held == [False]
+    assert [h["text"] for h in client.post("/v1/search", headers=auth(ALICE), json={"user_id": "alice", "query": "ferns"}).json()["hits"]]
+
+
 def test_health_and_docs_need_no_key(client):
     assert client.get("/healthz").json()["status"] == "ok"
     assert client.get("/docs").status_code == 200

@@ -43,6 +43,7 @@ from lightmem.server.schemas import (
     UserDeletedOut,
     UserId,
 )
+from lightmem.text import warm
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 1 << 20
@@ -145,6 +146,9 @@ def _routes() -> APIRouter:
         """Remember messages; answers once the turns and their items are committed."""
         authorize(caller, body.user_id)
         msgs = [m.model_dump(exclude_none=True) for m in body.messages]
+        # A long turn's text analysis (stemming words never seen) runs here, outside the worker's lock: other
+        # users' requests are answered meanwhile, and the write inside the lock finds the stems cached.
+        warm([m.text for m in body.messages if len(m.text) <= request.app.state.memory.max_turn_chars])
         with memory_of(request) as memory:
             items = memory.add(msgs, user_id=body.user_id, session_id=body.session_id)
         return ItemsOut(items=[MemoryOut.of(i) for i in items])

@@ -26,6 +26,7 @@ from lightmem.server.schemas import (
     Timestamp,
 )
 from lightmem.server.settings import open_memory
+from lightmem.text import warm
 
 T = TypeVar("T")
 NonBlank = Annotated[str, Field(min_length=1, pattern=r"\S")]
@@ -59,6 +60,8 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     ) -> ItemsOut:
         """Remember one message of the conversation. Returns the memories written."""
         msg = {"speaker": speaker, "text": text, **({"timestamp": timestamp} if timestamp is not None else {})}
+        if len(text) <= memory.max_turn_chars:
+            warm([text])  # a long text's analysis outside the lock: other tool calls are not held behind it
         return ItemsOut(items=[MemoryOut.of(i) for i in call(memory.add, msg, user_id=user_id)])
 
     @server.tool()

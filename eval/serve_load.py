@@ -170,9 +170,11 @@ async def _drive(base: str, keys: dict[str, str], args: argparse.Namespace, load
 
         async def big_client() -> None:  # one more client: the longest turns the server takes, back to back
             rng, n, u = random.Random(seed), 0, users[0]
-            while time.monotonic() < deadline:
-                await load.add_big(http, u, keys[u], f"{u}-big-{seed}-{n}", args.big_turn, rng)
-                n += 1
+            # its own connection: sharing the others' pool, it would wait for a free one, not for the server
+            async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout) as own:
+                while time.monotonic() < deadline:
+                    await load.add_big(own, u, keys[u], f"{u}-big-{seed}-{n}", args.big_turn, rng)
+                    n += 1
 
         t0 = time.monotonic()
         extra = [big_client()] if args.big_turn else []

@@ -23,9 +23,9 @@ MAX_BUDGET = 10_000_000  # tokens: beyond the context of any model
 # Names (user ids, speakers, turn, session and item ids) are identifiers, not texts: the same bound on
 # every entry point (Python, HTTP, MCP) and both backends.
 MAX_ID_CHARS = 256
-# The longest turn ``add`` takes by default (``Memory.open(max_turn_chars=...)``): 4x LongMemEval's
+# The longest turn ``add`` takes by default (``Memory.open(max_turn_chars=...)``): 2.4x LongMemEval's
 # longest turn (41,855 characters), small enough that one add cannot hold a server worker for seconds.
-MAX_TURN_CHARS = 200_000
+MAX_TURN_CHARS = 100_000
 
 
 def check_user_id(user_id: object) -> str:

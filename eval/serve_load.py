@@ -6,7 +6,7 @@ checks that every acknowledged turn is in the store and that no search returned 
 
     python eval/serve_load.py                                  # 20 s per worker count, 1 then 2 workers, hashing embedder
     python eval/serve_load.py --duration 60 --clients 32 --users 200 --search-ratio 0.8
-    python eval/serve_load.py --encoder tuned --selector trained   # the default read path (MiniLM + adapter, ranker)
+    python eval/serve_load.py --encoder tuned --selector trained   # the default read path (mpnet + the trained adapter, ranker)
     python eval/serve_load.py --store postgresql://user:pw@host/db  # PostgreSQL + pgvector instead of SQLite + FAISS
     python eval/serve_load.py --clients 1 --search-ratio 1 --big-turn 100000 --workers 1   # searches while a longest turn is added
 
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--search-ratio", type=float, default=0.5, help="share of requests that search; the rest add (default 0.5)")
     p.add_argument("--seed-turns", type=int, default=5, help="turns stored per user before the timed load (default 5)")
     p.add_argument("--encoder", choices=["hashing", "minilm", "tuned"], default="hashing",
-                   help="embedder of the store: hashing (no model, default), minilm, tuned (MiniLM + the trained adapter)")
+                   help="embedder of the store: hashing (no model, default), minilm, tuned (the default: all-mpnet-base-v2 + the trained adapter)")
     p.add_argument("--selector", choices=["none", "trained"], default="none", help="Stage 2 (default none: the Stage-1 order)")
     p.add_argument("--big-turn", type=int, default=0, metavar="CHARS",
                    help="one more client adds turns of CHARS characters of unseen words, back to back (default 0: none)")

@@ -85,6 +85,7 @@ def open_memory(
     tokenizer: str | TokenCounter | None = DEFAULT_TOKENIZER,
     group_dates: bool = True,
     max_turn_chars: int = MAX_TURN_CHARS,
+    background_index: bool = True,
     **store_kwargs: Any,
 ) -> Memory:
     """Open (or create) a store and assemble a Memory over it (``Memory.open`` is this); every part
@@ -121,6 +122,9 @@ def open_memory(
             each memory line carries its own date, in rank order (``ContextComposer``).
         max_turn_chars: The longest turn ``add`` takes, in characters (text or image caption): longer ones
             are refused with ``InvalidInputError`` (HTTP 422), never cut.
+        background_index: ``add`` stores a turn and its words and returns; a background thread embeds the new
+            memories (``Memory.flush_index`` waits for it; a restart resumes it). False: ``add`` embeds before it
+            returns. PostgreSQL stores and a ``maintainer`` always embed before ``add`` returns.
         **store_kwargs: Keyword arguments of the store (``MTMStore``: index, synchronous...;
             ``PostgresStore``: index, ef_search...).
     """
@@ -147,7 +151,7 @@ def open_memory(
         word_scorer = default_word_scorer()
     return Memory(store, embedder, retriever, composer, controller=controller, writer=writer,
                   maintainer=maintainer, counter=counter, k=k, sensory_stage=sensory_stage, ltm=runtime,
-                  word_scorer=word_scorer, max_turn_chars=max_turn_chars)
+                  word_scorer=word_scorer, max_turn_chars=max_turn_chars, background_index=background_index)
 
 
 # ``Memory.open`` hands its arguments to ``open_memory``: help() and editors show them there too.

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lightmem.errors import InvalidInputError, shown
+from lightmem.indexer import BackgroundIndexer
 from lightmem.ltm import CycleReport, LTMRuntime
 from lightmem.messages import (
     MAX_TURN_CHARS,
@@ -68,6 +69,7 @@ class Memory:
         ltm: LTMRuntime | None = None,
         word_scorer: Compressor | None = None,
         max_turn_chars: int = MAX_TURN_CHARS,
+        background_index: bool = False,
     ) -> None:
         self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
         self.controller = controller or PassthroughController()
@@ -77,8 +79,16 @@ class Memory:
             raise InvalidInputError(f"max_turn_chars must be a positive whole number of characters, got {shown(max_turn_chars)}")
         self.max_turn_chars = max_turn_chars
         self.ltm = ltm
+        # Background indexing needs a store that takes items before their vectors (the embedded one).
+        self.indexer = BackgroundIndexer(store, embedder, word_scorer) \
+            if background_index and getattr(store, "deferred_vectors", False) else None
         self._write = WritePipeline(store, embedder, self.counter, writer or default_writer(), clock,
-                                    sensory_stage=sensory_stage, maintainer=maintainer, ltm=ltm, word_scorer=word_scorer)
+                                    sensory_stage=sensory_stage, maintainer=maintainer, ltm=ltm, word_scorer=word_scorer,
+                                    indexer=self.indexer)
+        if self.indexer is not None:
+            self.indexer.start()  # first picks up the items a killed process left without vectors
+            if ltm is not None and ltm.scheduler is not None:
+                ltm.scheduler.before_cycle = self.indexer.flush
 
     # The write pipeline's parts, settable (an evaluation wraps the writer, a test swaps the clock).
     @property
@@ -165,6 +175,7 @@ class Memory:
         if self.ltm is None:
             raise InvalidInputError("this Memory has no LTM; open it with ltm=LTMOptions()")
         users = [check_user_id(user_id)] if user_id is not None else self.store.users()
+        self.flush_index()  # a cycle selects items with vectors only
         reports = []
         for uid in users:
             for _ in range(max_cycles):
@@ -338,14 +349,31 @@ class Memory:
     def stats(self) -> dict[str, dict[str, int]]:
         return self.store.counts()
 
+    def flush_index(self, timeout: float | None = None) -> bool:
+        """Wait until every memory written so far has its vector (and word scores): with background
+        indexing, ``add`` returns once the turn is stored and found by its words, and the vectors
+        follow. False when ``timeout`` (seconds) ran out first; True at once without background indexing."""
+        return self.indexer.flush(timeout) if self.indexer is not None else True
+
+    def index_status(self) -> dict[str, Any]:
+        """The background indexer's backlog, throughput and lags (``{"mode": "sync"}`` without one)."""
+        if self.indexer is None:
+            return {"mode": "sync", "backlog": 0}
+        return {"mode": "background", **self.indexer.status()}
+
     def ltm_stats(self) -> dict[str, int]:
         """Nodes, edges (active and dropped) and cycles of the LTM graph; empty without LTM."""
         return self.ltm.graph.stats() if self.ltm is not None else {}
 
     def close(self) -> None:
-        if self.ltm is not None and self.ltm.scheduler is not None:
-            self.ltm.scheduler.close()  # a running cycle commits or rolls back whole first
-        self.store.close()
+        """Embed what the background indexer still holds, stop consolidation, close the store."""
+        try:
+            if self.indexer is not None:
+                self.indexer.close()
+        finally:
+            if self.ltm is not None and self.ltm.scheduler is not None:
+                self.ltm.scheduler.close()  # a running cycle commits or rolls back whole first
+            self.store.close()
 
     def __enter__(self) -> "Memory":
         return self

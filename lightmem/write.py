@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from lightmem.indexer import BackgroundIndexer
 from lightmem.ltm import LTMRuntime
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
@@ -35,6 +36,9 @@ class WritePipeline:
         ltm: The LTM runtime whose scheduler is told of new turns; None: MTM only.
         word_scorer: Scores each item's words for keeping (the trained compressor): stored with the item as
             ``metadata["keep"]``, so that Stage 2 can squeeze its excerpts; None: items carry no scores.
+        indexer: Embeds (and scores) the items after the write returns (``lightmem.indexer``); None: the
+            caller's thread does it before the write. Online maintenance needs the vectors at once, so a
+            pipeline with a ``maintainer`` embeds on the caller's thread even when there is an indexer.
     """
 
     def __init__(
@@ -48,8 +52,9 @@ class WritePipeline:
         maintainer: Maintainer | None = None,
         ltm: LTMRuntime | None = None,
         word_scorer: Compressor | None = None,
+        indexer: BackgroundIndexer | None = None,
     ) -> None:
-        self.word_scorer = word_scorer
+        self.word_scorer, self.indexer = word_scorer, indexer
         self.store, self.embedder, self.counter = store, embedder, counter
         self.writer, self.clock, self.sensory_stage, self.maintainer, self.ltm = writer, clock, sensory_stage, maintainer, ltm
 
@@ -98,10 +103,14 @@ class WritePipeline:
         if not turns and not drafts and pending is None:
             return []
         texts = [d.text for d in drafts]
-        vecs = self.embedder.encode(texts) if texts else np.zeros((0, self.embedder.dim), dtype=np.float32)
+        deferred = self.indexer is not None and self.maintainer is None
+        if deferred:
+            vecs = None
+        else:
+            vecs = self.embedder.encode(texts) if texts else np.zeros((0, self.embedder.dim), dtype=np.float32)
         n_tokens = self.counter.count(texts) if texts else []
         metadata = [dict(d.metadata) for d in drafts]
-        if self.word_scorer is not None:
+        if self.word_scorer is not None and not deferred:
             for meta, code in zip(metadata, keep_codes(self.word_scorer, texts)):
                 meta["keep"] = code
         at = self.clock()
@@ -114,7 +123,10 @@ class WritePipeline:
             for d, n, meta in zip(drafts, n_tokens, metadata)
         ]
         written = self.store.write(user_id, turns, items, vecs, at, pending=pending)
-        if self.maintainer is not None and written:
+        if deferred and written:
+            assert self.indexer is not None
+            self.indexer.submit(user_id, [(it.id, it.text) for it in written])
+        if self.maintainer is not None and written and vecs is not None:
             row = {it.id: i for i, it in enumerate(items)}
             self.maintainer.maintain(self.store, self.clock, user_id, written, vecs[[row[w.id] for w in written]])
         if self.ltm is not None and self.ltm.scheduler is not None and turns:

@@ -40,6 +40,7 @@ def _memory(path, spec: ConsolidationSpec | None = None, graph: GraphSpec | None
 
 def _say(m: Memory, user: str, texts: list[str], speaker: str = "Caroline", t: float = T0, prefix: str = "D") -> None:
     m.add([{"speaker": speaker, "text": x, "id": f"{prefix}{i}"} for i, x in enumerate(texts)], user_id=user, timestamp=t)
+    m.flush_index()  # a cycle selects items once they have their vectors
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -29,8 +29,10 @@ def _open(path, snapshot_min_items: int | None = 30) -> Memory:
 
 
 def _fill(memory: Memory, user: str, n: int, start: int = 0) -> list:
-    return memory.add([{"speaker": "Ana", "text": f"On trip {i} I took {HOBBIES[i % 8]} lessons in {PLACES[(i * 3) % 8]} "
-                        f"with friend {i % 11}."} for i in range(start, start + n)], user_id=user)
+    items = memory.add([{"speaker": "Ana", "text": f"On trip {i} I took {HOBBIES[i % 8]} lessons in {PLACES[(i * 3) % 8]} "
+                         f"with friend {i % 11}."} for i in range(start, start + n)], user_id=user)
+    memory.flush_index()  # snapshots are written of views whose items all have their vectors
+    return items
 
 
 def _answers(memory: Memory, user: str) -> list:

@@ -145,4 +145,5 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
         tokenizer=cfg.memory.get("tokenizer"),
         group_dates=bool(cfg.memory.get("group_dates", True)),
         max_turn_chars=int(cfg.memory.get("max_turn_chars", MAX_TURN_CHARS)),
+        background_index=bool(cfg.memory.get("background_index", True)),
     )

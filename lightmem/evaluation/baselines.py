@@ -58,6 +58,9 @@ class FullContext:
     def flush(self, user_id: str, context: Sequence[str] = ()) -> list[MemoryItem]:
         return []
 
+    def flush_index(self, timeout: float | None = None) -> bool:
+        return True  # nothing to index
+
     def retrieve(self, query: str, user_id: str, k: int | None = None, filters=None, stm: Sequence[str] = (),
                  now: object = None, budget: int | None = None) -> RetrievalResult:
         """Every turn that fits ``budget`` prompt tokens of memory lines (the default window without one)."""

@@ -76,6 +76,8 @@ def run_growth(memory, conversations: Sequence[Conversation], filler: Sequence[C
             ingested.update(t.turn_id for t in turns)
             n_items = memory.stats().get(USER, {}).get("items", 0)
             progress.update(task, completed=min(n_items, sizes[-1]))
+            if pending and n_items >= pending[0]:
+                memory.flush_index()  # scored on fully indexed memory
             while pending and n_items >= pending[0]:
                 target = pending.pop(0)
                 asked = spread([(q, ev) for q, ev in questions if set(ev) <= ingested], max_questions)

@@ -112,6 +112,7 @@ def saturate(memory, user: str, conv: Conversation, pool: Sequence[str], ratio: 
     at = max(s.timestamp for s in conv.sessions)
     memory.add_turns(user, noise_turns(pool, n, at, seed, conv.speakers or ("user", "assistant")))
     memory.flush(user)
+    memory.flush_index()
     return n
 
 

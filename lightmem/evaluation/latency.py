@@ -42,9 +42,16 @@ def measure_growth(
     sync: Callable[[], None] = lambda: None,
     show_progress: bool = True,
     other: Callable[[], Memory] | None = None,
+    single_adds: int = 50,
 ) -> list[dict[str, Any]]:
     """Grow one user's MTM along one trajectory; at each size time every query's search(), and with
-    ``other`` (opens a second Memory on the same store) what seeing another process's commits costs."""
+    ``other`` (opens a second Memory on the same store) what seeing another process's commits costs.
+
+    Writes are timed three ways: the caller's time of ``add_turns`` in chunks of ``chunk`` turns
+    (``ingest_turns_per_s``), the time until those turns are fully indexed (with background indexing,
+    ``index_wait_s`` after the caller returned; ``indexed_turns_per_s`` end to end), and
+    ``single_adds`` one-turn ``add_turns`` calls as an agent makes them (``add_ms_p50``/``p95``: the
+    caller's time; they join the store, so a row's ``items`` counts them)."""
     rows = []
     added = 0
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -59,6 +66,16 @@ def measure_growth(
                 added += len(batch)
                 progress.update(task, completed=added, description=f"ingest to {size}")
             ingest_s = time.perf_counter() - t_ingest
+            t_wait = time.perf_counter()
+            memory.flush_index()
+            index_wait_s = time.perf_counter() - t_wait
+            adds = []
+            for i, turn in enumerate(turns[start : start + single_adds]):
+                one = replace(turn, turn_id=f"{turn.turn_id}/single-{size}-{i}")
+                t = time.perf_counter()
+                memory.add_turns(user, [one])
+                adds.append((time.perf_counter() - t) * 1000)
+            memory.flush_index()
             for q in queries[:5]:  # warm-up: first-call allocations are not steady-state latency
                 memory.retrieve(q, user, k=k, budget=budget)
             total, stages, returned = [], {"embed": [], "stage1": [], "stage2": []}, []
@@ -78,6 +95,12 @@ def measure_growth(
                 "search_ms_mean": sum(total) / len(total),
                 "hits_mean": sum(returned) / len(returned),  # with a budget, what Stage 2 packed (can exceed K)
                 "ingest_turns_per_s": (added - start) / ingest_s if ingest_s > 0 else float("nan"),
+                "index_wait_s": index_wait_s,
+                "indexed_turns_per_s": (added - start) / (ingest_s + index_wait_s),
+                "add_ms_p50": percentile(adds, 50) if adds else float("nan"),
+                "add_ms_p95": percentile(adds, 95) if adds else float("nan"),
+                # the indexer's own rate while it worked (all sizes so far), None without background indexing
+                "index_items_per_s": memory.index_status().get("items_per_s"),
             }
             for s, vals in stages.items():
                 row[f"{s}_ms_p50"] = percentile(vals, 50)
@@ -122,15 +145,20 @@ def latency_table(rows: Sequence[dict[str, Any]], device: str) -> str:
     lines = [
         f"search() latency, K from config, device: {device}",
         "",
-        "| items | P50 ms | P95 ms | mean ms | embed P50 | stage 1 P50 | stage 1 P95 | stage 2 P50 | ingest turns/s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| items | P50 ms | P95 ms | mean ms | embed P50 | stage 1 P50 | stage 1 P95 | stage 2 P50 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['items']} | {r['search_ms_p50']:.2f} | {r['search_ms_p95']:.2f} | {r['search_ms_mean']:.2f} | "
-            f"{r['embed_ms_p50']:.2f} | {r['stage1_ms_p50']:.2f} | {r['stage1_ms_p95']:.2f} | {r['stage2_ms_p50']:.3f} | "
-            f"{r['ingest_turns_per_s']:.1f} |"
+            f"{r['embed_ms_p50']:.2f} | {r['stage1_ms_p50']:.2f} | {r['stage1_ms_p95']:.2f} | {r['stage2_ms_p50']:.3f} |"
         )
+    lines += ["", "Writes: the caller's time, and the time until the turns are fully indexed (vectors included):", "",
+              "| items | ingest turns/s (caller) | then index wait s | indexed turns/s (end to end) | add P50 ms (1 turn) | add P95 ms |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {r['items']} | {r['ingest_turns_per_s']:.1f} | {r.get('index_wait_s', 0.0):.2f} | "
+              f"{r.get('indexed_turns_per_s', r['ingest_turns_per_s']):.1f} | {r.get('add_ms_p50', float('nan')):.2f} | "
+              f"{r.get('add_ms_p95', float('nan')):.2f} |" for r in rows]
     if all("freshness_check_us_p50" in r for r in rows):
         lines += ["", "Seeing other processes' commits (a second connection writes; the next call replays):", "",
                   "| items | check P50 µs (nothing changed) | check P95 µs | replay 1 added item P50 ms | replay 1 deleted item P50 ms |",

@@ -89,6 +89,7 @@ def evaluate_instance(memory: System, inst: Conversation, ks: Sequence[int], bud
         if session.turns:
             memory.add_turns(inst.conv_id, session.turns)
     memory.flush(inst.conv_id)
+    memory.flush_index()  # questions are asked of fully indexed memory
     if memory.ltm is not None:
         memory.wait_for_consolidation()
         memory.consolidate(inst.conv_id)

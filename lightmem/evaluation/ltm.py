@@ -28,6 +28,7 @@ def consolidation_growth(memory: Memory, conv: Conversation, user: str) -> dict[
     for s in conv.sessions:
         memory.add_turns(user, s.turns)
     memory.flush(user)
+    memory.flush_index()
     ingest_s = time.perf_counter() - t0
     reports = memory.consolidate(user)
     turns = sum(len(s.turns) for s in conv.sessions)
@@ -72,6 +73,7 @@ def latency_under_consolidation(memory: Memory, conv: Conversation, user: str, q
     for o in others:
         for s in conv.sessions:
             memory.add_turns(o, s.turns)
+    memory.flush_index()
     busy_flag, stop = threading.Event(), threading.Event()
     cycles: list[float] = []
     errors: list[BaseException] = []

@@ -108,6 +108,7 @@ def ingest_eval(make_memory: Callable[[str], Memory], conv: Conversation, per_tu
             else:
                 memory.add_turns(conv.conv_id, s.turns)
         memory.flush(conv.conv_id)
+        memory.flush_index()
         dt = time.perf_counter() - t0
         n = len(conv.turns)
         counts = memory.stats().get(conv.conv_id, {})

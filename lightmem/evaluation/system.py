@@ -32,6 +32,10 @@ class System(Protocol):
 
     def flush(self, user_id: str, context: Sequence[str] = ()) -> list[MemoryItem]: ...
 
+    def flush_index(self, timeout: float | None = None) -> bool:
+        """Wait until what was added is fully indexed (the harnesses ask questions only then)."""
+        ...
+
     def retrieve(self, query: str, user_id: str, k: int | None = None, filters: Any = None, stm: Sequence[str] = (),
                  now: object = None, budget: int | None = None) -> RetrievalResult: ...
 

@@ -44,6 +44,9 @@ class ConsolidationScheduler:
         self._stopping = False
         self.reports: list[CycleReport] = []
         self.errors: list[BaseException] = []
+        # Called before each cycle: the Memory waits there for its background indexer, so that a cycle
+        # sees the vectors of everything written before it (items without one are not selected).
+        self.before_cycle: Callable[[], object] | None = None
 
     def notify(self, user_id: str, new_turns: int, pressure: bool = False) -> bool:
         """Count a write; queue the user when due. Returns True when it queued the user."""
@@ -76,6 +79,8 @@ class ConsolidationScheduler:
             if user is None:
                 return
             try:
+                if self.before_cycle is not None:
+                    self.before_cycle()
                 report = self.consolidator.run(user)
                 self.reports.append(report)
                 if self.on_report is not None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from lightmem.models.onnx_encoder import INT8_ALL, INT8_BACKENDS, INT8_MIX, RECIPE_HASH_LEN, fp32_matmuls, int8_recipe
 from lightmem.models.registry import ModelRegistry, pick_device
-from lightmem.models.tokens import HFTokenCounter, TokenCounter, WhitespaceTokenCounter
+from lightmem.models.tokens import HFTokenCounter, TokenCounter, WhitespaceTokenCounter, tokenizer_lock
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,10 @@ class SentenceTransformerEmbedder:
         return vecs
 
     def _encode_torch(self, texts: list[str]) -> np.ndarray:
+        with tokenizer_lock(self.tokenizer):  # the model tokenizes inside; the background indexer encodes too
+            return self._encode_torch_unlocked(texts)
+
+    def _encode_torch_unlocked(self, texts: list[str]) -> np.ndarray:
         return self._model.encode(
             texts,
             batch_size=self.batch_size,

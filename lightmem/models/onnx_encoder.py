@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lightmem.models.tokens import tokenizer_lock
+
 log = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "onnx", "onnx_int8", "onnx_int8_all")
@@ -273,7 +275,8 @@ class OnnxSession:
         self.dim = int(self._session.get_outputs()[0].shape[1])
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_seq_length)
+        with tokenizer_lock(self.tokenizer):
+            enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_seq_length)
         ids = enc["input_ids"]
         # Sorting by token length makes each batch pad to its own longest text, not the corpus's.
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))

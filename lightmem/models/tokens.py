@@ -26,6 +26,23 @@ _WORD_SPLITTING = frozenset({"BertPreTokenizer", "Whitespace", "WhitespaceSplit"
 _WORD_SAFE_NORMALIZERS = frozenset({"NoneType", "BertNormalizer", "Lowercase", "NFD", "NFKD", "NFC", "NFKC", "StripAccents"})
 
 
+_LOCKS_LOCK = threading.Lock()
+
+
+def tokenizer_lock(tokenizer) -> threading.Lock:
+    """The lock every lightmem call into this Hugging Face tokenizer holds: a fast tokenizer changes its
+    truncation state per call and raises "Already borrowed" when two threads call it at once (the
+    background indexer embeds while the caller counts tokens and a search encodes its query)."""
+    lock = getattr(tokenizer, "_lightmem_lock", None)
+    if lock is None:
+        with _LOCKS_LOCK:
+            lock = getattr(tokenizer, "_lightmem_lock", None)
+            if lock is None:
+                lock = threading.Lock()
+                tokenizer._lightmem_lock = lock
+    return lock
+
+
 class HFTokenCounter:
     """Counts with a Hugging Face tokenizer (fast tokenizers batch this in Rust).
 
@@ -80,13 +97,15 @@ class HFTokenCounter:
     def _count_whole(self, texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
-        enc = self._tok(list(texts), add_special_tokens=False, truncation=False, verbose=False)
+        with tokenizer_lock(self._tok):
+            enc = self._tok(list(texts), add_special_tokens=False, truncation=False, verbose=False)
         return [len(ids) for ids in enc["input_ids"]]
 
     def truncate(self, text: str, max_tokens: int) -> str:
         if max_tokens <= 0:
             return ""
-        enc = self._tok(text, add_special_tokens=False, truncation=False, return_offsets_mapping=True, verbose=False)
+        with tokenizer_lock(self._tok):
+            enc = self._tok(text, add_special_tokens=False, truncation=False, return_offsets_mapping=True, verbose=False)
         offsets = enc["offset_mapping"]
         if len(offsets) <= max_tokens:
             return text

@@ -57,6 +57,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     memory = build_memory(cfg, store, embedder=embedder, shared=shared)
     for s in conv.sessions:
         memory.add_turns(conv.conv_id, s.turns)
+    memory.flush_index()
     rows = []
     for setting in cfg.controllers:
         role, skipped = build_role(shared, "controller", setting)

@@ -39,7 +39,7 @@ def candidates(sql: SQLiteTables, user_id: str, limit: int, reactivation: int, u
     Access counts must be flushed first.
     """
     base = (f"SELECT {CANDIDATE_COLS} FROM items i LEFT JOIN consolidated c ON c.user_id = i.user_id AND c.item_id = i.id "
-            "WHERE i.user_id = ? AND i.archived = 0")
+            "WHERE i.user_id = ? AND i.archived = 0 AND length(i.embedding) > 0")  # an item waiting for its vector waits
     rows = sql.query(base + " AND c.item_id IS NULL ORDER BY i.rid", (user_id,))
     out = new_candidates([(int(r[0]), row_to_item(r)) for r in rows], limit, under_pressure, half_life_days)
     if len(out) < limit:

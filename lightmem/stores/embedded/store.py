@@ -226,7 +226,7 @@ class MTMStore:
             part = Partition(VectorIndex(self.dim, self.index_kind, self.faiss_device), LexicalIndex(*self._bm25_params))
             if rows:
                 fill(part, rows, self.dim)
-        if self._snapshot_min and len(rows) >= self._snapshot_min:
+        if self._snapshot_min and len(rows) >= self._snapshot_min and not part.unembedded:
             self._snapshot(user_id, seq, part)
         return part
 
@@ -252,7 +252,7 @@ class MTMStore:
             left = [r for r in held if r not in part.vectors]
             # A snapshot holding an item deleted since outlived the deletion (one written before writes checked
             # for erasures): rewritten, so that the item's vector and terms leave the file.
-            if len(rids) >= max(_REPLAY_MIN, n // 20) or (left and self.sql.any_deleted(left)):
+            if (len(rids) >= max(_REPLAY_MIN, n // 20) or (left and self.sql.any_deleted(left))) and not part.unembedded:
                 self._snapshot(user_id, seq, part)
         return part
 
@@ -272,20 +272,28 @@ class MTMStore:
             log.debug("user %s: view snapshot not written (the database is busy or read-only)", user_id)
 
     # -- writes ----------------------------------------------------------------------------
-    def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray, now: float,
-              pending: Sequence[str] | None = None) -> list[MemoryItem]:
+    # Items may be written before their vectors (``write(..., vectors=None)``, then ``set_vectors``).
+    deferred_vectors = True
+
+    def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray | None,
+              now: float, pending: Sequence[str] | None = None) -> list[MemoryItem]:
         """Persist turns and their items in one transaction, then index the items.
 
         Turns whose id the user already has are skipped with their items, so re-running an
         interrupted ingest resumes it instead of duplicating memory. ``pending`` (when given)
         replaces, in the same transaction, the ids of the user's turns still buffered by the
-        write path.
+        write path. ``vectors`` None: the items are stored and indexed for BM25 now, and get their
+        vectors later (``set_vectors``; ``unembedded`` lists those still waiting, across restarts).
         """
-        if len(items) != len(vectors):
-            raise InvalidInputError("items and vectors differ in length")
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if len(items) and vectors.shape[1] != self.dim:
-            raise InvalidInputError(f"vectors have dim {vectors.shape[1]}, the store expects {self.dim}")
+        if vectors is None:
+            rows: Sequence[np.ndarray | None] = [None] * len(items)
+        else:
+            if len(items) != len(vectors):
+                raise InvalidInputError("items and vectors differ in length")
+            vectors = np.asarray(vectors, dtype=np.float32)
+            if len(items) and vectors.shape[1] != self.dim:
+                raise InvalidInputError(f"vectors have dim {vectors.shape[1]}, the store expects {self.dim}")
+            rows = list(vectors)
         with self._lock:
             part = self._part(user_id)
             with self._transaction() as c:
@@ -294,8 +302,8 @@ class MTMStore:
                 for t in turns:
                     if t.turn_id not in seen:
                         self.sql.insert_turn(c, user_id, t, now)
-                written: list[tuple[int, MemoryItem, np.ndarray]] = []
-                for item, vec in zip(items, vectors):
+                written: list[tuple[int, MemoryItem, np.ndarray | None]] = []
+                for item, vec in zip(items, rows):
                     if item.user_id != user_id:
                         raise InvalidInputError("an item's user_id differs from the partition it is written to")
                     if item.provenance and all(p in seen for p in item.provenance):
@@ -318,6 +326,38 @@ class MTMStore:
             if evicted:
                 log.info("user %s over capacity %d: archived %d items", user_id, self.capacity, len(evicted))
             return [item for _, item, _ in written]
+
+    def set_vectors(self, user_id: str, items: Sequence[tuple[str, str]], vectors: np.ndarray,
+                    keep: Sequence[str | None] | None = None) -> int:
+        """Store the vectors of items written without one: ``items`` are (item id, the text embedded).
+
+        An item whose text changed since, that has a vector by now, or that is gone is left as it is.
+        ``keep`` (optional): each item's word keep-scores, set as its ``metadata["keep"]``. Returns the
+        number of items updated.
+        """
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(len(items), self.dim)
+        with self._lock:
+            with self._transaction() as c:
+                done: list[tuple[int, np.ndarray]] = []
+                for j, (item_id, text) in enumerate(items):
+                    row = c.execute("UPDATE items SET embedding = ? WHERE user_id = ? AND id = ? AND length(embedding) = 0 "
+                                    "AND text = ? RETURNING rid", (vectors[j].tobytes(), user_id, item_id, text)).fetchall()
+                    if not row:
+                        continue
+                    row = row[0]
+                    if keep is not None and keep[j] is not None:
+                        c.execute("UPDATE items SET metadata = json_set(metadata, '$.keep', ?) WHERE rid = ?",
+                                  (keep[j], row[0]))
+                    done.append((int(row[0]), vectors[j]))
+            part = self._parts.peek(user_id)
+            if part is not None and done:
+                part.set_vectors([r for r, _ in done], np.stack([v for _, v in done]))
+            return len(done)
+
+    def unembedded(self, limit: int | None = None) -> list[tuple[str, str, str]]:
+        """(user id, item id, text) of items still waiting for their vector, oldest first."""
+        sql = "SELECT user_id, id, text FROM items WHERE length(embedding) = 0 ORDER BY rid"
+        return [tuple(r) for r in self.sql.query(sql + (f" LIMIT {int(limit)}" if limit else ""))]
 
     def known_turns(self, user_id: str, turn_ids: Sequence[str]) -> set[str]:
         """Which of these turn ids the user already has (to skip work on a resumed ingest)."""
@@ -368,9 +408,10 @@ class MTMStore:
                 self.sql.erase_log()
             part = self._part(user_id)
             if not new.archived and rid is not None:
-                vec = vector if vector is not None else part.vectors.vecs[part.vectors.row_of(rid)].copy()
+                vec = vector if vector is not None else (
+                    None if rid in part.unembedded else part.vectors.vecs[part.vectors.row_of(rid)].copy())
                 part.remove([rid])
-                part.add(rid, new, np.asarray(vec, dtype=np.float32))
+                part.add(rid, new, None if vec is None else np.asarray(vec, dtype=np.float32))
                 self._parts.resize(user_id)
             return new
 
@@ -485,7 +526,7 @@ class MTMStore:
         """Which of these row ids the user's index holds (unarchived, not deleted)."""
         with self._lock:
             part = self._part(user_id)
-            return {int(r) for r in rids if int(r) in part.vectors}
+            return {int(r) for r in rids if int(r) in part.vectors and int(r) not in part.unembedded}
 
     def vectors(self, user_id: str, rids: Sequence[int]) -> np.ndarray:
         """Stored vectors of indexed items (from the in-memory mirror)."""

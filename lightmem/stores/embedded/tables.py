@@ -424,7 +424,9 @@ class SQLiteTables:
         )
 
     @staticmethod
-    def insert_item(c: sqlite3.Connection, item: MemoryItem, vector: np.ndarray) -> int:
+    def insert_item(c: sqlite3.Connection, item: MemoryItem, vector: np.ndarray | None) -> int:
+        """Insert an item row; ``vector`` None stores an empty embedding (its vector is written later)."""
+        blob = b"" if vector is None else np.asarray(vector, dtype=np.float32).tobytes()
         cur = c.execute(
             "INSERT INTO items (id, user_id, text, provenance, created_at, event_time, last_access, access_count, "
             "utility, topic, entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding) "
@@ -432,7 +434,7 @@ class SQLiteTables:
             (item.id, item.user_id, item.text, json.dumps(item.provenance), item.created_at, item.event_time,
              item.last_access, item.access_count, item.utility, item.topic, json.dumps(item.entities),
              item.kind.value, item.valid_from, item.valid_to, item.superseded_by, int(item.archived), item.n_tokens,
-             json.dumps(item.metadata), np.asarray(vector, dtype=np.float32).tobytes()),
+             json.dumps(item.metadata), blob),
         )
         return int(cur.lastrowid)
 

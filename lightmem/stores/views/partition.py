@@ -62,11 +62,23 @@ class Partition(MetaCounts):
     meta: dict[int, IndexMeta] = field(default_factory=dict)
     n_not_current: int = 0  # superseded items; while 0 the default filter keeps everything
     n_tagged: int = 0  # items with entities or a topic (their tag sets cost memory)
+    # Rows written before their vector (the background indexer's backlog): they hold a zero vector, so
+    # BM25 finds them and dense search ranks them last, until ``set_vectors`` puts the real one in.
+    unembedded: set[int] = field(default_factory=set)
 
-    def add(self, rid: int, item: MemoryItem, vec: np.ndarray) -> None:
+    def add(self, rid: int, item: MemoryItem, vec: np.ndarray | None) -> None:
+        """Index an item; ``vec`` None: its vector comes later (``set_vectors``)."""
+        if vec is None:
+            self.unembedded.add(rid)
+            vec = np.zeros(self.vectors.dim, dtype=np.float32)
         self.vectors.add(np.asarray([rid]), vec[None, :])
         self.lexical.add(rid, item.text)
         self.set_meta(rid, IndexMeta(item.event_time, item.kind, item.is_current, tags_of(item.topic, item.entities)))
+
+    def set_vectors(self, rids: Sequence[int], vecs: np.ndarray) -> None:
+        """The vectors of rows written without one arrive."""
+        self.vectors.set(rids, vecs)
+        self.unembedded.difference_update(int(r) for r in rids)
 
     def mark_not_current(self, rid: int) -> None:
         """The item was superseded (it stays indexed for ``include_superseded``)."""
@@ -76,6 +88,7 @@ class Partition(MetaCounts):
             self.n_not_current += 1
 
     def remove(self, rids: Sequence[int]) -> None:
+        self.unembedded.difference_update(int(r) for r in rids)
         self.vectors.remove(rids)
         self.lexical.remove(rids)
         self.forget_meta(rids)
@@ -141,7 +154,9 @@ def row_meta(event_time: float, kind: str, topic: str | None, entities_json: str
 def fill(part: Partition, rows: Sequence[tuple], dim: int) -> None:
     """Add ``SQLiteTables.active_vectors`` rows to a partition (the vectors in one call, BM25 in bulk)."""
     rids = np.asarray([r[0] for r in rows], dtype=np.int64)
-    part.vectors.add(rids, np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), dim))
+    zero = bytes(4 * dim)  # a row whose vector the background indexer has not written yet: b''
+    part.vectors.add(rids, np.frombuffer(b"".join(r[2] or zero for r in rows), dtype=np.float32).reshape(len(rows), dim))
+    part.unembedded.update(int(r[0]) for r in rows if not r[2])
     part.lexical.add_many([(int(r[0]), r[1]) for r in rows])
     for rid, _, _, event_time, kind, topic, ents, current in rows:
         part.set_meta(int(rid), row_meta(event_time, kind, topic, ents, current))

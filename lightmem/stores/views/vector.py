@@ -8,6 +8,7 @@ the array, whose row i is always ``self.ids[i]``: removals delete the same rows 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -115,6 +116,21 @@ class VectorIndex:
             self._index = self._new_index()
             if len(self):
                 self._index.add(self.vecs)
+
+    def set(self, ids: Sequence[int], vecs: np.ndarray) -> None:
+        """Replace the vectors of ids already in the index (ids it does not hold are skipped).
+
+        The flat CPU index writes the rows in place; an index with a FAISS structure is rebuilt
+        from the mirror (as ``remove`` does).
+        """
+        vecs = np.asarray(vecs, dtype=np.float32).reshape(len(ids), self.dim)
+        rows = [(self._row[int(i)], j) for j, i in enumerate(ids) if int(i) in self._row]
+        if not rows:
+            return
+        self._vecs[[r for r, _ in rows]] = vecs[[j for _, j in rows]]
+        if self._index is not None:
+            self._index = self._new_index()
+            self._index.add(self.vecs)
 
     def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` ids and cosines for one query vector.

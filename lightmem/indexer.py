@@ -1,0 +1,212 @@
+"""The background indexer: the vectors (and word keep-scores) of items written without them.
+
+With it, ``Memory.add`` commits a turn's items with their text and BM25 terms and returns: the write
+is durable and found by its words at once. A thread embeds the waiting items in batches, outside the
+store's lock, and writes their vectors (``MemoryStore.set_vectors``). The work list is the store
+itself (items whose embedding is empty), so a process killed mid-batch loses nothing: the next one
+to open the store picks the rest up (``MemoryStore.unembedded``).
+
+``flush`` waits until everything submitted is embedded (evaluations and tests call it before they
+measure); ``status`` is the backlog the server reports.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from lightmem.models.embedder import Embedder
+from lightmem.retrieval.excerpts import keep_codes
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH = 64  # items per encoder call: see docs/results/throughput.md (measured on 2 cores)
+
+
+class BackgroundIndexer:
+    """Embeds a store's items written without vectors, on one daemon thread.
+
+    Args:
+        store: A store with ``deferred_vectors`` (``write(..., vectors=None)``, ``set_vectors``, ``unembedded``).
+        embedder: Encodes the items' texts (the store's embedder).
+        word_scorer: Scores each item's words for keeping (``metadata["keep"]``); None: no scores.
+        batch_size: Items per encoder call at most.
+        recover: Queue the items a previous process left without vectors when the thread starts.
+    """
+
+    def __init__(self, store: Any, embedder: Embedder, word_scorer: Any = None, batch_size: int = DEFAULT_BATCH,
+                 recover: bool = True) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.store, self.embedder, self.word_scorer, self.batch_size = store, embedder, word_scorer, batch_size
+        self._cond = threading.Condition()
+        self._queue: deque[tuple[str, str, str, float]] = deque()  # (user id, item id, text, queued at)
+        self._queued: set[str] = set()
+        self._busy = 0
+        self._recover = recover
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.indexed = 0
+        self.failed = 0
+        self.batches = 0
+        self.busy_seconds = 0.0
+        self.last_lag = 0.0  # seconds from queueing to stored vector, of the last batch's oldest item
+        self.max_lag = 0.0
+        self.last_error: str | None = None
+
+    # -- the caller's side -------------------------------------------------------------------
+    def submit(self, user_id: str, items: Sequence[tuple[str, str]]) -> None:
+        """Queue (item id, text) of a user's items just written without vectors."""
+        if not items:
+            return
+        now = time.monotonic()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the background indexer is closed")
+            for item_id, text in items:
+                if item_id not in self._queued:
+                    self._queued.add(item_id)
+                    self._queue.append((user_id, item_id, text, now))
+            self._start()
+            self._cond.notify_all()
+
+    def start(self) -> None:
+        """Start the thread now (it also starts at the first ``submit``): it first queues what a
+        previous process left without vectors."""
+        with self._cond:
+            if not self._closed:
+                self._start()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="lightmem-indexer", daemon=True)
+            self._thread.start()
+
+    def backlog(self) -> int:
+        """Items queued or being embedded."""
+        with self._cond:
+            return len(self._queue) + self._busy
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued item is embedded (or failed); False when ``timeout`` ran out first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            if self._thread is None and self._recover and not self._closed:
+                self._start()  # a store reopened with leftovers: flushing means embedding them
+            while self._queue or self._busy or (self._thread is not None and self._recover):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def status(self) -> dict[str, float | int | str | None]:
+        """Backlog, items indexed and failed in this process, throughput while busy, lags, last error."""
+        with self._cond:
+            oldest = self._queue[0][3] if self._queue else None
+            return {
+                "backlog": len(self._queue) + self._busy,
+                "indexed": self.indexed,
+                "failed": self.failed,
+                "batches": self.batches,
+                "items_per_s": round(self.indexed / self.busy_seconds, 1) if self.busy_seconds else None,
+                "oldest_wait_s": round(time.monotonic() - oldest, 3) if oldest is not None else 0.0,
+                "last_lag_s": round(self.last_lag, 3),
+                "max_lag_s": round(self.max_lag, 3),
+                "last_error": self.last_error,
+            }
+
+    def close(self, wait: bool = True) -> None:
+        """Stop the thread; ``wait``: after embedding the backlog (else what is left waits for the next open)."""
+        if wait:
+            self.flush()
+        with self._cond:
+            self._closed = True
+            self._queue.clear()
+            self._queued.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    # -- the thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        if self._recover:
+            try:
+                left = self.store.unembedded()
+            except Exception as exc:  # noqa: BLE001 - a failed scan leaves the rows for the next open
+                log.warning("indexer: could not list the items waiting for vectors: %s: %s", type(exc).__name__, exc)
+                left = []
+            now = time.monotonic()
+            with self._cond:
+                for user_id, item_id, text in left:
+                    if item_id not in self._queued:
+                        self._queued.add(item_id)
+                        self._queue.append((user_id, item_id, text, now))
+                if left:
+                    log.info("indexer: %d items written before a restart wait for their vectors", len(left))
+                self._recover = False
+                self._cond.notify_all()
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
+                self._busy = len(batch)
+            started = time.monotonic()
+            try:
+                self._index(batch)
+            finally:
+                with self._cond:
+                    for _, item_id, _, _ in batch:
+                        self._queued.discard(item_id)
+                    self._busy = 0
+                    self.batches += 1
+                    self.busy_seconds += time.monotonic() - started
+                    self._cond.notify_all()
+
+    def _index(self, batch: list[tuple[str, str, str, float]]) -> None:
+        try:
+            self._embed_and_store(batch)
+        except Exception as exc:  # noqa: BLE001 - one bad item must not stop the others
+            if len(batch) == 1:
+                self._failed(batch, exc)
+                return
+            log.warning("indexer: a batch of %d failed (%s: %s); retrying its items one by one",
+                        len(batch), type(exc).__name__, exc)
+            for one in batch:
+                try:
+                    self._embed_and_store([one])
+                except Exception as exc1:  # noqa: BLE001
+                    self._failed([one], exc1)
+
+    def _failed(self, batch: list[tuple[str, str, str, float]], exc: BaseException) -> None:
+        # The rows keep their empty embedding: found by their words, and retried when the store is next opened.
+        self.failed += len(batch)
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        log.error("indexer: item %s of user %s not embedded (it is still found by its words; the next open "
+                  "retries it): %s", batch[0][1], batch[0][0], self.last_error)
+
+    def _embed_and_store(self, batch: list[tuple[str, str, str, float]]) -> None:
+        texts = [t for _, _, t, _ in batch]
+        vecs = np.asarray(self.embedder.encode(texts), dtype=np.float32)
+        keep = keep_codes(self.word_scorer, texts) if self.word_scorer is not None else None
+        by_user: dict[str, list[int]] = {}
+        for i, (user_id, _, _, _) in enumerate(batch):
+            by_user.setdefault(user_id, []).append(i)
+        done = 0
+        for user_id, rows in by_user.items():
+            done += self.store.set_vectors(user_id, [(batch[i][1], batch[i][2]) for i in rows], vecs[rows],
+                                           keep=[keep[i] for i in rows] if keep is not None else None)
+        lag = time.monotonic() - min(q for _, _, _, q in batch)
+        self.indexed += len(batch)
+        self.last_lag, self.max_lag = lag, max(self.max_lag, lag)
+        if done < len(batch):
+            log.debug("indexer: %d of %d items changed or went before their vectors came", len(batch) - done, len(batch))

@@ -1,0 +1,189 @@
+"""Background indexing: ``add`` stores a turn and its words and returns; a thread embeds the new memories.
+
+What must hold: a memory is found by its words before its vector exists; once indexed, answers are the
+same as with embedding on the caller's thread; an item edited meanwhile keeps its new vector; one text the
+encoder cannot take does not stop the others; a process killed mid-batch loses nothing (the next open
+embeds what is left)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from lightmem.memory import Memory
+from lightmem.models.embedder import HashingEmbedder
+from lightmem.roles.selector import Stage1Selector
+
+TEXTS = [f"On day {i} I practised {w} with my neighbour in {p}." for i, (w, p) in enumerate(
+    [("cello", "Lisbon"), ("pottery", "Kyoto"), ("chess", "Oslo"), ("climbing", "Lima"), ("baking", "Cairo"),
+     ("sailing", "Quito"), ("astronomy", "Perth"), ("running", "Riga")] * 3)]
+
+
+class GatedEmbedder(HashingEmbedder):
+    """The hashing embedder, except that documents wait for ``gate`` and a text containing ``poison`` fails."""
+
+    def __init__(self, poison: str | None = None) -> None:
+        super().__init__(dim=64)
+        self.gate = threading.Event()
+        self.poison = poison
+        self.document_calls = 0
+
+    def encode(self, texts, *, is_query: bool = False):
+        if not is_query:
+            self.gate.wait(30)
+            self.document_calls += 1
+            if self.poison is not None and any(self.poison in t for t in texts):
+                raise ValueError("the encoder cannot take this text")
+        return super().encode(texts, is_query=is_query)
+
+
+def _open(path, embedder, background: bool = True) -> Memory:
+    return Memory.open(str(path), embedder=embedder, selector=Stage1Selector(), synchronous="NORMAL",
+                       background_index=background)
+
+
+def _stored_vectors(memory: Memory, user: str) -> dict[str, bytes]:
+    return dict(memory.store.sql.query("SELECT text, embedding FROM items WHERE user_id = ?", (user,)))
+
+
+def test_a_memory_is_found_by_its_words_before_its_vector_and_by_meaning_after(tmp_path):
+    emb = GatedEmbedder()
+    with _open(tmp_path / "s", emb) as memory:
+        items = memory.add(TEXTS, user_id="ana")
+        assert len(items) == len(TEXTS)
+        assert memory.index_status()["backlog"] == len(TEXTS)
+        assert all(len(v) == 0 for v in _stored_vectors(memory, "ana").values())  # stored, no vectors yet
+        hits = memory.search("pottery Kyoto", user_id="ana", k=3)
+        assert hits and "pottery" in hits[0].item.text and hits[0].scores["dense"] == 0.0  # BM25 found it
+        emb.gate.set()
+        assert memory.flush_index(timeout=30)
+        status = memory.index_status()
+        assert status["backlog"] == 0 and status["indexed"] == len(TEXTS) and status["failed"] == 0
+        stored = _stored_vectors(memory, "ana")
+        want = HashingEmbedder(64).encode(list(stored))
+        assert all(np.array_equal(np.frombuffer(v, np.float32), w) for v, w in zip(stored.values(), want))
+        hits = memory.search("pottery Kyoto", user_id="ana", k=3)
+        assert hits[0].scores["dense"] > 0.3
+
+
+def test_once_indexed_the_answers_are_those_of_embedding_on_the_callers_thread(tmp_path):
+    queries = ["Where did I practise chess?", "sailing", "the neighbour in Riga", "day 17 baking"]
+    answers = []
+    for background in (False, True):
+        with _open(tmp_path / f"s{background}", HashingEmbedder(64), background=background) as memory:
+            for i in range(0, len(TEXTS), 5):
+                memory.add(TEXTS[i:i + 5], user_id="ana", timestamp=1.7e9 + i)
+            memory.flush_index()
+            answers.append([[(h.item.text, round(h.score, 6)) for h in memory.search(q, user_id="ana", k=5)]
+                            for q in queries])
+    assert answers[0] == answers[1]
+
+
+def test_an_item_edited_before_its_vector_came_keeps_the_new_texts_vector(tmp_path):
+    emb = GatedEmbedder()
+    with _open(tmp_path / "s", emb) as memory:
+        [item] = memory.add("I keep my bike in the blue shed.", user_id="ana")
+        memory.update(item.id, user_id="ana", text="I keep my bike in the garage now.")  # embeds at once
+        emb.gate.set()
+        memory.flush_index(timeout=30)
+        [(text, vec)] = _stored_vectors(memory, "ana").items()
+        assert text == "I keep my bike in the garage now."
+        assert np.array_equal(np.frombuffer(vec, np.float32), HashingEmbedder(64).encode([text])[0])
+
+
+def test_a_text_the_encoder_refuses_fails_alone_and_stays_findable(tmp_path, caplog):
+    emb = GatedEmbedder(poison="POISON")
+    with _open(tmp_path / "s", emb) as memory:
+        memory.add([*TEXTS[:4], "POISON pill for the encoder, about pottery", *TEXTS[4:8]], user_id="ana")
+        emb.gate.set()
+        memory.flush_index(timeout=30)
+        status = memory.index_status()
+        assert status["failed"] == 1 and status["indexed"] == 8 and "cannot take" in status["last_error"]
+        stored = _stored_vectors(memory, "ana")
+        assert [t for t, v in stored.items() if not v] == ["user: POISON pill for the encoder, about pottery"]
+        hits = memory.search("POISON pill", user_id="ana", k=1)
+        assert hits and "POISON" in hits[0].item.text
+    # The next open retries it (here with an encoder that takes it).
+    with _open(tmp_path / "s", HashingEmbedder(64)) as memory:
+        assert memory.flush_index(timeout=30)
+        assert all(v for v in _stored_vectors(memory, "ana").values())
+
+
+def test_consolidation_waits_for_the_vectors(tmp_path):
+    from lightmem.ltm import LTMOptions
+
+    emb = GatedEmbedder()
+    memory = Memory.open(str(tmp_path / "s"), embedder=emb, selector=Stage1Selector(), synchronous="NORMAL",
+                         ltm=LTMOptions(background=False))
+    try:
+        memory.add(TEXTS[:6], user_id="ana")
+        threading.Timer(0.3, emb.gate.set).start()
+        memory.consolidate("ana")  # waits for the indexer, then selects every item
+        assert memory.store.consolidation_state("ana")["unconsolidated"] == 0
+    finally:
+        memory.close()
+
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    from lightmem.memory import Memory
+    from lightmem.models.embedder import HashingEmbedder
+    from lightmem.roles.selector import Stage1Selector
+
+    class Slow(HashingEmbedder):
+        def encode(self, texts, *, is_query=False):
+            if not is_query:
+                print("batch", len(texts), flush=True)
+                time.sleep(0.2)  # long enough to be killed inside a batch
+            return super().encode(texts, is_query=is_query)
+
+    memory = Memory.open(sys.argv[1], embedder=Slow(dim=64), selector=Stage1Selector())
+    for i in range(60):
+        memory.add(f"Turn {i}: I planted {i} tulips along the north fence.", user_id="ana")
+    print("added", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_process_killed_mid_batch_loses_nothing_and_the_next_open_finishes_the_work(tmp_path):
+    store = tmp_path / "s"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(store)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while "added" not in lines and time.monotonic() < deadline:
+            lines.append(child.stdout.readline().strip())
+        assert "added" in lines, lines
+        assert any(line.startswith("batch") for line in lines)
+        child.send_signal(signal.SIGKILL)  # in the middle of a batch: each takes 0.2 s
+    finally:
+        child.kill()
+        child.wait()
+    with _open(store, HashingEmbedder(64)) as memory:
+        stored = _stored_vectors(memory, "ana")
+        assert len(stored) == 60  # every acknowledged turn is there
+        left = sum(1 for v in stored.values() if not v)
+        assert left > 0  # the kill came before the backlog was done
+        assert memory.search("tulips Turn 59", user_id="ana", k=1)[0].item.text.startswith("user: Turn 59")
+        assert memory.flush_index(timeout=60)
+        stored = _stored_vectors(memory, "ana")
+        want = HashingEmbedder(64).encode(list(stored))
+        assert all(np.array_equal(np.frombuffer(v, np.float32), w) for v, w in zip(stored.values(), want))
+        assert memory.index_status()["indexed"] == left
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_a_postgres_store_embeds_on_the_callers_thread(pg_uri, background):
+    with Memory.open(pg_uri, embedder=HashingEmbedder(64), selector=Stage1Selector(),
+                     background_index=background) as memory:
+        assert memory.index_status() == {"mode": "sync", "backlog": 0}
+        memory.add(TEXTS[:3], user_id="ana")
+        assert memory.search("cello Lisbon", user_id="ana", k=1)[0].scores["dense"] > 0.1  # embedded at once

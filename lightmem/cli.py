@@ -148,10 +148,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(json.dumps({"store": _shown(args.store), **meta, "users": counts}, indent=2))
         return 0
     table = Table(title=f"{_shown(args.store)} (embedder {meta['embedder']}, dim {meta['dim']})")
-    for col in ("user", "turns", "items", "archived"):
+    for col in ("user", "turns", "items", "archived", "waiting for vectors"):
         table.add_column(col)
     for user, c in counts.items():
-        table.add_row(user, str(c["turns"]), str(c["items"]), str(c["archived"]))
+        table.add_row(user, str(c["turns"]), str(c["items"]), str(c["archived"]), str(c.get("unembedded", 0)))
     Console().print(table)
     return 0
 

@@ -50,6 +50,7 @@ class BackgroundIndexer:
         self._busy = 0
         self._recover = recover
         self._closed = False
+        self._submitted = False  # close() waits only for work this process queued
         self._thread: threading.Thread | None = None
         self.indexed = 0
         self.failed = 0
@@ -68,6 +69,7 @@ class BackgroundIndexer:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the background indexer is closed")
+            self._submitted = True
             for item_id, text in items:
                 if item_id not in self._queued:
                     self._queued.add(item_id)
@@ -122,8 +124,10 @@ class BackgroundIndexer:
             }
 
     def close(self, wait: bool = True) -> None:
-        """Stop the thread; ``wait``: after embedding the backlog (else what is left waits for the next open)."""
-        if wait:
+        """Stop the thread; ``wait``: after embedding the backlog, when this process added to it (a process that
+        only reads, such as ``lightmem stats``, does not stay to finish another's leftovers; the next open does).
+        What is left waits, stored and found by its words, for the next open."""
+        if wait and self._submitted:
             self.flush()
         with self._cond:
             self._closed = True

@@ -28,7 +28,7 @@ def test_ingest_search_stats_delete(tmp_path, capsys):
     capsys.readouterr()
     assert main(["stats", "--store", store, "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
-    assert stats["users"]["tiny-a"] == {"turns": 7, "items": 7, "archived": 0, "pending": 0}
+    assert stats["users"]["tiny-a"] == {"turns": 7, "items": 7, "archived": 0, "pending": 0, "unembedded": 0}
     assert stats["embedder"] == "hashing-256"
     assert main(["ingest", str(TINY_LOCOMO), "--store", store, "--encoder", "minilm", "-q"]) == 2  # not what built it
     assert "drop --encoder" in " ".join(capsys.readouterr().err.split())

@@ -33,6 +33,7 @@ class ReverseSelector:
 def topical(memory):
     for t in TOPICS:
         memory.add([f"note {i} about {t} practice" for i in range(10)], user_id="u", timestamp=1_600_000_000)
+    memory.flush_index()
     return memory
 
 

@@ -301,7 +301,7 @@ def test_ltm_bench_records_a_background_consolidation_that_raised():
     def broken_cycle(user):
         raise RuntimeError("graph store is gone")
 
-    memory = SimpleNamespace(search=lambda *a, **kw: [], add_turns=lambda *a, **kw: None,
+    memory = SimpleNamespace(search=lambda *a, **kw: [], add_turns=lambda *a, **kw: None, flush_index=lambda *a: True,
                              ltm=SimpleNamespace(consolidator=SimpleNamespace(run=broken_cycle)))
     conv = load_locomo(TINY_LOCOMO)[0]
     lat = latency_under_consolidation(memory, conv, "u", ["q1", "q2"], k=3, copies=1, nice=0)

@@ -217,6 +217,7 @@ def test_the_write_path_stores_word_scores_and_squeezed_excerpts_pack_more_memor
 
     with Memory.open(tmp_path / "s", embedder=embedder, selector=Stage1Selector(), word_scorer=LengthScorer()) as m:
         m.add([{"speaker": "Ann", "text": t} for t in MARATHON], user_id="u", timestamp=1_600_000_000)
+        m.flush_index()  # the background indexer scores the words with the vectors
         stored = {it.id: it for it in m.store.list("u")}
         for it in stored.values():
             scores = keep_scores(it.text, it.metadata["keep"])

@@ -53,6 +53,7 @@ def nlp():
 
 def _say(m: Memory, user: str, texts: list[str], speaker: str, prefix: str = "T") -> None:
     m.add([{"speaker": speaker, "text": t, "id": f"{prefix}{i}"} for i, t in enumerate(texts)], user_id=user, timestamp=T0)
+    m.flush_index()  # a cycle selects items once they have their vectors
 
 
 def _holders(location: str, words=UNIQUE) -> list[str]:

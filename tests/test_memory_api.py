@@ -216,7 +216,8 @@ def test_delete_removes_from_sqlite_faiss_and_bm25(memory):
         memory.store.get("u", gone.id, include_archived=True)
     assert [i.id for i in memory.store.list("u", include_archived=True)] == [keep.id]
     # the turn only the deleted item came from is erased with it
-    assert memory.store.counts()["u"] == {"turns": 1, "items": 1, "archived": 0, "pending": 0}
+    memory.flush_index()
+    assert memory.store.counts()["u"] == {"turns": 1, "items": 1, "archived": 0, "pending": 0, "unembedded": 0}
     assert [t.turn_id for t in memory.store.turns("u")] == keep.provenance
     # the vector and BM25 indexes hold the one item left
     assert len(memory.store.search_dense("u", memory.embedder.encode(["Ava likes coffee"])[0], 10, Filters())[0]) == 1

@@ -123,7 +123,7 @@ def test_write_then_read_back(store):
     assert [t.turn_id for t in store.turns("u")] == ["t0", "t1", "t2"]
     assert store.known_turns("u", ["t0", "t2", "t9"]) == {"t0", "t2"}
     assert store.size("u") == 3 and store.users() == ["u"]
-    assert store.counts() == {"u": {"turns": 3, "items": 3, "archived": 0, "pending": 0}}
+    assert store.counts() == {"u": {"turns": 3, "items": 3, "archived": 0, "pending": 0, "unembedded": 0}}
     assert [e.event for e in store.history("u", w.items[0].id)] == ["ADD"]
     assert store.info()["dim"] == str(DIM) and store.info()["embedder"] == "contract-test"
     assert store.info()["schema_version"]
@@ -244,7 +244,7 @@ def test_archived_items_leave_search_and_come_back(store):
     assert rid not in store.search_dense("u", w.vectors[0], 5, Filters())[0].tolist()
     assert rid not in store.search_lexical("u", "orchids", 5, Filters())[0].tolist()
     assert store.indexed("u", [rid]) == set()
-    assert store.counts()["u"] == {"turns": 2, "items": 1, "archived": 1, "pending": 0}
+    assert store.counts()["u"] == {"turns": 2, "items": 1, "archived": 1, "pending": 0, "unembedded": 0}
     store.set_archived("u", w.items[0].id, False, T0 + 20)
     assert rid in store.search_dense("u", w.vectors[0], 5, Filters())[0].tolist()
     assert [e.event for e in store.history("u", w.items[0].id)] == ["ADD", "ARCHIVE", "RESTORE"]

@@ -15,6 +15,7 @@ import numpy as np
 
 from lightmem.models.onnx_encoder import INT8_ALL, INT8_BACKENDS, INT8_MIX, RECIPE_HASH_LEN, fp32_matmuls, int8_recipe
 from lightmem.models.registry import ModelRegistry, pick_device
+from lightmem.models.vector_cache import VectorCache
 from lightmem.models.tokens import HFTokenCounter, TokenCounter, WhitespaceTokenCounter, tokenizer_lock
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,9 @@ class SentenceTransformerEmbedder:
             embeds a query in 5.4 ms against torch's 14.0 (P50), and keeps 7.4 ms when another
             process loads the cores, where torch's two intra-op threads wait on each other
             (P50 40 ms, P95 186 ms): ``eval/encoder_speed.py``, README "Throughput".
+        vector_cache: A SQLite file of document vectors by content (``lightmem.models.vector_cache``): an
+            evaluation that ingests the same turns again reads their vectors instead of embedding them.
+            Keyed by this embedder's full name, so another model, adapter or length never shares one.
     """
 
     def __init__(
@@ -127,7 +131,10 @@ class SentenceTransformerEmbedder:
         cache_dir: str | None = None,
         adapter: str | None = None,
         backend: str = "auto",
+        vector_cache: str | None = None,
     ) -> None:
+        self._vector_cache_path = vector_cache
+        self._vectors: VectorCache | None = None  # opened at the first document encode (the name is final then)
         backend = resolve_backend(backend, device)
         registry = ModelRegistry(cache_dir)
         path = registry.embedder_path(model)
@@ -169,6 +176,10 @@ class SentenceTransformerEmbedder:
             hit = self._cache.get(texts[0])
             if hit is not None:
                 return hit[None, :]
+        if not is_query and self._vector_cache_path:
+            if self._vectors is None:
+                self._vectors = VectorCache(self._vector_cache_path, self.name, self.dim)
+            return self._vectors.encode(texts, self._encode)
         vecs = self._encode(texts)
         if is_query and len(texts) == 1:
             self._cache.put(texts[0], vecs[0])

@@ -89,7 +89,11 @@ class HFTokenCounter:
                     known.clear()
                     new = {w for words in split.values() for w in words}
                 fresh = list(new)
-                known.update(zip(fresh, (len(e.ids) for e in self._backend.encode_batch(fresh, add_special_tokens=False))))
+                # A few new words (one turn's): one call each. encode_batch hands work to a thread pool, which
+                # costs more than it saves below ~64 words (0.4-0.8 ms against 0.06-0.25 for 3-8 words, 2 cores).
+                encs = (self._backend.encode_batch(fresh, add_special_tokens=False) if len(fresh) >= 64 else
+                        [self._backend.encode(w, add_special_tokens=False) for w in fresh])
+                known.update(zip(fresh, (len(e.ids) for e in encs)))
             for i, words in split.items():
                 out[i] = sum(known[w] for w in words)
         return out  # type: ignore[return-value]

@@ -137,9 +137,12 @@ def _routes() -> APIRouter:
 
     @r.get("/healthz", tags=["ops"])
     def healthz(request: Request) -> dict[str, Any]:
-        """Liveness, and this worker's per-user in-memory views (count, estimated MiB, ceiling, hits,
-        misses, evictions): what an operator watches to size ``--cache-mb``."""
-        return {"status": "ok", "version": lightmem.__version__, "views": request.app.state.memory.store.cache_stats()}
+        """Liveness; this worker's per-user in-memory views (count, estimated MiB, ceiling, hits, misses,
+        evictions): what an operator watches to size ``--cache-mb``; and its background indexer (backlog of
+        memories stored but not yet embedded, items per second, lags)."""
+        memory = request.app.state.memory
+        return {"status": "ok", "version": lightmem.__version__, "views": memory.store.cache_stats(),
+                "index": memory.index_status()}
 
     @r.post("/v1/memories", status_code=201, tags=["memories"], responses=write)
     def add(body: AddRequest, caller: Caller, request: Request) -> ItemsOut:

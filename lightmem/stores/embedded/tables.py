@@ -551,11 +551,12 @@ class SQLiteTables:
         return [r[0] for r in rows]
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """Per user: turns, active items, archived items, turns pending in the write path's buffers."""
+        """Per user: turns, active items, archived items, turns pending in the write path's buffers, items
+        waiting for their vector (the background indexer's work, ``unembedded``)."""
         out: dict[str, dict[str, int]] = {}
 
         def row(uid: str) -> dict[str, int]:
-            return out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0, "pending": 0})
+            return out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0, "pending": 0, "unembedded": 0})
 
         for uid, n in self.query("SELECT user_id, COUNT(*) FROM turns GROUP BY user_id"):
             row(uid)["turns"] = n
@@ -563,6 +564,8 @@ class SQLiteTables:
             row(uid)["archived" if arch else "items"] = n
         for uid, n in self.query("SELECT user_id, COUNT(*) FROM pending GROUP BY user_id"):
             row(uid)["pending"] = n
+        for uid, n in self.query("SELECT user_id, COUNT(*) FROM items WHERE length(embedding) = 0 GROUP BY user_id"):
+            row(uid)["unembedded"] = n
         return out
 
 

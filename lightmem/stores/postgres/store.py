@@ -203,7 +203,7 @@ class PostgresStore:
         out: dict[str, dict[str, int]] = {}
 
         def row(uid: str) -> dict[str, int]:
-            return out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0, "pending": 0})
+            return out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0, "pending": 0, "unembedded": 0})  # never deferred here
 
         for uid, n in self._query("SELECT user_id, COUNT(*) FROM turns GROUP BY user_id"):
             row(uid)["turns"] = int(n)

@@ -1,0 +1,81 @@
+"""A persistent cache of document vectors by content, for evaluation runs that ingest the same texts again.
+
+A sweep over LongMemEval or LoCoMo re-ingests identical turns on every run; with the cache, a text is
+embedded once per encoder: the key is a hash of the encoder's full name (model, adapter fingerprint,
+input length, int8 recipe) and the text, so a changed encoder never reads another's vectors.
+The file is SQLite (WAL): several evaluation processes may share it.
+"""
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+_CHUNK = 500  # keys per SELECT (SQLite's bound on parameters)
+
+
+class VectorCache:
+    """Document vectors of one encoder, stored by a hash of (encoder name, text).
+
+    Args:
+        path: The SQLite file (created with its folder when missing).
+        name: The encoder's full name (``Embedder.name``).
+        dim: The encoder's dimension (a stored vector of another size is not used).
+    """
+
+    def __init__(self, path: str | Path, name: str, dim: int) -> None:
+        self.path, self.name, self.dim = Path(path), name, dim
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vec BLOB NOT NULL) WITHOUT ROWID")
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def _key(self, text: str) -> bytes:
+        return hashlib.blake2b(f"{self.name}\0{text}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+    def encode(self, texts: Sequence[str], encode: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+        """The vectors of ``texts``: stored ones read back, the others made by ``encode`` and stored."""
+        keys = [self._key(t) for t in texts]
+        found: dict[bytes, np.ndarray] = {}
+        with self._lock:
+            for i in range(0, len(keys), _CHUNK):
+                chunk = keys[i : i + _CHUNK]
+                rows = self._db.execute(f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(chunk))})",
+                                        chunk).fetchall()
+                for k, v in rows:
+                    if len(v) == 4 * self.dim:
+                        found[k] = np.frombuffer(v, dtype=np.float32)
+        missing = list(dict.fromkeys(i for i, k in enumerate(keys) if k not in found))
+        miss_keys = list(dict.fromkeys(keys[i] for i in missing))
+        if missing:
+            first = {}
+            for i in missing:
+                first.setdefault(keys[i], i)
+            made = np.asarray(encode([texts[first[k]] for k in miss_keys]), dtype=np.float32)
+            with self._lock:
+                self._db.execute("BEGIN")
+                try:
+                    self._db.executemany("INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)",
+                                         [(k, made[j].tobytes()) for j, k in enumerate(miss_keys)])
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            found.update({k: made[j] for j, k in enumerate(miss_keys)})
+        self.hits += len(texts) - len(missing)
+        self.misses += len(missing)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, k in enumerate(keys):
+            out[i] = found[k]
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

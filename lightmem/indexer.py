@@ -26,6 +26,9 @@ from lightmem.retrieval.excerpts import keep_codes
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH = 64  # items per encoder call: see docs/results/throughput.md (measured on 2 cores)
+ATTEMPTS = 3  # an item that fails alone is retried (a busy database) this many times in all, then left for the next open
+
+_Entry = tuple[str, str, str, float, int]  # (user id, item id, text, queued at, attempt)
 
 
 class BackgroundIndexer:
@@ -45,8 +48,8 @@ class BackgroundIndexer:
             raise ValueError("batch_size must be at least 1")
         self.store, self.embedder, self.word_scorer, self.batch_size = store, embedder, word_scorer, batch_size
         self._cond = threading.Condition()
-        self._queue: deque[tuple[str, str, str, float]] = deque()  # (user id, item id, text, queued at)
-        self._queued: set[str] = set()
+        self._queue: deque[_Entry] = deque()
+        self._queued: set[str] = set()  # item ids queued or being embedded
         self._busy = 0
         self._recover = recover
         self._closed = False
@@ -73,7 +76,7 @@ class BackgroundIndexer:
             for item_id, text in items:
                 if item_id not in self._queued:
                     self._queued.add(item_id)
-                    self._queue.append((user_id, item_id, text, now))
+                    self._queue.append((user_id, item_id, text, now, 1))
             self._start()
             self._cond.notify_all()
 
@@ -95,17 +98,32 @@ class BackgroundIndexer:
             return len(self._queue) + self._busy
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every queued item is embedded (or failed); False when ``timeout`` ran out first."""
+        """Wait until the items queued when it was called (and a restart's leftovers) are embedded or have
+        failed for good; items queued meanwhile are not waited for. False when ``timeout`` ran out first
+        or the indexer's thread is gone (``status()["last_error"]`` says why)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             if self._thread is None and self._recover and not self._closed:
                 self._start()  # a store reopened with leftovers: flushing means embedding them
-            while self._queue or self._busy or (self._thread is not None and self._recover):
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
+            while self._recover and self._thread is not None:  # the leftovers are being listed
+                if not self._wait(deadline):
                     return False
-                self._cond.wait(left)
+            waiting = set(self._queued)
+            while not waiting.isdisjoint(self._queued):
+                if not self._wait(deadline):
+                    return False
             return True
+
+    def _wait(self, deadline: float | None) -> bool:
+        """One wait on the condition (held); False when the deadline passed or the thread died."""
+        if self._thread is not None and not self._thread.is_alive() and not self._closed:
+            self.last_error = self.last_error or "the indexer thread stopped"
+            return False
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        self._cond.wait(left if left is not None else 1.0)  # wakes now and then to see the thread alive
+        return True
 
     def status(self) -> dict[str, float | int | str | None]:
         """Backlog, items indexed and failed in this process, throughput while busy, lags, last error."""
@@ -151,7 +169,7 @@ class BackgroundIndexer:
                 for user_id, item_id, text in left:
                     if item_id not in self._queued:
                         self._queued.add(item_id)
-                        self._queue.append((user_id, item_id, text, now))
+                        self._queue.append((user_id, item_id, text, now, 1))
                 if left:
                     log.info("indexer: %d items written before a restart wait for their vectors", len(left))
                 self._recover = False
@@ -165,51 +183,73 @@ class BackgroundIndexer:
                 batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
                 self._busy = len(batch)
             started = time.monotonic()
+            retry: list[_Entry] = []
             try:
-                self._index(batch)
+                retry = self._index(batch)
             finally:
                 with self._cond:
-                    for _, item_id, _, _ in batch:
-                        self._queued.discard(item_id)
+                    for entry in batch:
+                        if entry not in retry:
+                            self._queued.discard(entry[1])
+                    self._queue.extend((u, i, t, q, a + 1) for u, i, t, q, a in retry)
                     self._busy = 0
                     self.batches += 1
                     self.busy_seconds += time.monotonic() - started
                     self._cond.notify_all()
+            if retry:  # a busy or failing database: give it a moment
+                time.sleep(min(0.25 * 2 ** retry[0][4], 2.0))
 
-    def _index(self, batch: list[tuple[str, str, str, float]]) -> None:
+    def _index(self, batch: list[_Entry]) -> list[_Entry]:
+        """Embed and store a batch; returns the items to try again."""
         try:
             self._embed_and_store(batch)
+            return []
         except Exception as exc:  # noqa: BLE001 - one bad item must not stop the others
+            if len(batch) > 1:
+                log.warning("indexer: a batch of %d failed (%s: %s); trying its items one by one",
+                            len(batch), type(exc).__name__, exc)
+            errors: list[tuple[_Entry, Exception]] = []
             if len(batch) == 1:
-                self._failed(batch, exc)
-                return
-            log.warning("indexer: a batch of %d failed (%s: %s); retrying its items one by one",
-                        len(batch), type(exc).__name__, exc)
-            for one in batch:
-                try:
-                    self._embed_and_store([one])
-                except Exception as exc1:  # noqa: BLE001
-                    self._failed([one], exc1)
+                errors.append((batch[0], exc))
+            else:
+                for one in batch:
+                    try:
+                        self._embed_and_store([one])
+                    except Exception as exc1:  # noqa: BLE001
+                        errors.append((one, exc1))
+            retry = []
+            for one, err in errors:
+                if one[4] < ATTEMPTS:
+                    retry.append(one)
+                else:
+                    self._failed(one, err)
+            return retry
 
-    def _failed(self, batch: list[tuple[str, str, str, float]], exc: BaseException) -> None:
-        # The rows keep their empty embedding: found by their words, and retried when the store is next opened.
-        self.failed += len(batch)
+    def _failed(self, entry: _Entry, exc: BaseException) -> None:
+        # The row keeps its empty embedding: found by its words, and retried when the store is next opened.
+        self.failed += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
-        log.error("indexer: item %s of user %s not embedded (it is still found by its words; the next open "
-                  "retries it): %s", batch[0][1], batch[0][0], self.last_error)
+        log.error("indexer: item %s of user %s not embedded after %d tries (it is still found by its words; the "
+                  "next open retries it): %s", entry[1], entry[0], entry[4], self.last_error)
 
-    def _embed_and_store(self, batch: list[tuple[str, str, str, float]]) -> None:
-        texts = [t for _, _, t, _ in batch]
+    def _embed_and_store(self, batch: list[_Entry]) -> None:
+        texts = [e[2] for e in batch]
         vecs = np.asarray(self.embedder.encode(texts), dtype=np.float32)
-        keep = keep_codes(self.word_scorer, texts) if self.word_scorer is not None else None
+        keep = None
+        if self.word_scorer is not None:
+            try:
+                keep = keep_codes(self.word_scorer, texts)
+            except Exception as exc:  # noqa: BLE001 - the vectors are worth storing without the scores
+                log.warning("indexer: word scores failed (%s: %s); %d items stored without them",
+                            type(exc).__name__, exc, len(texts))
         by_user: dict[str, list[int]] = {}
-        for i, (user_id, _, _, _) in enumerate(batch):
-            by_user.setdefault(user_id, []).append(i)
+        for i, e in enumerate(batch):
+            by_user.setdefault(e[0], []).append(i)
         done = 0
         for user_id, rows in by_user.items():
             done += self.store.set_vectors(user_id, [(batch[i][1], batch[i][2]) for i in rows], vecs[rows],
                                            keep=[keep[i] for i in rows] if keep is not None else None)
-        lag = time.monotonic() - min(q for _, _, _, q in batch)
+        lag = time.monotonic() - min(e[3] for e in batch)
         self.indexed += len(batch)
         self.last_lag, self.max_lag = lag, max(self.max_lag, lag)
         if done < len(batch):

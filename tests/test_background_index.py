@@ -187,3 +187,19 @@ def test_a_postgres_store_embeds_on_the_callers_thread(pg_uri, background):
         assert memory.index_status() == {"mode": "sync", "backlog": 0}
         memory.add(TEXTS[:3], user_id="ana")
         assert memory.search("cello Lisbon", user_id="ana", k=1)[0].scores["dense"] > 0.1  # embedded at once
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_vectors_that_arrive_later_are_searched_in_every_index_kind(kind):
+    from lightmem.stores.views.vector import VectorIndex
+
+    rng = np.random.default_rng(0)
+    real = rng.normal(size=(40, 16)).astype(np.float32)
+    real /= np.linalg.norm(real, axis=1, keepdims=True)
+    index = VectorIndex(16, kind)
+    index.add(np.arange(40), np.vstack([np.zeros((20, 16), np.float32), real[20:]]))  # 0-19 wait for theirs
+    assert index.search(real[3], 1)[0][0] != 3
+    index.set([3, 7, 99], np.vstack([real[3], real[7], real[0]]))  # 99 is not held: skipped
+    ids, scores = index.search(real[3], 1)
+    assert ids[0] == 3 and scores[0] == pytest.approx(1.0, abs=1e-5)
+    assert index.search(real[7], 1)[0][0] == 7 and 99 not in index

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from lightmem.evaluation.ranking import keep_top_rate
+from lightmem.models.tokens import tokenizer_lock
 
 log = logging.getLogger(__name__)
 
@@ -192,11 +193,15 @@ class TokenClassifierCompressor(_WordCompressor):
 
             if self._keep is None:
                 self._keep = OnnxKeepScorer(self._graph("keep", lambda tmp: export_keep_probs(self.model, self.tok, tmp)))
-            enc = self.tok(chunks, is_split_into_words=True, truncation=True, max_length=512, padding=True, return_tensors="np")
+            with tokenizer_lock(self.tok):  # one scorer per process; background indexers call it too
+                enc = self.tok(chunks, is_split_into_words=True, truncation=True, max_length=512, padding=True,
+                               return_tensors="np")
             return self._keep(enc), enc
         import torch
 
-        enc = self.tok(chunks, is_split_into_words=True, truncation=True, max_length=512, padding=True, return_tensors="pt")
+        with tokenizer_lock(self.tok):
+            enc = self.tok(chunks, is_split_into_words=True, truncation=True, max_length=512, padding=True,
+                           return_tensors="pt")
         with torch.inference_mode():
             p = torch.softmax(self.model(**enc.to(self.device)).logits.float(), dim=-1)[..., 1].cpu().numpy()
         return p, enc
@@ -214,7 +219,8 @@ class TokenClassifierCompressor(_WordCompressor):
 
     def count_tokens(self, text: str) -> int:
         """Sub-word tokens of ``text`` under the compressor's tokenizer (no special tokens)."""
-        return len(self.tok(text, add_special_tokens=False)["input_ids"])
+        with tokenizer_lock(self.tok):
+            return len(self.tok(text, add_special_tokens=False)["input_ids"])
 
     def word_probs(self, words: Sequence[str]) -> list[float]:
         """P(keep) of each word (its first sub-token's)."""
@@ -286,7 +292,8 @@ class CrossEntropyCompressor(_WordCompressor):
         ids: list[int] = []
         owner: list[int] = []
         for j, w in enumerate(words):
-            piece = self.tok((" " if j else "") + w, add_special_tokens=False)["input_ids"]
+            with tokenizer_lock(self.tok):
+                piece = self.tok((" " if j else "") + w, add_special_tokens=False)["input_ids"]
             ids.extend(piece)
             owner.extend([j] * len(piece))
         ce = [math.inf] * len(ids)

@@ -43,6 +43,7 @@ def asked_questions(make_memory: Callable[[str], Memory], convs: Sequence[Conver
             for s in conv.sessions:
                 mem.add_turns(user, s.turns)
             mem.flush(user)
+            mem.flush_index()  # mined on fully indexed memory (vectors and word scores)
             asked_at = max((s.timestamp for s in conv.sessions), default=None)
             for qa in conv.qa:
                 evidence = set(normalize_evidence(qa.evidence))

@@ -44,7 +44,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     try:
         rows = measure_growth(memory, turns, queries, list(cfg.sizes), int(cfg.k), sync=sync, budget=cfg.budget,
                               show_progress=sys.stderr.isatty(),
-                              other=lambda: Memory.open(store, embedder=memory.embedder, selector=Stage1Selector()))
+                              other=lambda: Memory.open(store, embedder=memory.embedder, selector=Stage1Selector(),
+                                                          background_index=False))
     finally:
         memory.close()
         shutil.rmtree(store, ignore_errors=True)

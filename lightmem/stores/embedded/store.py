@@ -340,23 +340,32 @@ class MTMStore:
             with self._transaction() as c:
                 done: list[tuple[int, np.ndarray]] = []
                 for j, (item_id, text) in enumerate(items):
-                    row = c.execute("UPDATE items SET embedding = ? WHERE user_id = ? AND id = ? AND length(embedding) = 0 "
-                                    "AND text = ? RETURNING rid", (vectors[j].tobytes(), user_id, item_id, text)).fetchall()
-                    if not row:
+                    row = c.execute("SELECT rid FROM items WHERE user_id = ? AND id = ? AND length(embedding) = 0 "
+                                    "AND text = ?", (user_id, item_id, text)).fetchone()
+                    if row is None:
                         continue
-                    row = row[0]
+                    rid = int(row[0])
+                    c.execute("UPDATE items SET embedding = ? WHERE rid = ?", (vectors[j].tobytes(), rid))
                     if keep is not None and keep[j] is not None:
                         c.execute("UPDATE items SET metadata = json_set(metadata, '$.keep', ?) WHERE rid = ?",
-                                  (keep[j], row[0]))
-                    done.append((int(row[0]), vectors[j]))
+                                  (keep[j], rid))
+                    done.append((rid, vectors[j]))
             part = self._parts.peek(user_id)
             if part is not None and done:
-                part.set_vectors([r for r, _ in done], np.stack([v for _, v in done]))
+                try:
+                    part.set_vectors([r for r, _ in done], np.stack([v for _, v in done]))
+                    self._parts.resize(user_id)
+                except BaseException:
+                    self._parts.pop(user_id)  # SQLite has the vectors: the view is rebuilt from it
+                    raise
             return len(done)
 
     def unembedded(self, limit: int | None = None) -> list[tuple[str, str, str]]:
-        """(user id, item id, text) of items still waiting for their vector, oldest first."""
-        sql = "SELECT user_id, id, text FROM items WHERE length(embedding) = 0 ORDER BY rid"
+        """(user id, item id, text) of items still waiting for their vector, oldest first (none when the
+        store is open read-only: nothing could be written back)."""
+        if self.sql.read_only:
+            return []
+        sql = "SELECT user_id, id, text FROM items WHERE length(embedding) = 0 ORDER BY rid"  # items_unembedded
         return [tuple(r) for r in self.sql.query(sql + (f" LIMIT {int(limit)}" if limit else ""))]
 
     def known_turns(self, user_id: str, turn_ids: Sequence[str]) -> set[str]:

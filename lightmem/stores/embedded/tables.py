@@ -57,6 +57,9 @@ CREATE TABLE IF NOT EXISTS items (
   metadata TEXT NOT NULL DEFAULT '{}', embedding BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS items_by_user ON items (user_id, archived);
+-- The background indexer's work list (items stored before their vector): a partial index, so that
+-- finding them after a restart reads only them (an optional index, added within schema 4).
+CREATE INDEX IF NOT EXISTS items_unembedded ON items (rid) WHERE length(embedding) = 0;
 CREATE TABLE IF NOT EXISTS history (
   pk INTEGER PRIMARY KEY AUTOINCREMENT,
   item_id TEXT NOT NULL, user_id TEXT NOT NULL, event TEXT NOT NULL,

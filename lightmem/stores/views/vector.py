@@ -43,6 +43,7 @@ class VectorIndex:
         self._row: dict[int, int] = {}
         # Exact search on the CPU needs nothing but the array; HNSW and GPU search need FAISS's index.
         self._index = None if self.kind == "flat" and not device.startswith("cuda") else self._new_index()
+        self._stale = False  # the FAISS index lags the array (``set``): rebuilt before it is read
 
     @property
     def ids(self) -> np.ndarray:
@@ -113,6 +114,7 @@ class VectorIndex:
         self._ids[: self._n], self._vecs[: self._n] = ids, vecs
         self._row = {int(i): r for r, i in enumerate(ids.tolist())}
         if self._index is not None:  # HNSW and GPU indexes cannot remove: rebuild from the mirror
+            self._stale = False
             self._index = self._new_index()
             if len(self):
                 self._index.add(self.vecs)
@@ -121,7 +123,7 @@ class VectorIndex:
         """Replace the vectors of ids already in the index (ids it does not hold are skipped).
 
         The flat CPU index writes the rows in place; an index with a FAISS structure is rebuilt
-        from the mirror (as ``remove`` does).
+        from the mirror before its next search.
         """
         vecs = np.asarray(vecs, dtype=np.float32).reshape(len(ids), self.dim)
         rows = [(self._row[int(i)], j) for j, i in enumerate(ids) if int(i) in self._row]
@@ -129,8 +131,7 @@ class VectorIndex:
             return
         self._vecs[[r for r, _ in rows]] = vecs[[j for _, j in rows]]
         if self._index is not None:
-            self._index = self._new_index()
-            self._index.add(self.vecs)
+            self._stale = True  # rebuilt at the next search: a batch of vectors arriving costs one rebuild
 
     def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` ids and cosines for one query vector.
@@ -156,6 +157,7 @@ class VectorIndex:
             top = _top(sims, k)
             return self.ids[top], sims[top].astype(np.float32)
         kk = min(k, n)
+        self._refresh_index()
         scores, rows = self._index.search(q, kk)
         valid = rows[0] >= 0
         return self.ids[rows[0][valid]], scores[0][valid].astype(np.float32)
@@ -173,7 +175,15 @@ class VectorIndex:
         """FAISS's CPU HNSW index serialised (graph and vectors), or None when there is no graph to keep."""
         if self._index is None or self.kind != "hnsw" or self.device.startswith("cuda"):
             return None
+        self._refresh_index()
         return _faiss().serialize_index(self._index)
+
+    def _refresh_index(self) -> None:
+        if self._stale:
+            self._index = self._new_index()
+            if len(self):
+                self._index.add(self.vecs)
+            self._stale = False
 
     @classmethod
     def from_hnsw_bytes(cls, ids: np.ndarray, data: np.ndarray) -> "VectorIndex":

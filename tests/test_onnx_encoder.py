@@ -166,6 +166,18 @@ def test_int8_vectors_are_close_rank_the_same_and_carry_their_own_name(encoders)
 
 
 @pytest.mark.slow
+def test_an_int8_vector_does_not_depend_on_the_texts_encoded_with_it(encoders):
+    # Dynamic int8 quantization scales over a whole run: texts run one at a time, so a memory added on its own,
+    # in a session, or in a background indexer's batch gets the same vector (and ingest order cannot move rankings).
+    enc, _ = encoders
+    sentences = FACTS + QUERIES + TEXTS
+    together = enc["onnx_int8"].encode(sentences)
+    alone = np.stack([enc["onnx_int8"].encode([t])[0] for t in sentences])
+    reordered = enc["onnx_int8"].encode(sentences[::-1])[::-1]
+    assert np.array_equal(together, alone) and np.array_equal(together, reordered)
+
+
+@pytest.mark.slow
 def test_a_store_opens_only_with_the_backend_family_that_wrote_it(encoders, tmp_path):
     from lightmem.memory import Memory
     from lightmem.models.embedder import embedder_for

@@ -25,7 +25,9 @@ from lightmem.retrieval.excerpts import keep_codes
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH = 64  # items per encoder call: see docs/results/throughput.md (measured on 2 cores)
+# Items per encoder call and per transaction. The int8 encoders run each text alone (a vector must not depend on
+# its batch-mates), so this bounds the lag and a transaction's size, not the encoder's rate.
+DEFAULT_BATCH = 64
 ATTEMPTS = 3  # an item that fails alone is retried (a busy database) this many times in all, then left for the next open
 
 _Entry = tuple[str, str, str, float, int]  # (user id, item id, text, queued at, attempt)

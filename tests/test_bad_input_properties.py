@@ -87,6 +87,7 @@ def memory(tmp_path_factory):
 
 
 def _state(memory: Memory) -> dict:
+    memory.flush_index()  # an earlier add's vectors arriving is not this call's write
     return {u: ([(i.id, i.text, i.topic, i.entities, i.metadata, i.event_time, i.valid_to, i.superseded_by, i.n_tokens)
                  for i in memory.get_all(u, include_archived=True)], memory.stats()[u])
             for u in memory.store.users()}

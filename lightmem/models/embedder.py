@@ -15,8 +15,8 @@ import numpy as np
 
 from lightmem.models.onnx_encoder import INT8_ALL, INT8_BACKENDS, INT8_MIX, RECIPE_HASH_LEN, fp32_matmuls, int8_recipe
 from lightmem.models.registry import ModelRegistry, pick_device
-from lightmem.models.vector_cache import VectorCache
 from lightmem.models.tokens import HFTokenCounter, TokenCounter, WhitespaceTokenCounter, tokenizer_lock
+from lightmem.models.vector_cache import VectorCache
 
 log = logging.getLogger(__name__)
 

@@ -115,11 +115,26 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             for session in conv.sessions:
                 written += len(memory.add_turns(user, session.turns))
                 progress.advance(task, len(session.turns))
+        _follow_index(memory, progress)
     if skipped:
         _report_skipped(args.file, skipped)
     note = f"; {len(skipped)} bad line(s) skipped" if skipped else ""
     console.print(escape(f"{total} turns read, {written} items written to {_shown(args.store)} ({total - written} already stored){note}"))
     return 0
+
+
+def _follow_index(memory, progress: Progress) -> None:
+    """Show the background indexer embedding what was just stored (closing the store waits for it anyway)."""
+    total = memory.index_status().get("backlog", 0)
+    if not total:
+        return
+    task = progress.add_task("embedding", total=total)
+    while not memory.flush_index(timeout=0.5):
+        status = memory.index_status()
+        if not status.get("running", False):
+            break  # the thread is gone; close() reports nothing more, the next open resumes the work
+        progress.update(task, completed=max(0, total - status["backlog"]))
+    progress.update(task, completed=total)
 
 
 def cmd_search(args: argparse.Namespace) -> int:

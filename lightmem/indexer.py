@@ -132,6 +132,7 @@ class BackgroundIndexer:
         with self._cond:
             oldest = self._queue[0][3] if self._queue else None
             return {
+                "running": self._thread is not None and self._thread.is_alive(),
                 "backlog": len(self._queue) + self._busy,
                 "indexed": self.indexed,
                 "failed": self.failed,

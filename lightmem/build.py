@@ -7,6 +7,7 @@ built here once, whatever the caller. No Hydra here: config nodes are mapped in 
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ def open_memory(
     tokenizer: str | TokenCounter | None = DEFAULT_TOKENIZER,
     group_dates: bool = True,
     max_turn_chars: int = MAX_TURN_CHARS,
-    background_index: bool = True,
+    background_index: bool | None = None,
     **store_kwargs: Any,
 ) -> Memory:
     """Open (or create) a store and assemble a Memory over it (``Memory.open`` is this); every part
@@ -124,7 +125,9 @@ def open_memory(
             are refused with ``InvalidInputError`` (HTTP 422), never cut.
         background_index: ``add`` stores a turn and its words and returns; a background thread embeds the new
             memories (``Memory.flush_index`` waits for it; a restart resumes it). False: ``add`` embeds before it
-            returns. PostgreSQL stores and a ``maintainer`` always embed before ``add`` returns.
+            returns. PostgreSQL stores and a ``maintainer`` always embed before ``add`` returns. None (the
+            default): True, unless the environment sets ``LIGHTMEM_BACKGROUND_INDEX=0`` (a script that searches
+            right after each write, or a test suite that wants every vector in place when ``add`` returns).
         **store_kwargs: Keyword arguments of the store (``MTMStore``: index, synchronous...;
             ``PostgresStore``: index, ef_search...).
     """
@@ -145,6 +148,8 @@ def open_memory(
     retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **{**dict(retrieval or {}), **routing},
                                   composer=composer)
     counter = embedder.token_counter()
+    if background_index is None:
+        background_index = os.environ.get("LIGHTMEM_BACKGROUND_INDEX", "1").strip().lower() not in ("0", "false", "no", "off")
     if isinstance(word_scorer, str):
         if word_scorer != "default":
             raise ValueError(f"word_scorer must be a compressor, None or 'default', got {word_scorer!r}")

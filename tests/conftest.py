@@ -9,6 +9,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
+# Memories opened in tests embed before add returns unless a test asks for the background indexer
+# (background_index=True: tests/test_background_index.py; every Hydra-built memory, as in the evaluations):
+# a test that searches right after add then sees the same vectors on every run.
+os.environ.setdefault("LIGHTMEM_BACKGROUND_INDEX", "0")
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"

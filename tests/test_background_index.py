@@ -121,7 +121,7 @@ def test_consolidation_waits_for_the_vectors(tmp_path):
 
     emb = GatedEmbedder()
     memory = Memory.open(str(tmp_path / "s"), embedder=emb, selector=Stage1Selector(), synchronous="NORMAL",
-                         ltm=LTMOptions(background=False))
+                         ltm=LTMOptions(background=False), background_index=True)
     try:
         memory.add(TEXTS[:6], user_id="ana")
         threading.Timer(0.3, emb.gate.set).start()
@@ -144,7 +144,7 @@ CHILD = textwrap.dedent("""
                 time.sleep(0.2)  # long enough to be killed inside a batch
             return super().encode(texts, is_query=is_query)
 
-    memory = Memory.open(sys.argv[1], embedder=Slow(dim=64), selector=Stage1Selector())
+    memory = Memory.open(sys.argv[1], embedder=Slow(dim=64), selector=Stage1Selector(), background_index=True)
     for i in range(60):
         memory.add(f"Turn {i}: I planted {i} tulips along the north fence.", user_id="ana")
     print("added", flush=True)

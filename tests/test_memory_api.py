@@ -244,6 +244,7 @@ def test_capacity_archives_least_retained_and_never_deletes(tmp_path):
     m = Memory.open(tmp_path, embedder=HashingEmbedder(64), capacity=5)
     m.clock = lambda: float(next(clock))
     first = [m.add(f"old fact {i}", user_id="u", timestamp=1_600_000_000)[0] for i in range(5)]
+    m.flush_index()  # "old fact 2" is told apart from the others by its vector
     for _ in range(3):  # first[2] is used often, so it is retained
         assert any(h.item.id == first[2].id for h in m.search("old fact 2", "u", k=1))
     new = m.add([f"new fact {i}" for i in range(3)], user_id="u", timestamp=1_600_000_000)

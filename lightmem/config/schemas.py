@@ -86,7 +86,7 @@ class MemoryConfig:
     tokenizer: str = _default(open_memory, "tokenizer")  # what a prompt budget is counted with (the reader's)
     group_dates: bool = _default(open_memory, "group_dates")  # one date line per day above its memories
     max_turn_chars: int = _default(open_memory, "max_turn_chars")  # longer turns are refused
-    background_index: bool = _default(open_memory, "background_index")  # embed new memories after add returns
+    background_index: bool = True  # embed new memories after add returns (Memory.open: also the default)
 
 
 def logger_field() -> Any:

@@ -49,9 +49,8 @@ def memory(tmp_path, embedder):
     from lightmem.memory import Memory
     from lightmem.roles.selector import Stage1Selector
 
-    # Retrieval tests assert on fully indexed memory: the vectors are written before add returns here.
-    # The default, background indexing, is tested in test_background_index.py and by every test that
-    # opens its own Memory (those call flush_index before they need the vectors).
+    # Retrieval tests assert on fully indexed memory: the vectors are written before add returns here
+    # (said explicitly, as LIGHTMEM_BACKGROUND_INDEX above says it for every Memory.open in the tests).
     m = Memory.open(tmp_path / "store", embedder=embedder, selector=Stage1Selector(), synchronous="NORMAL",
                     background_index=False)
     yield m

@@ -141,7 +141,7 @@ CHILD = textwrap.dedent("""
         def encode(self, texts, *, is_query=False):
             if not is_query:
                 print("batch", len(texts), flush=True)
-                time.sleep(0.2)  # long enough to be killed inside a batch
+                time.sleep(0.5)  # long enough to be killed inside a batch
             return super().encode(texts, is_query=is_query)
 
     memory = Memory.open(sys.argv[1], embedder=Slow(dim=64), selector=Stage1Selector(), background_index=True)
@@ -163,7 +163,7 @@ def test_a_process_killed_mid_batch_loses_nothing_and_the_next_open_finishes_the
             lines.append(child.stdout.readline().strip())
         assert "added" in lines, lines
         assert any(line.startswith("batch") for line in lines)
-        child.send_signal(signal.SIGKILL)  # in the middle of a batch: each takes 0.2 s
+        child.send_signal(signal.SIGKILL)  # in the middle of a batch: each takes 0.5 s
     finally:
         child.kill()
         child.wait()

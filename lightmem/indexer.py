@@ -51,8 +51,7 @@ class BackgroundIndexer:
         self.store, self.embedder, self.word_scorer, self.batch_size = store, embedder, word_scorer, batch_size
         self._cond = threading.Condition()
         self._queue: deque[_Entry] = deque()
-        self._queued: set[str] = set()  # item ids queued or being embedded
-        self._busy = 0
+        self._queued: set[str] = set()  # item ids queued or being embedded: the backlog
         self._recover = recover
         self._closed = False
         self._submitted = False  # close() waits only for work this process queued
@@ -97,7 +96,7 @@ class BackgroundIndexer:
     def backlog(self) -> int:
         """Items queued or being embedded."""
         with self._cond:
-            return len(self._queue) + self._busy
+            return len(self._queued)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the items queued when it was called (and a restart's leftovers) are embedded or have
@@ -133,7 +132,7 @@ class BackgroundIndexer:
             oldest = self._queue[0][3] if self._queue else None
             return {
                 "running": self._thread is not None and self._thread.is_alive(),
-                "backlog": len(self._queue) + self._busy,
+                "backlog": len(self._queued),
                 "indexed": self.indexed,
                 "failed": self.failed,
                 "batches": self.batches,
@@ -184,7 +183,6 @@ class BackgroundIndexer:
                 if self._closed:
                     return
                 batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
-                self._busy = len(batch)
             started = time.monotonic()
             retry: list[_Entry] = []
             try:
@@ -195,7 +193,6 @@ class BackgroundIndexer:
                         if entry not in retry:
                             self._queued.discard(entry[1])
                     self._queue.extend((u, i, t, q, a + 1) for u, i, t, q, a in retry)
-                    self._busy = 0
                     self.batches += 1
                     self.busy_seconds += time.monotonic() - started
                     self._cond.notify_all()

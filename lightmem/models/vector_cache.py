@@ -52,25 +52,25 @@ class VectorCache:
                 for k, v in rows:
                     if len(v) == 4 * self.dim:
                         found[k] = np.frombuffer(v, dtype=np.float32)
-        missing = list(dict.fromkeys(i for i, k in enumerate(keys) if k not in found))
-        miss_keys = list(dict.fromkeys(keys[i] for i in missing))
-        if missing:
-            first = {}
-            for i in missing:
-                first.setdefault(keys[i], i)
-            made = np.asarray(encode([texts[first[k]] for k in miss_keys]), dtype=np.float32)
+        first: dict[bytes, int] = {}  # each text not stored yet, embedded once however often it repeats
+        for i, k in enumerate(keys):
+            if k not in found:
+                first.setdefault(k, i)
+        if first:
+            made = np.asarray(encode([texts[i] for i in first.values()]), dtype=np.float32)
+            stored = [(k, made[j].tobytes()) for j, k in enumerate(first)]
             with self._lock:
                 self._db.execute("BEGIN")
                 try:
-                    self._db.executemany("INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)",
-                                         [(k, made[j].tobytes()) for j, k in enumerate(miss_keys)])
+                    self._db.executemany("INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)", stored)
                     self._db.execute("COMMIT")
                 except BaseException:
                     self._db.execute("ROLLBACK")
                     raise
-            found.update({k: made[j] for j, k in enumerate(miss_keys)})
-        self.hits += len(texts) - len(missing)
-        self.misses += len(missing)
+            found.update({k: made[j] for j, k in enumerate(first)})
+        missing = sum(1 for k in keys if k in first)
+        self.hits += len(texts) - missing
+        self.misses += missing
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for i, k in enumerate(keys):
             out[i] = found[k]

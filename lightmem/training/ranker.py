@@ -63,7 +63,7 @@ def groups_key(cfg: Any, embedder_name: str) -> str:
     key.update(embedder=embedder_name, k=cfg.k, data=[Path(str(p)).name for p in (cfg.locomo_path, cfg.lme_path)],
                splits=[str(cfg.locomo_train), str(cfg.locomo_test), cfg.lme_max],
                features=hashlib.sha256(Path(features.__file__).read_bytes()).hexdigest(),  # the feature code itself
-               group_format=2)  # 2: groups carry the query and candidate texts
+               group_format=3)  # 2: groups carry the query and candidate texts; 3: each text embedded alone (int8)
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

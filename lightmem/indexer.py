@@ -6,8 +6,10 @@ store's lock, and writes their vectors (``MemoryStore.set_vectors``). The work l
 itself (items whose embedding is empty), so a process killed mid-batch loses nothing: the next one
 to open the store picks the rest up (``MemoryStore.unembedded``).
 
-``flush`` waits until everything submitted is embedded (evaluations and tests call it before they
-measure); ``status`` is the backlog the server reports.
+The queue in memory is bounded (``max_queue`` items): past it, ``submit`` only counts what it was given,
+and when the queue runs dry the thread lists the next waiting items from the table. ``flush`` waits until
+everything submitted is embedded (evaluations and tests call it before they measure); ``status`` is the
+backlog the server reports.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 # Items per encoder call and per transaction. The int8 encoders run each text alone (a vector must not depend on
 # its batch-mates), so this bounds the lag and a transaction's size, not the encoder's rate.
 DEFAULT_BATCH = 64
+MAX_QUEUE = 10_000  # items held in memory with their text; the rest wait in the table and are listed as the queue drains
 ATTEMPTS = 3  # an item that fails alone is retried (a busy database) this many times in all, then left for the next open
 
 _Entry = tuple[str, str, str, float, int]  # (user id, item id, text, queued at, attempt)
@@ -42,17 +45,23 @@ class BackgroundIndexer:
         word_scorer: Scores each item's words for keeping (``metadata["keep"]``); None: no scores.
         batch_size: Items per encoder call at most.
         recover: Queue the items a previous process left without vectors when the thread starts.
+        max_queue: Items held in memory at most; what is submitted past it waits in the table.
     """
 
     def __init__(self, store: Any, embedder: Embedder, word_scorer: Any = None, batch_size: int = DEFAULT_BATCH,
-                 recover: bool = True) -> None:
+                 recover: bool = True, max_queue: int = MAX_QUEUE) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if max_queue < 1:
+            raise ValueError("max_queue must be at least 1")
         self.store, self.embedder, self.word_scorer, self.batch_size = store, embedder, word_scorer, batch_size
+        self.max_queue = max_queue
         self._cond = threading.Condition()
         self._queue: deque[_Entry] = deque()
-        self._queued: set[str] = set()  # item ids queued or being embedded: the backlog
-        self._recover = recover
+        self._queued: set[str] = set()  # item ids queued or being embedded
+        self._spilled = 0  # items submitted while the queue was full (they wait in the table): the rest of the backlog
+        self._given_up: set[str] = set()  # items that failed ATTEMPTS times in this process: the next open retries them
+        self._recover = recover  # the table is to be listed: at the start (a restart's leftovers) and after a spill
         self._closed = False
         self._submitted = False  # close() waits only for work this process queued
         self._thread: threading.Thread | None = None
@@ -75,7 +84,12 @@ class BackgroundIndexer:
                 raise RuntimeError("the background indexer is closed")
             self._submitted = True
             for item_id, text in items:
-                if item_id not in self._queued:
+                if item_id in self._queued:
+                    continue
+                if len(self._queue) >= self.max_queue or self._spilled:  # in order: the table lists them later
+                    self._spilled += 1
+                    self._recover = True
+                else:
                     self._queued.add(item_id)
                     self._queue.append((user_id, item_id, text, now, 1))
             self._start()
@@ -94,19 +108,20 @@ class BackgroundIndexer:
             self._thread.start()
 
     def backlog(self) -> int:
-        """Items queued or being embedded."""
+        """Items queued or being embedded, and those submitted past the queue's bound."""
         with self._cond:
-            return len(self._queued)
+            return len(self._queued) + self._spilled
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the items queued when it was called (and a restart's leftovers) are embedded or have
-        failed for good; items queued meanwhile are not waited for. False when ``timeout`` ran out first
-        or the indexer's thread is gone (``status()["last_error"]`` says why)."""
+        failed for good; items queued meanwhile are not waited for, except while the queue is past its bound
+        (the items waiting in the table are waited for as they are listed). False when ``timeout`` ran out
+        first or the indexer's thread is gone (``status()["last_error"]`` says why)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             if self._thread is None and self._recover and not self._closed:
                 self._start()  # a store reopened with leftovers: flushing means embedding them
-            while self._recover and self._thread is not None:  # the leftovers are being listed
+            while self._recover and self._thread is not None:  # leftovers or spilled items are still to be listed
                 if not self._wait(deadline):
                     return False
             waiting = set(self._queued)
@@ -132,7 +147,7 @@ class BackgroundIndexer:
             oldest = self._queue[0][3] if self._queue else None
             return {
                 "running": self._thread is not None and self._thread.is_alive(),
-                "backlog": len(self._queued),
+                "backlog": len(self._queued) + self._spilled,
                 "indexed": self.indexed,
                 "failed": self.failed,
                 "batches": self.batches,
@@ -153,35 +168,57 @@ class BackgroundIndexer:
             self._closed = True
             self._queue.clear()
             self._queued.clear()
+            self._spilled = 0
             self._cond.notify_all()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
     # -- the thread --------------------------------------------------------------------------
-    def _run(self) -> None:
-        if self._recover:
-            try:
-                left = self.store.unembedded()
-            except Exception as exc:  # noqa: BLE001 - a failed scan leaves the rows for the next open
-                log.warning("indexer: could not list the items waiting for vectors: %s: %s", type(exc).__name__, exc)
-                left = []
-            now = time.monotonic()
+    def _list_waiting(self, first: bool) -> None:
+        """Queue, up to the bound, the items the table holds without vectors (a restart's leftovers at the
+        start, the spilled ones after): called on the thread while nothing is being embedded."""
+        with self._cond:
+            room, skip = self.max_queue - len(self._queue), set(self._queued) | self._given_up
+        try:
+            left = self.store.unembedded(limit=room + len(skip)) if room > 0 else []
+        except Exception as exc:  # noqa: BLE001 - a failed scan leaves the rows for the next open
+            log.warning("indexer: could not list the items waiting for vectors (they wait for the next open): %s: %s",
+                        type(exc).__name__, exc)
             with self._cond:
-                for user_id, item_id, text in left:
-                    if item_id not in self._queued:
-                        self._queued.add(item_id)
-                        self._queue.append((user_id, item_id, text, now, 1))
-                if left:
-                    log.info("indexer: %d items written before a restart wait for their vectors", len(left))
-                self._recover = False
+                self._spilled, self._recover = 0, False
                 self._cond.notify_all()
+            return
+        now = time.monotonic()
+        with self._cond:
+            fresh = [row for row in left if row[1] not in skip][:room]
+            for user_id, item_id, text in fresh:
+                self._queued.add(item_id)
+                self._queue.append((user_id, item_id, text, now, 1))
+            if first and fresh:
+                log.info("indexer: %d items written before a restart wait for their vectors", len(fresh))
+            if len(left) < room + len(skip) or self._closed:  # the table has no more: nothing is left out
+                self._spilled, self._recover = 0, False
+            else:
+                self._spilled = max(self._spilled - len(fresh), 1)
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        first = True
         while True:
+            if self._recover:
+                with self._cond:
+                    listing = not self._queue  # the queue ran dry (or the thread just started): list the table
+                if listing:
+                    self._list_waiting(first)
+            first = False
             with self._cond:
-                while not self._queue and not self._closed:
+                while not self._queue and not self._recover and not self._closed:
                     self._cond.wait()
                 if self._closed:
                     return
+                if not self._queue:
+                    continue
                 batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
             started = time.monotonic()
             retry: list[_Entry] = []
@@ -227,6 +264,8 @@ class BackgroundIndexer:
 
     def _failed(self, entry: _Entry, exc: BaseException) -> None:
         # The row keeps its empty embedding: found by its words, and retried when the store is next opened.
+        with self._cond:
+            self._given_up.add(entry[1])
         self.failed += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
         log.error("indexer: item %s of user %s not embedded after %d tries (it is still found by its words; the "

@@ -116,6 +116,27 @@ def test_a_text_the_encoder_refuses_fails_alone_and_stays_findable(tmp_path, cap
         assert all(v for v in _stored_vectors(memory, "ana").values())
 
 
+def test_past_its_bound_the_queue_leaves_the_items_in_the_table_and_lists_them_as_it_drains(tmp_path):
+    emb = GatedEmbedder(poison="POISON")
+    with _open(tmp_path / "s", emb) as memory:
+        memory.indexer.max_queue = 3
+        texts = [*TEXTS[:5], "POISON pill for the encoder, about pottery", *TEXTS[5:12]]
+        for i, text in enumerate(texts):  # one turn per add, as an agent writes
+            memory.add(text, user_id="ana" if i % 2 else "ben")
+        assert len(memory.indexer._queue) == 3  # the rest are counted, not held
+        assert memory.index_status()["backlog"] == len(texts)
+        emb.gate.set()
+        assert memory.flush_index(timeout=30)
+        status = memory.index_status()
+        assert status["backlog"] == 0 and status["indexed"] == len(texts) - 1 and status["failed"] == 1
+        waiting = [t for user in ("ana", "ben") for t, v in _stored_vectors(memory, user).items() if not v]
+        assert waiting == ["user: POISON pill for the encoder, about pottery"]  # given up on, not listed again
+        hits = memory.search("pottery in Kyoto", user_id="ben", k=1)
+        assert hits and "Kyoto" in hits[0].item.text and hits[0].scores["dense"] > 0.3
+        memory.add("One more after the spill, about sailing in Quito.", user_id="ana")  # the queue takes it again
+        assert memory.flush_index(timeout=30) and memory.index_status()["indexed"] == len(texts)
+
+
 def test_consolidation_waits_for_the_vectors(tmp_path):
     from lightmem.ltm import LTMOptions
 

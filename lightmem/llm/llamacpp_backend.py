@@ -65,11 +65,12 @@ class LlamaCppLLM:
         requantize: ``q4_0`` or ``q8_0``: run a copy of the GGUF requantized to that type (made once in the model
             cache, beside the checked original). On AVX2 CPUs llama.cpp repacks Q4_0 weights for faster prompt
             evaluation; None runs the file as packaged.
+        flash_attn: llama.cpp's fused attention kernel.
     """
 
     def __init__(self, model: str = "SmolLM2-135M-Instruct", n_ctx: int = 2048, n_threads: int | None = None,
                  n_gpu_layers: int = 0, max_new_tokens: int = 128, n_batch: int = 512,
-                 requantize: str | None = None, meter: UsageMeter | None = None) -> None:
+                 requantize: str | None = None, flash_attn: bool = False, meter: UsageMeter | None = None) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
@@ -79,7 +80,7 @@ class LlamaCppLLM:
             path = requantized(path, requantize)
         threads = n_threads or _cores()
         self._llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                          n_gpu_layers=n_gpu_layers, n_batch=n_batch, verbose=False)
+                          n_gpu_layers=n_gpu_layers, n_batch=n_batch, flash_attn=bool(flash_attn), verbose=False)
         self.name, self.max_new_tokens, self.n_ctx = f"llamacpp:{path.name}", max_new_tokens, n_ctx
         self.meter = meter or UsageMeter()
         self._lock = threading.Lock()  # one llama.cpp context: one generation at a time

@@ -360,12 +360,14 @@ class MTMStore:
                     raise
             return len(done)
 
-    def unembedded(self) -> list[tuple[str, str, str]]:
-        """(user id, item id, text) of items still waiting for their vector, oldest first (none when the
-        store is open read-only: nothing could be written back)."""
+    def unembedded(self, limit: int | None = None) -> list[tuple[str, str, str]]:
+        """(user id, item id, text) of items still waiting for their vector, oldest first, ``limit`` at most
+        (none when the store is open read-only: nothing could be written back)."""
         if self.sql.read_only:
             return []
         sql = "SELECT user_id, id, text FROM items WHERE length(embedding) = 0 ORDER BY rid"  # items_unembedded
+        if limit is not None:
+            return [tuple(r) for r in self.sql.query(sql + " LIMIT ?", (int(limit),))]
         return [tuple(r) for r in self.sql.query(sql)]
 
     def known_turns(self, user_id: str, turn_ids: Sequence[str]) -> set[str]:

@@ -62,6 +62,7 @@ class BackgroundIndexer:
         self._spilled = 0  # items submitted while the queue was full (they wait in the table): the rest of the backlog
         self._given_up: set[str] = set()  # items that failed ATTEMPTS times in this process: the next open retries them
         self._recover = recover  # the table is to be listed: at the start (a restart's leftovers) and after a spill
+        self._listed = False  # the first listing (a restart's leftovers) was done
         self._closed = False
         self._submitted = False  # close() waits only for work this process queued
         self._thread: threading.Thread | None = None
@@ -96,8 +97,10 @@ class BackgroundIndexer:
             self._cond.notify_all()
 
     def start(self) -> None:
-        """Start the thread now (it also starts at the first ``submit``): it first queues what a
-        previous process left without vectors."""
+        """Queue what a previous process left without vectors (listed here, before this process writes, so
+        that only those count as leftovers) and start the thread (it also starts at the first ``submit``)."""
+        if self._recover and self._thread is None and not self._closed:
+            self._list_waiting()
         with self._cond:
             if not self._closed:
                 self._start()
@@ -175,9 +178,10 @@ class BackgroundIndexer:
             thread.join()
 
     # -- the thread --------------------------------------------------------------------------
-    def _list_waiting(self, first: bool) -> None:
+    def _list_waiting(self) -> None:
         """Queue, up to the bound, the items the table holds without vectors (a restart's leftovers at the
-        start, the spilled ones after): called on the thread while nothing is being embedded."""
+        start, the spilled ones after): called at the start and on the thread while nothing is being embedded."""
+        first, self._listed = not self._listed, True
         with self._cond:
             room, skip = self.max_queue - len(self._queue), set(self._queued) | self._given_up
         try:
@@ -204,14 +208,12 @@ class BackgroundIndexer:
             self._cond.notify_all()
 
     def _run(self) -> None:
-        first = True
         while True:
             if self._recover:
                 with self._cond:
                     listing = not self._queue  # the queue ran dry (or the thread just started): list the table
                 if listing:
-                    self._list_waiting(first)
-            first = False
+                    self._list_waiting()
             with self._cond:
                 while not self._queue and not self._recover and not self._closed:
                     self._cond.wait()

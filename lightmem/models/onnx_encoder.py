@@ -13,6 +13,7 @@ import inspect
 import logging
 import os
 import re
+import threading
 import time
 import uuid
 import warnings
@@ -248,19 +249,25 @@ def length_batches(lengths: Sequence[int], rows: Sequence[int], batch_size: int,
 class OnnxSession:
     """Encodes with an exported graph: length-bucketed batches, vectors back in input order.
 
+    A session that runs each text alone (``batch_size`` 1, the int8 graphs: see ``SentenceTransformerEmbedder``)
+    runs one intra-op thread and encodes the texts of one call on ``threads`` threads at once: on 2 cores that
+    embeds 1.55x the LoCoMo turns per second of one run at a time on 2 intra-op threads, and one short query
+    takes as long either way (``docs/results/throughput.md``). Batched graphs split each run over ``threads``.
+
     Args:
         path: The ONNX file (output ``embedding``: L2-normalised mean-pooled vectors).
         tokenizer: The model's Hugging Face tokenizer.
         max_seq_length: Longer inputs are truncated.
         batch_size: Texts per run.
-        threads: ONNX Runtime intra-op threads (default: the cores this process may use).
+        threads: Threads that run the graph (default: the cores this process may use).
     """
 
     def __init__(self, path: Path, tokenizer, max_seq_length: int, batch_size: int, threads: int | None = None) -> None:
         ort = require_onnxruntime()
+        threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        self.workers = threads if batch_size == 1 else 1  # texts run at once, each on its own thread
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                                else os.cpu_count() or 1)
+        opts.intra_op_num_threads = 1 if self.workers > 1 else threads
         opts.inter_op_num_threads = 1
         # Threads that spin while they wait steal the core another process is using: with one busy
         # core of two, 2 spinning threads measured 1.7x slower than 2 that sleep (and 1 thread).
@@ -273,23 +280,39 @@ class OnnxSession:
         self.max_seq_length = max_seq_length
         self.batch_size = batch_size
         self.dim = int(self._session.get_outputs()[0].shape[1])
+        self._pool = None  # ThreadPoolExecutor of ``workers`` threads, made at the first call with several texts
+        self._pool_lock = threading.Lock()
+
+    def _run(self, ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None, rows: Sequence[int]) -> np.ndarray:
+        """Vectors of ``rows`` (one run, padded to the longest of them)."""
+        width = max(len(ids[i]) for i in rows)
+        pad = self.tokenizer.pad_token_id or 0
+        feed = {n: np.full((len(rows), width), pad if n == "input_ids" else 0, dtype=np.int64) for n in self._inputs}
+        for r, i in enumerate(rows):
+            n = len(ids[i])
+            feed["input_ids"][r, :n] = ids[i]
+            feed["attention_mask"][r, :n] = 1
+            if "token_type_ids" in feed and type_ids is not None:
+                feed["token_type_ids"][r, :n] = type_ids[i]
+        return self._session.run(None, feed)[0]
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         with tokenizer_lock(self.tokenizer):
             enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_seq_length)
-        ids = enc["input_ids"]
+        ids, type_ids = enc["input_ids"], enc.get("token_type_ids")
         # Sorting by token length makes each batch pad to its own longest text, not the corpus's.
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         out = np.empty((len(ids), self.dim), dtype=np.float32)
-        pad = self.tokenizer.pad_token_id or 0
-        for rows in length_batches([len(ids[i]) for i in order], order, self.batch_size):
-            width = len(ids[rows[0]])
-            feed = {n: np.full((len(rows), width), pad if n == "input_ids" else 0, dtype=np.int64) for n in self._inputs}
-            for r, i in enumerate(rows):
-                n = len(ids[i])
-                feed["input_ids"][r, :n] = ids[i]
-                feed["attention_mask"][r, :n] = 1
-                if "token_type_ids" in feed:
-                    feed["token_type_ids"][r, :n] = enc["token_type_ids"][i]
-            out[rows] = self._session.run(None, feed)[0]
+        runs = length_batches([len(ids[i]) for i in order], order, self.batch_size)
+        if self.workers > 1 and len(runs) > 1:
+            with self._pool_lock:
+                if self._pool is None:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="lightmem-onnx")
+            for rows, vecs in zip(runs, self._pool.map(lambda rows: self._run(ids, type_ids, rows), runs)):
+                out[rows] = vecs
+        else:
+            for rows in runs:
+                out[rows] = self._run(ids, type_ids, rows)
         return out

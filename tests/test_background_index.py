@@ -123,7 +123,8 @@ def test_past_its_bound_the_queue_leaves_the_items_in_the_table_and_lists_them_a
         texts = [*TEXTS[:5], "POISON pill for the encoder, about pottery", *TEXTS[5:12]]
         for i, text in enumerate(texts):  # one turn per add, as an agent writes
             memory.add(text, user_id="ana" if i % 2 else "ben")
-        assert len(memory.indexer._queue) == 3  # the rest are counted, not held
+        # At most the bound queued and one batch (popped from the queue) waiting at the gate; the rest are counted.
+        assert len(memory.indexer._queue) <= 3 and len(memory.indexer._queued) <= 6
         assert memory.index_status()["backlog"] == len(texts)
         emb.gate.set()
         assert memory.flush_index(timeout=30)

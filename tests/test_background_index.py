@@ -27,7 +27,8 @@ TEXTS = [f"On day {i} I practised {w} with my neighbour in {p}." for i, (w, p) i
 
 
 class GatedEmbedder(HashingEmbedder):
-    """The hashing embedder, except that documents wait for ``gate`` and a text containing ``poison`` fails."""
+    """The hashing embedder, except that the indexer's documents wait for ``gate`` and a text containing ``poison``
+    fails (a document embedded on the caller's thread, by ``update``, does not wait)."""
 
     def __init__(self, poison: str | None = None) -> None:
         super().__init__(dim=64)
@@ -37,7 +38,8 @@ class GatedEmbedder(HashingEmbedder):
 
     def encode(self, texts, *, is_query: bool = False):
         if not is_query:
-            self.gate.wait(30)
+            if threading.current_thread().name == "lightmem-indexer":
+                self.gate.wait(30)
             self.document_calls += 1
             if self.poison is not None and any(self.poison in t for t in texts):
                 raise ValueError("the encoder cannot take this text")

@@ -32,3 +32,15 @@ def test_another_encoder_never_reads_the_vectors(tmp_path):
     other = VectorCache(tmp_path / "v.sqlite", b.name, 32)
     other.encode(["same text"], b.encode)
     assert other.misses == 1 and other.hits == 0
+
+
+def test_vectors_stored_under_an_older_key_format_are_not_read(tmp_path, monkeypatch):
+    import lightmem.models.vector_cache as vc
+
+    real = HashingEmbedder(32)
+    monkeypatch.setattr(vc, "KEY_FORMAT", vc.KEY_FORMAT - 1)
+    VectorCache(tmp_path / "v.sqlite", real.name, 32).encode(["same text"], lambda t: np.ones((len(t), 32), np.float32))
+    monkeypatch.undo()
+    now = VectorCache(tmp_path / "v.sqlite", real.name, 32)
+    assert np.array_equal(now.encode(["same text"], real.encode), real.encode(["same text"]))
+    assert now.misses == 1 and now.hits == 0

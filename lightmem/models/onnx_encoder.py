@@ -13,7 +13,6 @@ import inspect
 import logging
 import os
 import re
-import threading
 import time
 import uuid
 import warnings
@@ -280,8 +279,11 @@ class OnnxSession:
         self.max_seq_length = max_seq_length
         self.batch_size = batch_size
         self.dim = int(self._session.get_outputs()[0].shape[1])
-        self._pool = None  # ThreadPoolExecutor of ``workers`` threads, made at the first call with several texts
-        self._pool_lock = threading.Lock()
+        self._pool = None  # the ``workers`` threads that run the texts of one call at once
+        if self.workers > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="lightmem-onnx")
 
     def _run(self, ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None, rows: Sequence[int]) -> np.ndarray:
         """Vectors of ``rows`` (one run, padded to the longest of them)."""
@@ -304,12 +306,7 @@ class OnnxSession:
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         runs = length_batches([len(ids[i]) for i in order], order, self.batch_size)
-        if self.workers > 1 and len(runs) > 1:
-            with self._pool_lock:
-                if self._pool is None:
-                    from concurrent.futures import ThreadPoolExecutor
-
-                    self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="lightmem-onnx")
+        if self._pool is not None and len(runs) > 1:
             for rows, vecs in zip(runs, self._pool.map(lambda rows: self._run(ids, type_ids, rows), runs)):
                 out[rows] = vecs
         else:

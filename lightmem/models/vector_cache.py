@@ -16,6 +16,9 @@ from pathlib import Path
 import numpy as np
 
 _CHUNK = 500  # keys per SELECT (SQLite's bound on parameters)
+# Part of every key. Bump it when vectors of the same encoder name change meaning: 2 since int8 graphs embed
+# each text alone (534f8a5); files written before hold vectors of session batches, which are now never read.
+KEY_FORMAT = 2
 
 
 class VectorCache:
@@ -38,7 +41,7 @@ class VectorCache:
         self.hits = self.misses = 0
 
     def _key(self, text: str) -> bytes:
-        return hashlib.blake2b(f"{self.name}\0{text}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        return hashlib.blake2b(f"{KEY_FORMAT}\0{self.name}\0{text}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
     def encode(self, texts: Sequence[str], encode: Callable[[list[str]], np.ndarray]) -> np.ndarray:
         """The vectors of ``texts``: stored ones read back, the others made by ``encode`` and stored."""

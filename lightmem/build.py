@@ -33,6 +33,8 @@ from lightmem.stores.factory import open_store
 # Named embedders a new store can be built with (besides "tuned", the default: all-mpnet-base-v2 with the
 # trained memory adapter of checkpoints/embedder); each is rebuilt by its stored name.
 ENCODERS = {"minilm": "all-MiniLM-L6-v2", "mpnet": "all-mpnet-base-v2", "hashing": "hashing-256"}
+# Every encoder choice the CLI, the server and MCP offer, the default first.
+ENCODER_CHOICES = ("tuned", *sorted(ENCODERS))
 
 
 def encoder_kind(name: str) -> str:
@@ -45,28 +47,48 @@ def encoder_kind(name: str) -> str:
     return next((kind for kind, model in ENCODERS.items() if model == base), "minilm")
 
 
-def resolve_embedder(location: str | Path, encoder: str | None = None) -> Embedder:
-    """The embedder of the store at ``location``: the one that wrote it; for a new store ``encoder``
-    (``tuned``, the default, or a key of ``ENCODERS``).
+def new_embedder(encoder: str | None = None) -> Embedder:
+    """The embedder a new store gets for an encoder choice (None or ``tuned``: the default), built as
+    ``Memory.open`` builds its default: 128 tokens per text, int8 ONNX on the CPU, torch on a GPU. The one
+    place the CLI, the server, MCP and Python turn a name into an encoder.
 
     Raises:
-        LightMemError: ``encoder`` is not the one that wrote the store, or ``tuned`` is asked
-            without the trained adapter.
+        LightMemError: an unknown choice, or ``tuned`` without the trained adapter.
     """
-    from lightmem.models.embedder import default_embedder, embedder_for, tuned_adapter
+    from lightmem.models.embedder import HashingEmbedder, SentenceTransformerEmbedder, default_embedder, default_encoding
+    from lightmem.models.embedder import tuned_adapter
+
+    if encoder is not None and encoder not in ENCODER_CHOICES:
+        raise LightMemError(f"unknown encoder {encoder!r}; choose one of {list(ENCODER_CHOICES)} or leave it out (tuned)")
+    if encoder == "tuned" and tuned_adapter() is None:
+        raise LightMemError("--encoder tuned needs the trained adapter in checkpoints/embedder (set LIGHTMEM_CHECKPOINTS "
+                            "or run `make train`); --encoder mpnet is its base model")
+    if encoder in (None, "tuned"):
+        return default_embedder()
+    if encoder == "hashing":
+        return HashingEmbedder(int(ENCODERS["hashing"].removeprefix("hashing-")))
+    return SentenceTransformerEmbedder(ENCODERS[encoder], **default_encoding())
+
+
+def resolve_embedder(location: str | Path, encoder: str | None = None) -> Embedder:
+    """The embedder of the store at ``location``: the one that wrote it; for a new store ``encoder``
+    (``new_embedder``).
+
+    Raises:
+        LightMemError: an unknown ``encoder``, one that is not the one that wrote the store, or ``tuned``
+            asked without the trained adapter.
+    """
+    from lightmem.models.embedder import embedder_for
     from lightmem.stores.factory import describe, stored_embedder
 
+    if encoder is not None and encoder not in ENCODER_CHOICES:
+        raise LightMemError(f"unknown encoder {encoder!r}; choose one of {list(ENCODER_CHOICES)} or leave it out (tuned)")
     stored = stored_embedder(location)
     if encoder and stored and encoder_kind(stored) != encoder:
         raise LightMemError(f"{describe(location)} was built with {stored}; drop --encoder or use a new --store")
     if stored:
         return embedder_for(stored)
-    if encoder == "tuned" and tuned_adapter() is None:
-        raise LightMemError("--encoder tuned needs the trained adapter in checkpoints/embedder (set LIGHTMEM_CHECKPOINTS "
-                            "or run `make train`); --encoder minilm is the base model")
-    if encoder in (None, "tuned"):
-        return default_embedder()
-    return embedder_for(ENCODERS[encoder])
+    return new_embedder(encoder)
 
 
 def open_memory(

@@ -12,12 +12,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from lightmem.build import ENCODERS
+from lightmem.build import ENCODER_CHOICES
 from lightmem.errors import LightMemError, StoreFullError
 from lightmem.messages import MAX_TURN_CHARS
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ceiling_bytes
 
 console = Console(stderr=True)
+ENCODER_HELP = ("embedder of a new store; an existing one reopens with its own (default tuned: all-mpnet-base-v2 with "
+                "the trained memory adapter; mpnet, minilm: the base models; hashing: no model)")
 STORE_HELP = "store folder (created if missing) or postgresql://user:password@host/db (pip install 'lightmem-slm[postgres]')"
 EXIT_ERROR, EXIT_STORE_FULL = 2, 3
 EXIT_STATUS = (
@@ -320,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--user", help="user id for every conversation (default: each conversation's own id)")
     s.add_argument("--format", default="auto", choices=["auto", "locomo", "longmemeval", "jsonl"])
     s.add_argument("--conversations", help="subset: indices ('0-4', '1,3') or ids ('conv-26')")
-    s.add_argument("--encoder", choices=["tuned", *sorted(ENCODERS)], help="embedder of a new store (default tuned: all-mpnet-base-v2 with the trained memory adapter; mpnet, minilm: base models)")
+    s.add_argument("--encoder", choices=ENCODER_CHOICES, help=ENCODER_HELP)
     s.add_argument("--skip-bad-lines", action="store_true",
                    help="JSONL / JSON list of turns: ingest the valid lines and list the skipped ones "
                         "(default: a file with any bad line writes nothing)")
@@ -407,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--workers", type=int, default=1, help="worker processes; each loads the models once (default 1)")
-    s.add_argument("--encoder", choices=["minilm", "hashing"], help="embedder of a new store (default: the trained one)")
+    s.add_argument("--encoder", choices=ENCODER_CHOICES, help=ENCODER_HELP)
     s.add_argument("--selector", choices=["trained", "none"], default="trained", help="Stage 2 (default: the learned ranker)")
     s.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default 1 MiB)")
     s.add_argument("--max-turn-chars", type=int, default=MAX_TURN_CHARS, metavar="N",
@@ -420,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("mcp", help="serve one user's memory to an MCP client (stdio): add, search, list, delete, build context")
     s.add_argument("--store", required=True, help=STORE_HELP)
     s.add_argument("--user", required=True, help="the user every tool acts for")
-    s.add_argument("--encoder", choices=["minilm", "hashing"], help="embedder of a new store (default: the trained one)")
+    s.add_argument("--encoder", choices=ENCODER_CHOICES, help=ENCODER_HELP)
     s.add_argument("--selector", choices=["trained", "none"], default="trained", help="Stage 2 (default: the learned ranker)")
     s.set_defaults(func=cmd_mcp)
 

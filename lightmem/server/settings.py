@@ -6,7 +6,6 @@ import logging
 import os
 from dataclasses import asdict, dataclass
 
-from lightmem.build import ENCODERS  # --encoder of a new store (an existing one reopens with its own); None: the trained default
 from lightmem.errors import LightMemError
 from lightmem.memory import Memory
 from lightmem.messages import MAX_TURN_CHARS
@@ -26,7 +25,7 @@ class ServeSettings:
         host: Interface to listen on.
         port: TCP port.
         workers: Worker processes; each opens the store and loads the models once.
-        encoder: Embedder of a new store: None (the trained memory adapter on its base model, all-mpnet-base-v2), or a key of ``build.ENCODERS``.
+        encoder: Embedder of a new store: None (the trained memory adapter on its base model, all-mpnet-base-v2), or one of ``build.ENCODER_CHOICES``.
         selector: Stage 2: ``trained`` (the learned ranker) or ``none`` (the Stage-1 order).
         max_body_bytes: Larger request bodies get 413.
         cache_mb: Ceiling (MiB) of each worker's per-user in-memory views (None: the store's default).
@@ -60,21 +59,15 @@ def open_memory(store: str, encoder: str | None = None, selector: str = "trained
     """Open a store (a folder or a ``postgresql://`` URI) for serving: an existing store with the embedder that wrote it, a new one with ``encoder``.
 
     Raises:
-        LightMemError: an unknown ``encoder`` or ``selector``.
+        LightMemError: an unknown ``encoder`` or ``selector``, or an ``encoder`` that is not the one that
+            wrote the existing store.
     """
-    from lightmem.models.embedder import embedder_for
+    from lightmem.build import resolve_embedder
     from lightmem.roles.selector import Stage1Selector, default_selector
-    from lightmem.stores.factory import describe, stored_embedder
 
-    if encoder is not None and encoder not in ENCODERS:
-        raise LightMemError(f"unknown encoder {encoder!r}; choose one of {sorted(ENCODERS)} or leave it out (the trained one)")
     if selector not in SELECTORS:
         raise LightMemError(f"unknown selector {selector!r}; choose one of {list(SELECTORS)}")
-    stored = stored_embedder(store)
-    if stored and encoder and stored != ENCODERS[encoder]:
-        log.warning("%s already exists: it reopens with its own embedder %s, --encoder %s is ignored", describe(store),
-                    stored, encoder)
-    embedder = embedder_for(ENCODERS[encoder]) if encoder and not stored else None
+    embedder = resolve_embedder(store, encoder)  # the CLI's resolution: a mismatched --encoder is refused
     options = {} if cache_mb is None else {"cache_mb": cache_mb}
     return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),
                        max_turn_chars=max_turn_chars, **options)

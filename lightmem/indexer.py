@@ -13,9 +13,11 @@ backlog the server reports.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -34,6 +36,32 @@ MAX_QUEUE = 10_000  # items held in memory with their text; the rest wait in the
 ATTEMPTS = 3  # an item that fails alone is retried (a busy database) this many times in all, then left for the next open
 
 _Entry = tuple[str, str, str, float, int]  # (user id, item id, text, queued at, attempt)
+
+_RUNNING: weakref.WeakSet = weakref.WeakSet()  # indexers whose thread runs, stopped when the interpreter exits
+_stop_registered = False
+
+
+def _stop_running() -> None:
+    """Stop every running indexer's thread before the interpreter shuts down (a process that exits without
+    closing its Memory). A daemon thread still inside the encoder's native code when the interpreter is torn
+    down aborts the process (SIGABRT, "terminate called without an active exception"); stopped here it
+    finishes its batch first, and what was not embedded waits in the table for the next open."""
+    for indexer in list(_RUNNING):
+        indexer.close(wait=False)
+
+
+def _register_stop() -> None:
+    global _stop_registered
+    if _stop_registered:
+        return
+    _stop_registered = True
+    # threading's exit hooks run before daemon threads are abandoned and before concurrent.futures stops its
+    # pools (hooks run newest first), so the batch being embedded can still use the encoder's threads.
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        (register or atexit.register)(_stop_running)
+    except RuntimeError:  # the interpreter is already shutting down
+        pass
 
 
 class BackgroundIndexer:
@@ -108,6 +136,8 @@ class BackgroundIndexer:
     def _start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="lightmem-indexer", daemon=True)
+            _register_stop()
+            _RUNNING.add(self)
             self._thread.start()
 
     def backlog(self) -> int:
@@ -176,6 +206,7 @@ class BackgroundIndexer:
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        _RUNNING.discard(self)
 
     # -- the thread --------------------------------------------------------------------------
     def _list_waiting(self) -> None:

@@ -204,6 +204,49 @@ def test_a_process_killed_mid_batch_loses_nothing_and_the_next_open_finishes_the
         assert memory.index_status()["indexed"] == left
 
 
+EXITING = textwrap.dedent("""
+    import sys
+    from lightmem.memory import Memory
+    memory = Memory.open(sys.argv[1])  # the default encoder: int8 ONNX Runtime on its own threads
+    memory.add([f"turn {i} about cats and dogs" for i in range(31)], user_id="ana")
+    raise SystemExit(3)  # an error before close(): the indexer is in the middle of its first batch
+""")
+
+
+
+def test_a_process_that_exits_without_closing_exits_with_its_own_status_and_loses_nothing(tmp_path):
+    # A daemon thread still inside the encoder's native code at interpreter teardown aborted the process
+    # (SIGABRT, "terminate called without an active exception") instead of exiting with its status.
+    store = tmp_path / "s"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", EXITING, str(store)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "terminate called" not in done.stderr
+    with Memory.open(str(store), selector=Stage1Selector()) as memory:
+        assert len(_stored_vectors(memory, "ana")) == 31  # every acknowledged turn; the next open embeds the rest
+        assert memory.flush_index(timeout=120)
+        assert all(_stored_vectors(memory, "ana").values())
+
+
+def test_at_interpreter_exit_the_indexer_stops_after_its_batch_and_leaves_the_rest_in_the_table(tmp_path):
+    from lightmem import indexer as indexer_module
+
+    embedder = GatedEmbedder()
+    memory = _open(tmp_path / "s", embedder)
+    memory.indexer.batch_size = 4
+    memory.add(TEXTS[:12], user_id="ana")  # three batches; the first waits at the gate
+    assert memory.indexer in indexer_module._RUNNING
+    threading.Timer(0.3, embedder.gate.set).start()
+    indexer_module._stop_running()  # what the exit hook runs: returns once the batch in hand is stored
+    assert not memory.indexer._thread.is_alive() and memory.indexer not in indexer_module._RUNNING
+    stored = _stored_vectors(memory, "ana")
+    assert len(stored) == 12 and 0 < sum(1 for v in stored.values() if v) < 12
+    memory.close()
+    with _open(tmp_path / "s", HashingEmbedder(64)) as again:  # the next open embeds what was left
+        assert again.flush_index(timeout=30) and all(_stored_vectors(again, "ana").values())
+
+
 @pytest.mark.parametrize("background", [True, False])
 def test_a_postgres_store_embeds_on_the_callers_thread(pg_uri, background):
     with Memory.open(pg_uri, embedder=HashingEmbedder(64), selector=Stage1Selector(),

@@ -43,7 +43,7 @@ def test_a_store_refuses_another_encoder_and_an_unknown_name_is_refused(tmp_path
     from lightmem.server.settings import open_memory
 
     with open_memory(str(tmp_path / "s"), "hashing", selector="none") as memory:
-        memory.add("alice", "I moved to Oslo.")
+        memory.add("I moved to Oslo.", "alice")
     with pytest.raises(LightMemError, match="drop --encoder"):
         open_memory(str(tmp_path / "s"), "minilm", selector="none")
     with pytest.raises(LightMemError, match="unknown encoder"):

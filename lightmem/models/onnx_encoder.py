@@ -307,7 +307,11 @@ class OnnxSession:
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         runs = length_batches([len(ids[i]) for i in order], order, self.batch_size)
         if self._pool is not None and len(runs) > 1:
-            for rows, vecs in zip(runs, self._pool.map(lambda rows: self._run(ids, type_ids, rows), runs)):
+            try:
+                done = self._pool.map(lambda rows: self._run(ids, type_ids, rows), runs)
+            except RuntimeError:  # the interpreter is shutting down and the pool takes no work: one at a time
+                done = (self._run(ids, type_ids, rows) for rows in runs)
+            for rows, vecs in zip(runs, done):
                 out[rows] = vecs
         else:
             for rows in runs:

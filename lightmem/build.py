@@ -55,8 +55,13 @@ def new_embedder(encoder: str | None = None) -> Embedder:
     Raises:
         LightMemError: an unknown choice, or ``tuned`` without the trained adapter.
     """
-    from lightmem.models.embedder import HashingEmbedder, SentenceTransformerEmbedder, default_embedder, default_encoding
-    from lightmem.models.embedder import tuned_adapter
+    from lightmem.models.embedder import (
+        HashingEmbedder,
+        SentenceTransformerEmbedder,
+        default_embedder,
+        default_encoding,
+        tuned_adapter,
+    )
 
     if encoder is not None and encoder not in ENCODER_CHOICES:
         raise LightMemError(f"unknown encoder {encoder!r}; choose one of {list(ENCODER_CHOICES)} or leave it out (tuned)")

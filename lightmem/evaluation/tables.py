@@ -1,0 +1,223 @@
+"""Results tables that cannot drift: rendered from committed run summaries and model cards, never typed by hand.
+
+A run summary is the handful of numbers a results table shows, cut from an evaluation's ``results.json``
+(``run_summary``) and committed under ``docs/results/runs/`` with the command that produced it. The
+README's results tables and the table of ``checkpoints/README.md`` are rendered from those files and
+from each checkpoint's ``card.json``, and written between marker comments::
+
+    <!-- generated: reader -->
+    ...
+    <!-- end generated -->
+
+``python eval/docs.py`` (``make docs``) rewrites every marked block; a test fails when a committed
+block differs from what the files render. Everything here is pure: JSON in, Markdown out.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+LOCOMO_CATEGORIES = ("1-multi-hop", "2-temporal", "3-open-domain", "4-single-hop")
+CONTROLS = {"gold": "control: the gold evidence turns alone", "random": "control: a random context of the conversation"}
+_BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+
+
+def run_summary(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The numbers the results tables show, from one ``results.json`` of ``eval/locomo.py`` or
+    ``eval/longmemeval.py`` (told apart by LongMemEval's ``by_type`` breakdown)."""
+    retrieval = results["retrieval"]
+    overall = retrieval["overall"]
+    latency = results.get("latency", {})
+    if "by_type" in retrieval:
+        out: dict[str, Any] = {
+            "benchmark": "longmemeval",
+            "n": int(overall.get("n", 0)) or None,
+            "strict": overall["turn_recall_all@budget"],
+            "credited": overall.get("turn_recall_all@budget_credited"),
+            "coverage": overall.get("answer_coverage@budget"),
+            "session_recall_all@10": overall.get("session_recall_all@10"),
+            "turn_recall_all@10": overall.get("turn_recall_all@10"),
+        }
+    else:
+        out = {
+            "benchmark": "locomo",
+            "n": int(overall["n"]),
+            "strict": overall["recall_all@budget"],
+            "credited": overall.get("recall_all@budget_credited"),
+            "coverage": overall.get("answer_coverage@budget"),
+            "strict_by_category": {c: v["recall_all@budget"] for c, v in retrieval.get("by_category", {}).items()},
+        }
+    out["search_ms_p50"] = latency.get("search_ms_p50")
+    out["ingest_turns_per_s"] = latency.get("ingest_turns_per_s")
+    qa = results.get("qa") or {}
+    if qa.get("overall", {}).get("n"):
+        by = {c: v for c, v in qa.get("by_category", {}).items() if v.get("n")}
+        out["qa"] = {"n": qa["overall"]["n"], "f1": qa["overall"]["f1"], "bleu1": qa["overall"].get("bleu1"),
+                     "f1_by_category": {c: v["f1"] for c, v in by.items()}}
+        controls = {}
+        for name in CONTROLS:  # the same questions answered from the control contexts (qa.controls=true)
+            if f"{name}_f1" in qa["overall"]:
+                controls[name] = {"f1": qa["overall"][f"{name}_f1"], "strict": overall.get(f"{name}_recall_all"),
+                                  "f1_by_category": {c: v[f"{name}_f1"] for c, v in by.items() if f"{name}_f1" in v}}
+        if controls:
+            out["qa"]["controls"] = controls
+    return out
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A table cell: a number with ``digits`` decimals, an integer as is, nothing for a missing value."""
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) or float(value).is_integer() and abs(value) >= 10:
+        return f"{int(value):,}"
+    return f"{value:.{digits}f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], bold_first: bool = False) -> str:
+    """A Markdown table; ``bold_first`` sets the first row's cells in bold (the row the table is about)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for i, row in enumerate(rows):
+        cells = [f"**{c}**" if bold_first and i == 0 and c else c for c in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def reader_table(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Reader F1 per LoCoMo category, F1 and strict recall of each run (rows in the file's order), then the
+    control contexts' rows from the first run that answered them (a run marked ``controls_only`` gives only those)."""
+    header = ["same reader, 600-token prompts", "F1 multi-hop", "temporal", "open-domain", "single-hop", "F1 (1-4)",
+              "BLEU-1", "strict R_all@600"]
+    rows = []
+    for run in runs:
+        if run.get("controls_only"):  # a run kept for the control rows it answered
+            continue
+        s, qa = run["summary"], run["summary"].get("qa", {})
+        by = qa.get("f1_by_category", {})
+        rows.append([run["name"], *(fmt(by.get(c)) for c in LOCOMO_CATEGORIES), fmt(qa.get("f1")), fmt(qa.get("bleu1")),
+                     fmt(s.get("strict"))])
+    for name, label in CONTROLS.items():  # from the first run that answered the controls too
+        ctl = next((r["summary"]["qa"]["controls"][name] for r in runs
+                    if name in r["summary"].get("qa", {}).get("controls", {})), None)
+        if ctl is not None:
+            by = ctl["f1_by_category"]
+            rows.append([label, *(fmt(by.get(c)) for c in LOCOMO_CATEGORIES), fmt(ctl["f1"]), "", fmt(ctl.get("strict"))])
+    return markdown_table(header, rows, bold_first=True)
+
+
+def retrieval_table(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Strict and credited recall within the budget, answer coverage and search latency of each run."""
+    header = ["data", "questions", "strict R_all@600", "multi-hop / temporal / open-domain / single-hop", "credited",
+              "answer coverage", "search P50 ms"]
+    rows = []
+    for run in runs:
+        s = run["summary"]
+        by = s.get("strict_by_category") or {}
+        cats = " / ".join(fmt(by.get(c)) for c in LOCOMO_CATEGORIES) if by else ""
+        rows.append([run["name"], fmt(s.get("n")), fmt(s.get("strict")), cats, fmt(s.get("credited")), fmt(s.get("coverage")),
+                     fmt(s.get("search_ms_p50"), 1)])
+    return markdown_table(header, rows)
+
+
+# What the checkpoints table shows of each card: (label, metric before training, metric after). A metric that a
+# card lacks shows as "?", so a renamed metric is seen, not silently dropped.
+CARD_METRICS: dict[str, list[tuple[str, str, str]]] = {
+    "embedder": [("LoCoMo 3-4 recall_all@10, cosine", "test/locomo/base_cosine/recall_all@10", "test/locomo/tuned_cosine/recall_all@10"),
+                 ("LongMemEval test", "test/longmemeval/base_cosine/recall_all@10", "test/longmemeval/tuned_cosine/recall_all@10")],
+    "embedder_minilm": [("LoCoMo 3-4 recall_all@10, cosine", "test/locomo/base_cosine/recall_all@10",
+                         "test/locomo/tuned_cosine/recall_all@10"),
+                        ("LongMemEval test", "test/longmemeval/base_cosine/recall_all@10",
+                         "test/longmemeval/tuned_cosine/recall_all@10")],
+    "ranker": [("LoCoMo 3-4 R_all@600 whole memories, Stage-1 order → ranker", "test/locomo/stage1/overall/recall_all@budget",
+                "test/locomo/ranker/overall/recall_all@budget"),
+               ("LongMemEval test", "test/longmemeval/stage1/overall/recall_all@budget",
+                "test/longmemeval/ranker/overall/recall_all@budget"),
+               ("packed as served, LoCoMo 3-4", "test/locomo/stage1_served/overall/recall_all@budget",
+                "test/locomo/ranker_served/overall/recall_all@budget"),
+               ("LongMemEval test", "test/longmemeval/stage1_served/overall/recall_all@budget",
+                "test/longmemeval/ranker_served/overall/recall_all@budget")],
+    "slm": [("R_all@600 of the held-apart groups, ranker → ranker + SLM-2, LoCoMo 3-4", "test/locomo/ranker/overall/recall_all@budget",
+             "test/locomo/slm/overall/recall_all@budget"),
+            ("LongMemEval test", "test/longmemeval/ranker/overall/recall_all@budget",
+             "test/longmemeval/slm/overall/recall_all@budget")],
+    "selector": [("recall_all@10 after reranking, LoCoMo 3-4", "test/locomo/stage1/recall_all@10", "test/locomo/selector/recall_all@10"),
+                 ("LongMemEval test", "test/longmemeval/stage1/recall_all@10", "test/longmemeval/selector/recall_all@10")],
+    "complexity": [("accuracy against the majority class, LoCoMo 3-4", "test/locomo/majority", "test/locomo/accuracy"),
+                   ("LongMemEval test", "test/longmemeval/majority", "test/longmemeval/accuracy")],
+    "compressor": [("word keep F1 against random, LoCoMo 3-4 turns", "test/random/token_f1", "test/trained/token_f1"),
+                   ("answer words kept at r=0.5", "test/random/answer_kept@r0.5", "test/trained/answer_kept@r0.5")],
+}
+# Extra facts of a card worth a line: (label, metric, formatter).
+CARD_FACTS: dict[str, list[tuple[str, str, Callable[[Any], str]]]] = {
+    "slm": [("chosen top N", "stack/top_n", lambda v: f"{int(v)}"), ("alpha", "stack/alpha", lambda v: f"{v:g}")],
+}
+
+
+def card_result(name: str, card: Mapping[str, Any]) -> str:
+    """The held-out result of checkpoint ``name`` as its card records it: each "before → after" pair of
+    ``CARD_METRICS`` and the facts of ``CARD_FACTS``, joined into one cell."""
+    metrics = card.get("metrics") or {}
+    value = lambda key: fmt(metrics[key]) if key in metrics else "?"  # noqa: E731
+    parts = [f"{label} {value(before)} → {value(after)}" for label, before, after in CARD_METRICS.get(name, [])]
+    parts += [f"{label} {show(metrics[key]) if key in metrics else '?'}" for label, key, show in CARD_FACTS.get(name, [])]
+    return "; ".join(parts)
+
+
+def checkpoints_table(cards: Mapping[str, Mapping[str, Any]], roles: Mapping[str, str]) -> str:
+    """One row per checkpoint folder (sorted): what loads it (``roles``), its held-out result and the commit its card names."""
+    rows = [[f"`{name}/`", roles.get(name, ""), card_result(name, card), f"`{str(card.get('commit', '?'))[:7]}`"]
+            for name, card in sorted(cards.items())]
+    return markdown_table(["checkpoint", "loaded by", "held-out result (card.json)", "exported from"], rows)
+
+
+def blocks(text: str) -> dict[str, str]:
+    """The generated blocks of a Markdown text, by name."""
+    return {m.group("name"): m.group("body") for m in _BLOCK.finditer(text)}
+
+
+def replace_blocks(text: str, rendered: Mapping[str, str]) -> str:
+    """``text`` with each generated block whose name ``rendered`` holds replaced by it.
+
+    Raises:
+        KeyError: a block of ``text`` that ``rendered`` has no table for.
+    """
+    def sub(m: re.Match) -> str:
+        name = m.group("name")
+        if name not in rendered:
+            raise KeyError(f"no table renders the generated block {name!r}")
+        return m.group(1) + rendered[name] + m.group(4)
+
+    return _BLOCK.sub(sub, text)
+
+
+# What loads each committed checkpoint (the checkpoints table's second column).
+CHECKPOINT_ROLES = {
+    "embedder": "`SentenceTransformerEmbedder(adapter=...)`: the default encoder of new stores (`encoder=mpnet_tuned`)",
+    "embedder_minilm": "`encoder=minilm_tuned`, the default before `embedder/`",
+    "ranker": "`LearnedRanker`: the default Stage 2 (`selector=ranker`)",
+    "slm": "`SLMSelector` (`selector=slm`; off: served, it has not beaten the ranker, see docs/results/locomo.md)",
+    "selector": "`CrossEncoderSelector` (`selector=cross_encoder`, the Stage 2 before the ranker)",
+    "complexity": "`TrainedComplexity` (`controller=fast_trained`)",
+    "compressor": "`TokenClassifierCompressor` (squeezed excerpts, `memory.word_scores`; the write path)",
+}
+RUN_TABLES = {"reader": reader_table, "retrieval": retrieval_table}
+DOCS_WITH_TABLES = ("README.md", "checkpoints/README.md")
+
+
+def render_tables(root: Any) -> dict[str, str]:
+    """Every generated table of the repository at ``root``, by block name: one per run file of
+    ``docs/results/runs/`` (``<name>.json``, rendered by ``RUN_TABLES[name]``) and ``checkpoints``."""
+    import json
+    from pathlib import Path
+
+    root = Path(root)
+    out = {}
+    for name, render in RUN_TABLES.items():
+        path = root / "docs" / "results" / "runs" / f"{name}.json"
+        if path.exists():
+            out[name] = render(json.loads(path.read_text())["runs"])
+    cards = {p.parent.name: json.loads(p.read_text()) for p in sorted((root / "checkpoints").glob("*/card.json"))}
+    out["checkpoints"] = checkpoints_table(cards, CHECKPOINT_ROLES)
+    return out

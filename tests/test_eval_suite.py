@@ -229,7 +229,8 @@ def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
     runs = {"ref": {"overrides": ["selector=none"]}, "bm25": {"overrides": ["+experiment=baseline_bm25"]},
             "noisy": {"overrides": ["selector=none", "inject.write_noise=0.5"], "stochastic": True}}
     tables = {"baselines": {"runs": ["ref", "bm25"], "columns": ["R_all@budget", "F1"], "paired": ["R_all@budget", "F1"]},
-              "error_injection": {"runs": ["ref", "noisy"], "columns": ["R_all@budget"], "paired": ["R_all@budget"]}}
+              "error_injection": {"runs": ["ref", "noisy"], "columns": ["R_all@budget"], "paired": ["R_all@budget"],
+                                  "reference": "noisy"}}  # a table's own reference
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = hydra_compose(config_name="suite", overrides=[f"out_dir={tmp_path}/suite", "seeds=[0,1]", "bootstrap_resamples=200", "reference=ref"])
         cfg.locomo_common, cfg.runs, cfg.tables = common, runs, tables
@@ -241,6 +242,8 @@ def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
         assert sorted(p.name for p in (tmp_path / "suite" / "locomo" / "noisy").iterdir()) == ["seed0", "seed1"]  # stochastic: both seeds
         assert [p.name for p in (tmp_path / "suite" / "locomo" / "bm25").iterdir()] == ["seed0"]
         assert summary["tables"]["baselines"]["bm25"]["vs_reference"]["R_all@budget"]["n"] == 6  # the scorable non-adversarial questions
+        injected = summary["tables"]["error_injection"]
+        assert injected["noisy"]["vs_reference"]["R_all@budget"] is None and injected["ref"]["vs_reference"]["R_all@budget"]
         assert (tmp_path / "suite" / "baselines.png").exists() and (tmp_path / "suite" / "recall_vs_budget.png").exists()
         # a second invocation reuses every finished run
         again = run_suite(cfg)
@@ -318,7 +321,7 @@ def _tiny_suite(tmp_path: Path, runs: dict, growth_sizes: str = "[4]") -> Path:
            "bootstrap_resamples": 100, "locomo_common": common, "runs": runs,
            "tables": {"baselines": {"runs": list(runs), "columns": ["R_all@10", "R_all@budget", "F1", "retr. P50 ms"],
                                     "paired": ["R_all@budget"]},
-                      "ablations": None, "error_injection": None, "update_gap": None},
+                      "ablations": None, "paper_ablations": None, "error_injection": None, "update_gap": None},
            "growth": {"enabled": True, "overrides": [f"locomo_path={TINY_LOCOMO}", "locomo_conversations=all", "filler_path=null",
                                                      "encoder=hashing", "selector=none", f"sizes={growth_sizes}"]},
            "longmemeval": {"enabled": True, "overrides": [f"data.path={lme}", "encoder=hashing", "selector=none", *SCRIPTED,

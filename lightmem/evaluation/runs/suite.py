@@ -121,14 +121,14 @@ def report(cfg: DictConfig, parts: list[Part], timings: dict[str, float], failur
     runs = {name: load_run(name, [d for d in dirs if (d / "results.json").exists()]) for name, dirs in seed_dirs.items()}
     missing = sorted(name for name, run in runs.items() if not run.results)
     runs = {name: run for name, run in runs.items() if run.results}
-    reference = runs.get(cfg.reference)
 
     sections_cfg = {name: sec for name, sec in cfg.tables.items() if sec is not None}
     sections, numbers = [], {}
     for sec_name, sec in sections_cfg.items():
         members = [runs[n] for n in sec.runs if n in runs]
-        md, data = table(members, reference if cfg.reference in sec.runs else None, list(sec.columns), list(sec.paired),
-                         int(cfg.bootstrap_resamples))
+        ref_name = sec.get("reference") or cfg.reference  # a table may compare its runs with a run of its own
+        md, data = table(members, runs.get(ref_name) if ref_name in sec.runs else None, list(sec.columns),
+                         list(sec.paired), int(cfg.bootstrap_resamples))
         sections.append(f"## {sec_name.replace('_', ' ')}\n\n{md}\n")
         numbers[sec_name] = data
         series = {c: [(d["columns"][c]["mean"], d["columns"][c]["std"]) for d in data.values()]

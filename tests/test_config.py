@@ -189,7 +189,7 @@ def test_the_capacity_default_is_stated_once_and_every_entry_point_takes_it():
 
     from omegaconf import OmegaConf
 
-    from lightmem.build import open_memory
+    from lightmem.build import memory_parts
     from lightmem.config.schemas import EmbeddedStoreConfig, ServerStoreConfig
     from lightmem.memory import Memory
     from lightmem.stores.base import DEFAULT_CAPACITY
@@ -197,7 +197,7 @@ def test_the_capacity_default_is_stated_once_and_every_entry_point_takes_it():
     from lightmem.stores.factory import open_store
     from lightmem.stores.postgres.store import PostgresStore
 
-    for fn in (Memory.open, open_memory, open_store, MTMStore.__init__, PostgresStore.__init__):
+    for fn in (Memory.open, memory_parts, open_store, MTMStore.__init__, PostgresStore.__init__):
         assert inspect.signature(fn).parameters["capacity"].default == DEFAULT_CAPACITY, fn
     assert EmbeddedStoreConfig().capacity == ServerStoreConfig().capacity == DEFAULT_CAPACITY
     for name in ("sqlite_faiss", "postgres"):  # the store nodes leave it to the schema

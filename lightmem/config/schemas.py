@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from lightmem.build import open_memory
+from lightmem.build import memory_parts
 from lightmem.config.specs import schema_of
 from lightmem.ltm import LTMOptions
 from lightmem.retrieval.engine import TwoStageRetriever
@@ -78,14 +78,14 @@ def _default(fn: Any, name: str) -> Any:
 
 @dataclass
 class MemoryConfig:
-    k: int = _default(open_memory, "k")  # Memory.open's defaults, stated there once
-    budget: int = _default(open_memory, "budget")
+    k: int = _default(memory_parts, "k")  # Memory.open's defaults, stated there once
+    budget: int = _default(memory_parts, "budget")
     maintenance: bool = False  # merge near-duplicates / supersede conflicts after each write
     dup_threshold: float = _default(Maintainer.__init__, "dup_threshold")
     word_scores: bool = False  # the trained compressor scores each new memory's words (only excerpts use them)
-    tokenizer: str = _default(open_memory, "tokenizer")  # what a prompt budget is counted with (the reader's)
-    group_dates: bool = _default(open_memory, "group_dates")  # one date line per day above its memories
-    max_turn_chars: int = _default(open_memory, "max_turn_chars")  # longer turns are refused
+    tokenizer: str = _default(memory_parts, "tokenizer")  # what a prompt budget is counted with (the reader's)
+    group_dates: bool = _default(memory_parts, "group_dates")  # one date line per day above its memories
+    max_turn_chars: int = _default(memory_parts, "max_turn_chars")  # longer turns are refused
     background_index: bool = True  # embed new memories after add returns (Memory.open: also the default)
 
 

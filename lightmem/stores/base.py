@@ -358,3 +358,29 @@ class MemoryStore(StoreAdmin, ItemStore, SearchIndex, OfflineStore, Protocol):
         embedder: Name of the embedder that made them.
         capacity: Bound on active items per user; the least retained are archived beyond it.
     """
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """What ``compact`` did to a store (either backend).
+
+    Attributes:
+        location: The store, as shown to users (a URI without its password).
+        before: Bytes the store's files (PostgreSQL: its tables, with their indexes) took before.
+        after: The same after.
+        steps: What was run, in order.
+        remaining: Where erased text may still be found afterwards, and why (empty: nowhere the
+            command could reach).
+    """
+
+    location: str
+    before: int
+    after: int
+    steps: tuple[str, ...]
+    remaining: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        """The report the CLI prints."""
+        out = [f"compacted {self.location}: {self.before / 1e6:.1f} MB -> {self.after / 1e6:.1f} MB ({'; '.join(self.steps)})"]
+        out += [f"not cleared: {r}" for r in self.remaining]
+        return out

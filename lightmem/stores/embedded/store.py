@@ -38,7 +38,6 @@ from lightmem.stores.embedded.eviction import evict
 from lightmem.stores.embedded.graph import SQLiteGraph, SQLiteGraphTransaction
 from lightmem.stores.embedded.snapshot import SNAPSHOT_MIN_ITEMS
 from lightmem.stores.embedded.tables import DB_NAME, SQLiteTables, database_path
-from lightmem.stores.factory import stored_embedder
 from lightmem.stores.rows import check_update, forgets_old_text, row_to_item
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.stores.views.lexical import BM25_B, BM25_K1, LexicalIndex
@@ -46,7 +45,7 @@ from lightmem.stores.views.partition import Partition, SyncingLock, fill, no_gc_
 from lightmem.stores.views.vector import VectorIndex
 from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
 
-__all__ = ["DB_NAME", "MTMStore", "OfflineChanges", "database_path", "stored_embedder"]
+__all__ = ["DB_NAME", "MTMStore", "OfflineChanges", "database_path"]
 
 log = logging.getLogger(__name__)
 

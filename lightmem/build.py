@@ -155,7 +155,7 @@ def memory_parts(
             returns. PostgreSQL stores and a ``maintainer`` always embed before ``add`` returns. None (the
             default): True, unless the environment sets ``LIGHTMEM_BACKGROUND_INDEX=0`` (a script that searches
             right after each write, or a test suite that wants every vector in place when ``add`` returns).
-        **store_kwargs: Keyword arguments of the store (``MTMStore``: index, synchronous...;
+        **store_kwargs: Keyword arguments of the store (``SQLiteStore``: index, synchronous...;
             ``PostgresStore``: index, ef_search...).
     """
     if isinstance(path, MemoryStore):

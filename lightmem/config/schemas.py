@@ -18,7 +18,7 @@ from lightmem.ltm import LTMOptions
 from lightmem.retrieval.engine import TwoStageRetriever
 from lightmem.roles.maintenance import Maintainer
 from lightmem.sensory.pipeline import SensorySpec
-from lightmem.stores.embedded.store import MTMStore
+from lightmem.stores.embedded.store import SQLiteStore
 from lightmem.stores.postgres.store import PostgresStore
 
 
@@ -67,7 +67,7 @@ def _store_schema(name: str, cls: type, supplied: tuple[str, ...]) -> type:
 
 # conf/store/*.yaml extend one of these (``defaults: [schema_embedded, _self_]``). The embedded store lives
 # in the run's folder (the builder passes ``path``); the server store names its database (``uri``).
-EmbeddedStoreConfig = _store_schema("EmbeddedStoreConfig", MTMStore, ("path", "dim", "embedder"))
+EmbeddedStoreConfig = _store_schema("EmbeddedStoreConfig", SQLiteStore, ("path", "dim", "embedder"))
 ServerStoreConfig = _store_schema("ServerStoreConfig", PostgresStore, ("dim", "embedder"))
 STORE_SCHEMAS = {"schema_embedded": EmbeddedStoreConfig, "schema_server": ServerStoreConfig}
 
@@ -117,7 +117,7 @@ class PipelineConfig:
     encoder: Any = None
     paths: PathsConfig = field(default_factory=PathsConfig)
     # A store backend as ``_target_`` with its settings, set by the ``store`` group (conf/store/*.yaml:
-    # sqlite_faiss, the embedded store, in every runner's defaults; postgres).
+    # sqlite, the embedded store, in every runner's defaults; postgres).
     store: Any = None
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)

@@ -1,7 +1,7 @@
 """The store interface: what the facade, the retrieval engine, the CLI, the server and the LTM
 may ask of a memory store, and nothing more.
 
-``MTMStore`` (SQLite + FAISS + BM25) is the embedded backend, ``PostgresStore`` (PostgreSQL +
+``SQLiteStore`` (SQLite + FAISS + BM25) is the embedded backend, ``PostgresStore`` (PostgreSQL +
 pgvector) the server backend; ``factory.open_store`` picks one by location. A backend implements
 ``MemoryStore`` and ``GraphStore`` and passes ``tests/test_store_contract.py``; no other layer changes.
 

@@ -1,5 +1,4 @@
 """lightmem: long-term memory for LLM agents driven by small language models."""
-from lightmem import build as _build  # noqa: F401,E402  (gives Memory.open the signature of build.open_memory)
 from lightmem.errors import (
     InvalidInputError,
     ItemNotFoundError,

@@ -1,12 +1,13 @@
 """The one construction path of a ``Memory``, from typed parts.
 
-``Memory.open`` (Python), ``lightmem.config.build_memory`` (Hydra config) and the ``lightmem``
-command all end in ``open_memory``; the embedder choice of a store and the LTM options are
-built here once, whatever the caller. No Hydra here: config nodes are mapped in ``lightmem.config``.
+``Memory.open`` (Python), ``lightmem.config.build_memory`` (Hydra config), the ``lightmem`` command and
+the servers all build a Memory from ``memory_parts``; the embedder choice of a store (``new_embedder``,
+``resolve_embedder``) and the LTM options are made here once, whatever the caller. This module builds the
+parts and never imports ``lightmem.memory`` (which imports it). No Hydra here: config nodes are mapped in
+``lightmem.config``.
 """
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,7 +15,6 @@ from typing import Any
 
 from lightmem.errors import LightMemError
 from lightmem.ltm import LTMOptions, build_ltm
-from lightmem.memory import Memory
 from lightmem.messages import MAX_TURN_CHARS
 from lightmem.models.embedder import Embedder
 from lightmem.models.prompt_tokens import DEFAULT_TOKENIZER, prompt_counter
@@ -96,7 +96,7 @@ def resolve_embedder(location: str | Path, encoder: str | None = None) -> Embedd
     return new_embedder(encoder)
 
 
-def open_memory(
+def memory_parts(
     path: str | Path | MemoryStore,
     embedder: Embedder | None = None,
     selector: Selector | None = None,
@@ -115,9 +115,9 @@ def open_memory(
     max_turn_chars: int = MAX_TURN_CHARS,
     background_index: bool | None = None,
     **store_kwargs: Any,
-) -> Memory:
-    """Open (or create) a store and assemble a Memory over it (``Memory.open`` is this); every part
-    left out is the default CPU pipeline's.
+) -> dict[str, Any]:
+    """Open (or create) a store and make the parts of a Memory over it: the keyword arguments of
+    ``Memory(...)``, which ``Memory.open`` passes on. Every part left out is the default CPU pipeline's.
 
     Args:
         path: Store folder (or ``.sqlite`` file), created when missing; or a PostgreSQL
@@ -155,7 +155,7 @@ def open_memory(
             returns. PostgreSQL stores and a ``maintainer`` always embed before ``add`` returns. None (the
             default): True, unless the environment sets ``LIGHTMEM_BACKGROUND_INDEX=0`` (a script that searches
             right after each write, or a test suite that wants every vector in place when ``add`` returns).
-        **store_kwargs: Keyword arguments of the store (``MTMStore``: index, synchronous...;
+        **store_kwargs: Keyword arguments of the store (``SQLiteStore``: index, synchronous...;
             ``PostgresStore``: index, ef_search...).
     """
     if isinstance(path, MemoryStore):
@@ -181,12 +181,7 @@ def open_memory(
         if word_scorer != "default":
             raise ValueError(f"word_scorer must be a compressor, None or 'default', got {word_scorer!r}")
         word_scorer = default_word_scorer()
-    return Memory(store, embedder, retriever, composer, controller=controller, writer=writer,
-                  maintainer=maintainer, counter=counter, k=k, sensory_stage=sensory_stage, ltm=runtime,
-                  word_scorer=word_scorer, max_turn_chars=max_turn_chars, background_index=background_index)
-
-
-# ``Memory.open`` hands its arguments to ``open_memory``: help() and editors show them there too.
-_signature = inspect.signature(open_memory)
-Memory.open.__func__.__signature__ = _signature.replace(
-    parameters=[inspect.Parameter("cls", inspect.Parameter.POSITIONAL_OR_KEYWORD), *_signature.parameters.values()])
+    return {"store": store, "embedder": embedder, "retriever": retriever, "composer": composer, "controller": controller,
+            "writer": writer, "maintainer": maintainer, "counter": counter, "k": k, "sensory_stage": sensory_stage,
+            "ltm": runtime, "word_scorer": word_scorer, "max_turn_chars": max_turn_chars,
+            "background_index": background_index}

@@ -1,12 +1,14 @@
 """The ``Memory`` facade: a thin delegator over the write path, the read path and the store."""
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lightmem.build import memory_parts
 from lightmem.errors import InvalidInputError, shown
 from lightmem.indexer import BackgroundIndexer
 from lightmem.ltm import CycleReport, LTMRuntime
@@ -45,7 +47,7 @@ class Memory:
     """Long-term memory for an agent, partitioned per user.
 
     Build one with ``Memory.open(folder)`` (defaults) or ``lightmem.config.build_memory(cfg)``
-    (Hydra config); both assemble it in ``lightmem.build.open_memory``. All item operations
+    (Hydra config); both make its parts in ``lightmem.build.memory_parts``. All item operations
     take the ``user_id`` they act for; one user's call can never read or change another user's items.
 
     The facade validates and delegates: writes to a ``WritePipeline`` (lightmem/write.py),
@@ -122,12 +124,10 @@ class Memory:
     @classmethod
     def open(cls, path: str | Path, **options: Any) -> "Memory":
         """Open (or create) a store and the pipeline over it; every part left out is the default CPU
-        pipeline's. The arguments are ``lightmem.build.open_memory``'s (the one construction path):
+        pipeline's. The arguments are ``lightmem.build.memory_parts``'s (the one construction path):
         embedder, selector, controller, writer, maintainer, k, budget, capacity, retrieval,
         sensory_stage, ltm and the store's own settings."""
-        from lightmem.build import open_memory  # the one construction path (it imports this module)
-
-        return open_memory(path, **options)
+        return cls(**memory_parts(path, **options))
 
     # -- write path --------------------------------------------------------------------------
     def add(
@@ -380,3 +380,10 @@ class Memory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# ``Memory.open`` hands its arguments to ``memory_parts``: help() and editors show them there too.
+_signature = inspect.signature(memory_parts)
+Memory.open.__func__.__signature__ = _signature.replace(
+    parameters=[inspect.Parameter("cls", inspect.Parameter.POSITIONAL_OR_KEYWORD), *_signature.parameters.values()],
+    return_annotation="Memory")

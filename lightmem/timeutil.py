@@ -7,9 +7,12 @@ import re
 import time
 from datetime import date, datetime, timezone
 
+import numpy as np
 from dateutil import parser as dateparser
 
 from lightmem.errors import InvalidInputError, shown
+
+SECONDS_PER_DAY = 86_400.0
 
 # LoCoMo: "1:56 pm on 8 May, 2023"; LongMemEval: "2023/05/23 (Tue) 19:11".
 _LOCOMO = re.compile(r"^\s*(\d{1,2}:\d{2}\s*[ap]m)\s+on\s+(\d{1,2}\s+\w+,?\s+\d{4})\s*$", re.I)
@@ -94,3 +97,11 @@ def spoken_date(ts: float) -> str:
 def iso(ts: float) -> str:
     """Unix seconds as a short ISO date-time (UTC), for prompts and tables."""
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def recency_decay(event_times: np.ndarray, now: float, half_life_days: float) -> np.ndarray:
+    """exp(-ln 2 · age / half-life): 1 for now, 0.5 one half-life ago; future times count as now."""
+    if half_life_days <= 0:
+        raise ValueError("half_life_days must be positive")
+    age_days = np.maximum(now - np.asarray(event_times, dtype=np.float64), 0.0) / SECONDS_PER_DAY
+    return np.exp(-math.log(2.0) * age_days / half_life_days)

@@ -189,18 +189,18 @@ def test_the_capacity_default_is_stated_once_and_every_entry_point_takes_it():
 
     from omegaconf import OmegaConf
 
-    from lightmem.build import open_memory
+    from lightmem.build import memory_parts
     from lightmem.config.schemas import EmbeddedStoreConfig, ServerStoreConfig
     from lightmem.memory import Memory
     from lightmem.stores.base import DEFAULT_CAPACITY
-    from lightmem.stores.embedded.store import MTMStore
+    from lightmem.stores.embedded.store import SQLiteStore
     from lightmem.stores.factory import open_store
     from lightmem.stores.postgres.store import PostgresStore
 
-    for fn in (Memory.open, open_memory, open_store, MTMStore.__init__, PostgresStore.__init__):
+    for fn in (Memory.open, memory_parts, open_store, SQLiteStore.__init__, PostgresStore.__init__):
         assert inspect.signature(fn).parameters["capacity"].default == DEFAULT_CAPACITY, fn
     assert EmbeddedStoreConfig().capacity == ServerStoreConfig().capacity == DEFAULT_CAPACITY
-    for name in ("sqlite_faiss", "postgres"):  # the store nodes leave it to the schema
+    for name in ("sqlite", "postgres"):  # the store nodes leave it to the schema
         assert "capacity" not in OmegaConf.load(ROOT / "conf" / "store" / f"{name}.yaml")
         assert compose("locomo", [f"store={name}"]).store.capacity == DEFAULT_CAPACITY
 
@@ -231,10 +231,10 @@ def test_the_store_backend_is_a_target_whose_settings_and_defaults_come_from_its
     from omegaconf import OmegaConf
 
     from lightmem.config import build_memory
-    from lightmem.stores.embedded.store import MTMStore
+    from lightmem.stores.embedded.store import SQLiteStore
     from lightmem.stores.postgres.store import PostgresStore
 
-    for name, cls, location in (("sqlite_faiss", MTMStore, "path"), ("postgres", PostgresStore, "uri")):
+    for name, cls, location in (("sqlite", SQLiteStore, "path"), ("postgres", PostgresStore, "uri")):
         node = compose("locomo", [f"store={name}"]).store
         assert node._target_ == f"{cls.__module__}.{cls.__qualname__}"
         params = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
@@ -246,7 +246,7 @@ def test_the_store_backend_is_a_target_whose_settings_and_defaults_come_from_its
     cfg = compose("locomo", ["encoder=hashing", "store.index=hnsw", "store.synchronous=NORMAL"])
     mem = build_memory(cfg, tmp_path / "run")
     try:
-        assert isinstance(mem.store, MTMStore) and mem.store.index_kind == "hnsw"
+        assert isinstance(mem.store, SQLiteStore) and mem.store.index_kind == "hnsw"
         assert mem.store.path.parent == tmp_path / "run"
     finally:
         mem.close()
@@ -318,3 +318,16 @@ def test_the_ltm_abstractor_is_chosen_from_a_table_that_says_what_it_needs():
     assert not ABSTRACTORS["extractive"].needs_llm and ABSTRACTORS["generative"].needs_llm
     assert isinstance(ABSTRACTORS["extractive"].build(None, None, Deidentifier()), ExtractiveAbstractor)
     assert isinstance(ABSTRACTORS["generative"].build(None, object(), Deidentifier()), GenerativeAbstractor)
+
+
+def test_the_former_store_names_still_work_and_say_they_are_going():
+    import pytest
+
+    import lightmem.stores as stores
+    from lightmem.stores.embedded import store
+    from lightmem.stores.embedded.store import SQLiteStore
+
+    for module in (store, stores):
+        with pytest.warns(DeprecationWarning, match="SQLiteStore"):
+            assert module.MTMStore is SQLiteStore
+    assert compose("locomo", ["store=sqlite_faiss"]).store == compose("locomo", ["store=sqlite"]).store

@@ -205,7 +205,7 @@ def test_update_keeps_finite_metadata_exactly(memory):
     assert memory.get(item.id, "u").metadata == meta
 
 
-def test_delete_removes_from_sqlite_faiss_and_bm25(memory):
+def test_delete_removes_from_the_vectors_and_bm25(memory):
     keep = memory.add("Ava likes tea", user_id="u")[0]
     gone = memory.add("Ava likes coffee", user_id="u")[0]
     memory.delete(gone.id, "u")

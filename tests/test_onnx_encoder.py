@@ -182,7 +182,7 @@ def test_a_store_opens_only_with_the_backend_family_that_wrote_it(encoders, tmp_
     from lightmem.memory import Memory
     from lightmem.models.embedder import embedder_for
     from lightmem.roles.selector import Stage1Selector
-    from lightmem.stores.embedded.store import stored_embedder
+    from lightmem.stores.factory import stored_embedder
 
     enc, _ = encoders
     m = Memory.open(tmp_path / "int8", embedder=enc["onnx_int8"], selector=Stage1Selector())

@@ -62,7 +62,9 @@ def test_retention_prefers_recent_used_useful_items():
     last = np.array([now, now - 60 * 86400, now, now])
     count = np.array([0, 0, 10, 0])
     util = np.array([1.0, 1.0, 1.0, 0.1])
-    s = scoring.retention_score(last, count, util, now, 30.0)
+    from lightmem.stores.rows import retention_score
+
+    s = retention_score(last, count, util, now, 30.0)
     assert s[2] > s[0] > s[1] and s[0] > s[3]
     assert s[0] == pytest.approx(1.0) and s[2] == pytest.approx(1 + math.log(11))
 

@@ -24,9 +24,9 @@ DAY = 86_400.0
 
 def _open(backend: str, where, dim: int = DIM, capacity: int = 10_000) -> MemoryStore:
     if backend == "sqlite":
-        from lightmem.stores.embedded.store import MTMStore
+        from lightmem.stores.embedded.store import SQLiteStore
 
-        return MTMStore(where, dim=dim, embedder="contract-test", capacity=capacity, synchronous="NORMAL")
+        return SQLiteStore(where, dim=dim, embedder="contract-test", capacity=capacity, synchronous="NORMAL")
     if backend == "postgres":
         from lightmem.stores.postgres.store import PostgresStore
 

@@ -13,7 +13,6 @@ from typing import Any
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from lightmem.build import open_memory
 from lightmem.config.hydra_app import to_container
 from lightmem.config.schemas import NODE_SWITCHES
 from lightmem.config.specs import build_spec
@@ -129,7 +128,7 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
     embedder = embedder or build_embedder(cfg)
     where = {} if "uri" in cfg.store else {"path": str(path)}
     store = instantiate(cfg.store, **where, dim=embedder.dim, embedder=embedder.name)
-    return open_memory(
+    return Memory.open(
         store,
         embedder=embedder,
         selector=shared.selector(cfg.selector),

@@ -12,13 +12,13 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from lightmem.build import open_memory
+from lightmem.build import memory_parts
 from lightmem.config.specs import schema_of
 from lightmem.ltm import LTMOptions
 from lightmem.retrieval.engine import TwoStageRetriever
 from lightmem.roles.maintenance import Maintainer
 from lightmem.sensory.pipeline import SensorySpec
-from lightmem.stores.embedded.store import MTMStore
+from lightmem.stores.embedded.store import SQLiteStore
 from lightmem.stores.postgres.store import PostgresStore
 
 
@@ -67,7 +67,7 @@ def _store_schema(name: str, cls: type, supplied: tuple[str, ...]) -> type:
 
 # conf/store/*.yaml extend one of these (``defaults: [schema_embedded, _self_]``). The embedded store lives
 # in the run's folder (the builder passes ``path``); the server store names its database (``uri``).
-EmbeddedStoreConfig = _store_schema("EmbeddedStoreConfig", MTMStore, ("path", "dim", "embedder"))
+EmbeddedStoreConfig = _store_schema("EmbeddedStoreConfig", SQLiteStore, ("path", "dim", "embedder"))
 ServerStoreConfig = _store_schema("ServerStoreConfig", PostgresStore, ("dim", "embedder"))
 STORE_SCHEMAS = {"schema_embedded": EmbeddedStoreConfig, "schema_server": ServerStoreConfig}
 
@@ -78,14 +78,14 @@ def _default(fn: Any, name: str) -> Any:
 
 @dataclass
 class MemoryConfig:
-    k: int = _default(open_memory, "k")  # Memory.open's defaults, stated there once
-    budget: int = _default(open_memory, "budget")
+    k: int = _default(memory_parts, "k")  # Memory.open's defaults, stated there once
+    budget: int = _default(memory_parts, "budget")
     maintenance: bool = False  # merge near-duplicates / supersede conflicts after each write
     dup_threshold: float = _default(Maintainer.__init__, "dup_threshold")
     word_scores: bool = False  # the trained compressor scores each new memory's words (only excerpts use them)
-    tokenizer: str = _default(open_memory, "tokenizer")  # what a prompt budget is counted with (the reader's)
-    group_dates: bool = _default(open_memory, "group_dates")  # one date line per day above its memories
-    max_turn_chars: int = _default(open_memory, "max_turn_chars")  # longer turns are refused
+    tokenizer: str = _default(memory_parts, "tokenizer")  # what a prompt budget is counted with (the reader's)
+    group_dates: bool = _default(memory_parts, "group_dates")  # one date line per day above its memories
+    max_turn_chars: int = _default(memory_parts, "max_turn_chars")  # longer turns are refused
     background_index: bool = True  # embed new memories after add returns (Memory.open: also the default)
 
 
@@ -117,7 +117,7 @@ class PipelineConfig:
     encoder: Any = None
     paths: PathsConfig = field(default_factory=PathsConfig)
     # A store backend as ``_target_`` with its settings, set by the ``store`` group (conf/store/*.yaml:
-    # sqlite_faiss, the embedded store, in every runner's defaults; postgres).
+    # sqlite, the embedded store, in every runner's defaults; postgres).
     store: Any = None
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)

@@ -124,7 +124,7 @@ def _bad_rows_error(bad: Sequence[str], total: int, noun: str, what: str = "vali
     )
 
 
-def _row_values(p: Path, rows: list[Row]) -> list[Any]:
+def row_values(p: Path, rows: list[Row]) -> list[Any]:
     """The values of JSONL rows, or one error naming every line that is not JSON."""
     bad = [f"{r.where}: {r.error}" for r in rows if r.error]
     if bad:
@@ -141,7 +141,7 @@ def read_json(path: str | Path) -> Any:
     """
     p = Path(path)
     if ".jsonl" in p.suffixes:
-        return _row_values(p, read_jsonl_rows(p))
+        return row_values(p, read_jsonl_rows(p))
     if not p.exists():
         raise missing_file_error(p)
     opener = gzip.open if p.suffix == ".gz" else open
@@ -281,49 +281,3 @@ def load_jsonl_turns(rows: Sequence[Row | Any], conv_id: str = "jsonl", skip_bad
     if bad and not skip_bad:
         raise _bad_rows_error(bad, len(rows), noun)
     return Conversation(conv_id, list(sessions.values()), skipped=bad)
-
-
-def _jsonl_file_format(rows: list[Row]) -> str:
-    """The format of a JSONL file from its first readable line; turns unless it is clearly a dataset."""
-    first = next((r.value for r in rows if r.error is None), None)
-    try:
-        return detect_format([first])
-    except InvalidInputError:
-        return "jsonl"  # the turn loader names what is wrong with each line
-
-
-def load_conversations(path: str | Path, fmt: str = "auto", skip_bad: bool = False) -> list[Conversation]:
-    """Load any supported file into conversations.
-
-    Args:
-        path: LoCoMo or LongMemEval JSON (optionally gzipped), a JSONL file of turns, or a
-            JSON list of turn dicts.
-        fmt: ``auto`` (from the file's shape), ``locomo``, ``longmemeval`` or ``jsonl``.
-        skip_bad: For turns (JSONL or a JSON list), drop bad rows instead of refusing the
-            file; they are listed in each conversation's ``skipped``.
-
-    Raises:
-        FileNotFoundError: No such file.
-        InvalidInputError: Unknown format, not JSON, or bad turns (all of them listed).
-    """
-    from lightmem.datasets.locomo import parse_locomo
-    from lightmem.datasets.longmemeval import parse_longmemeval
-
-    if fmt not in FORMATS:
-        raise InvalidInputError(f"unknown format {fmt!r}; use {', '.join(FORMATS)}")
-    p = Path(path)
-    if ".jsonl" in p.suffixes:
-        rows = read_jsonl_rows(p)
-        fmt = _jsonl_file_format(rows) if fmt == "auto" else fmt
-        data: Any = rows if fmt == "jsonl" else _row_values(p, rows)
-    else:
-        data = read_json(p)
-        fmt = detect_format(data) if fmt == "auto" else fmt
-    if fmt == "locomo":
-        return parse_locomo(data if isinstance(data, list) else [data])
-    if fmt == "longmemeval":
-        return parse_longmemeval(data if isinstance(data, list) else [data])
-    try:
-        return [load_jsonl_turns(data if isinstance(data, list) else [data], p.stem, skip_bad)]
-    except InvalidInputError as exc:
-        raise InvalidInputError(f"{p}: {exc}") from exc

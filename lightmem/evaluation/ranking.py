@@ -44,16 +44,6 @@ def accuracy(pred: Sequence[int], gold: Sequence[int]) -> float:
     return float(np.mean([p == g for p, g in zip(pred, gold)])) if gold else float("nan")
 
 
-def keep_top_rate(probs: Sequence[float], rate: float) -> list[int]:
-    """Keep flags for the ``ceil(rate·n)`` highest-probability words (at least one); ties keep earlier words."""
-    n = len(probs)
-    if n == 0:
-        return []
-    keep_n = max(1, min(n, int(np.ceil(rate * n))))
-    top = set(sorted(range(n), key=lambda i: -probs[i])[:keep_n])
-    return [int(i in top) for i in range(n)]
-
-
 def nanmean(values: Sequence[float]) -> float:
     vals = [v for v in values if not np.isnan(v)]
     return float(np.mean(vals)) if vals else float("nan")

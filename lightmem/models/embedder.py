@@ -372,7 +372,7 @@ def default_embedder(store: str | Path | None = None) -> Embedder:
     adapter (base MiniLM, with a warning, without it),
     reading 128 tokens per text, on int8 ONNX Runtime on the CPU and torch on a GPU (README "Throughput":
     3x the ingest of fp32 at 256 tokens on 2 cores, the same LoCoMo and LongMemEval recall)."""
-    from lightmem.stores.embedded.store import stored_embedder
+    from lightmem.stores.factory import stored_embedder
 
     name = stored_embedder(store) if store is not None else None
     if name and name != "unknown":

@@ -6,12 +6,11 @@ against a brute-force reference on random inputs.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
-SECONDS_PER_DAY = 86_400.0
+from lightmem.timeutil import SECONDS_PER_DAY, recency_decay  # noqa: F401  (part of the scoring functions)
 
 
 class Fusion(str, enum.Enum):
@@ -36,14 +35,6 @@ def normalize_max(scores: np.ndarray) -> np.ndarray:
     s = np.asarray(scores, dtype=np.float64)
     top = s.max(initial=0.0)
     return s / top if top > 0 else np.zeros_like(s)
-
-
-def recency_decay(event_times: np.ndarray, now: float, half_life_days: float) -> np.ndarray:
-    """exp(-ln 2 · age / half-life): 1 for now, 0.5 one half-life ago; future times count as now."""
-    if half_life_days <= 0:
-        raise ValueError("half_life_days must be positive")
-    age_days = np.maximum(now - np.asarray(event_times, dtype=np.float64), 0.0) / SECONDS_PER_DAY
-    return np.exp(-math.log(2.0) * age_days / half_life_days)
 
 
 def metadata_match(item_tags: Sequence[frozenset[str] | set[str]], wanted: set[str] | None) -> np.ndarray:
@@ -90,14 +81,6 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: float = 60.0, w
         for rank, doc in enumerate(ranking, start=1):
             out[int(doc)] = out.get(int(doc), 0.0) + w / (k + rank)
     return out
-
-
-def retention_score(
-    last_access: np.ndarray, access_count: np.ndarray, utility: np.ndarray, now: float, half_life_days: float
-) -> np.ndarray:
-    """What capacity eviction keeps: recency(last access) × (1 + ln(1 + accesses)) × utility."""
-    rec = recency_decay(last_access, now, half_life_days)
-    return rec * (1.0 + np.log1p(np.asarray(access_count, dtype=np.float64))) * np.asarray(utility, dtype=np.float64)
 
 
 def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -22,10 +22,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from lightmem.evaluation.ranking import keep_top_rate
 from lightmem.models.tokens import tokenizer_lock
 
 log = logging.getLogger(__name__)
+
+
+def keep_top_rate(probs: Sequence[float], rate: float) -> list[int]:
+    """Keep flags for the ``ceil(rate·n)`` highest-probability words (at least one); ties keep earlier words."""
+    n = len(probs)
+    if n == 0:
+        return []
+    keep_n = max(1, min(n, math.ceil(rate * n)))
+    top = set(sorted(range(n), key=lambda i: -probs[i])[:keep_n])
+    return [int(i in top) for i in range(n)]
 
 
 @runtime_checkable

@@ -1,7 +1,7 @@
 """The store interface: what the facade, the retrieval engine, the CLI, the server and the LTM
 may ask of a memory store, and nothing more.
 
-``MTMStore`` (SQLite + FAISS + BM25) is the embedded backend, ``PostgresStore`` (PostgreSQL +
+``SQLiteStore`` (SQLite + FAISS + BM25) is the embedded backend, ``PostgresStore`` (PostgreSQL +
 pgvector) the server backend; ``factory.open_store`` picks one by location. A backend implements
 ``MemoryStore`` and ``GraphStore`` and passes ``tests/test_store_contract.py``; no other layer changes.
 
@@ -358,3 +358,29 @@ class MemoryStore(StoreAdmin, ItemStore, SearchIndex, OfflineStore, Protocol):
         embedder: Name of the embedder that made them.
         capacity: Bound on active items per user; the least retained are archived beyond it.
     """
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """What ``compact`` did to a store (either backend).
+
+    Attributes:
+        location: The store, as shown to users (a URI without its password).
+        before: Bytes the store's files (PostgreSQL: its tables, with their indexes) took before.
+        after: The same after.
+        steps: What was run, in order.
+        remaining: Where erased text may still be found afterwards, and why (empty: nowhere the
+            command could reach).
+    """
+
+    location: str
+    before: int
+    after: int
+    steps: tuple[str, ...]
+    remaining: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        """The report the CLI prints."""
+        out = [f"compacted {self.location}: {self.before / 1e6:.1f} MB -> {self.after / 1e6:.1f} MB ({'; '.join(self.steps)})"]
+        out += [f"not cleared: {r}" for r in self.remaining]
+        return out

@@ -32,7 +32,7 @@ def open_store(location: str | Path, dim: int, embedder: str = "unknown", capaci
         dim: Embedding dimension; must match an existing store's.
         embedder: Name of the embedder that made the vectors; checked against an existing store's.
         capacity: Active items per user before the least retained are archived.
-        **options: The backend's own settings (``MTMStore``: index, faiss_device, synchronous...;
+        **options: The backend's own settings (``SQLiteStore``: index, faiss_device, synchronous...;
             ``PostgresStore``: index, ef_search, pool_size, statement_timeout...; both:
             retention_half_life_days, bm25_k1, bm25_b, cache_mb); a setting of the other backend is refused.
     """
@@ -40,7 +40,7 @@ def open_store(location: str | Path, dim: int, embedder: str = "unknown", capaci
     if server:
         from lightmem.stores.postgres.store import PostgresStore as backend
     else:
-        from lightmem.stores.embedded.store import MTMStore as backend
+        from lightmem.stores.embedded.store import SQLiteStore as backend
     takes = set(inspect.signature(backend.__init__).parameters) - {"self", "path", "uri", "dim", "embedder", "capacity"}
     unknown = sorted(set(options) - takes)
     if unknown:

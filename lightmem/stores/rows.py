@@ -13,8 +13,17 @@ from typing import Any
 import numpy as np
 
 from lightmem.errors import InvalidInputError
-from lightmem.retrieval.scoring import retention_score
+from lightmem.timeutil import recency_decay
 from lightmem.types import ItemKind, MemoryItem
+
+
+def retention_score(
+    last_access: np.ndarray, access_count: np.ndarray, utility: np.ndarray, now: float, half_life_days: float
+) -> np.ndarray:
+    """What capacity eviction keeps: recency(last access) × (1 + ln(1 + accesses)) × utility."""
+    rec = recency_decay(last_access, now, half_life_days)
+    return rec * (1.0 + np.log1p(np.asarray(access_count, dtype=np.float64))) * np.asarray(utility, dtype=np.float64)
+
 
 ITEM_COLS = ("rid, id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, topic, "
              "entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata")

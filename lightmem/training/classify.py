@@ -9,7 +9,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lightmem.evaluation.ranking import accuracy, binary_f1, keep_top_rate
+from lightmem.evaluation.ranking import accuracy, binary_f1
+from lightmem.sensory.compressor import keep_top_rate
 from lightmem.training.lora import LoraSpec, apply_lora
 
 

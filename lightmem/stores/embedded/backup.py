@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from lightmem.errors import LightMemError, NotAStoreError, StoreCorruptError, StoreError, StoreFullError
+from lightmem.stores.base import Compacted
 from lightmem.stores.embedded import faults as sqlite_faults
 from lightmem.stores.embedded import openlock
 from lightmem.stores.embedded.tables import MIGRATABLE, SCHEMA_VERSION, database_path, schema_version, store_label
@@ -205,32 +206,6 @@ def check(location: str | Path) -> StoreSummary:
             f"{f'; and {len(problems) - 5} more' if len(problems) > 5 else ''}). Recover it from a backup with "
             f"`lightmem restore BACKUP --store {label} --force`, or salvage what is readable with `sqlite3 {db} .recover`.")
     return summarize(db)
-
-
-@dataclass(frozen=True)
-class Compacted:
-    """What ``compact`` did to a store (either backend).
-
-    Attributes:
-        location: The store, as shown to users (a URI without its password).
-        before: Bytes the store's files (PostgreSQL: its tables, with their indexes) took before.
-        after: The same after.
-        steps: What was run, in order.
-        remaining: Where erased text may still be found afterwards, and why (empty: nowhere the
-            command could reach).
-    """
-
-    location: str
-    before: int
-    after: int
-    steps: tuple[str, ...]
-    remaining: tuple[str, ...] = ()
-
-    def lines(self) -> list[str]:
-        """The report the CLI prints."""
-        out = [f"compacted {self.location}: {self.before / 1e6:.1f} MB -> {self.after / 1e6:.1f} MB ({'; '.join(self.steps)})"]
-        out += [f"not cleared: {r}" for r in self.remaining]
-        return out
 
 
 def compact(location: str | Path, wal: bool = False) -> Compacted:

@@ -4,7 +4,7 @@ A process that replaced the database file under a running writer would lose ever
 process makes afterwards: its SQLite connection keeps writing to the old, unlinked file and reports
 success. So:
 
-- every open store (``MTMStore``) holds a shared ``flock`` on ``<database>.lock``, beside the real
+- every open store (``SQLiteStore``) holds a shared ``flock`` on ``<database>.lock``, beside the real
   database file (symbolic links resolved), from before it opens the database until after it closes it;
 - ``restore`` takes that lock exclusively without waiting, and refuses while anyone holds it; a store
   opened during a restore waits for it to end (``OPEN_WAIT_S``), then opens the restored file;

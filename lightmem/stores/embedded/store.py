@@ -5,7 +5,7 @@ index, loaded lazily from SQLite rows of that user only), and every SQL statemen
 scoped by ``user_id``. No filter can name a user; the partition is chosen by the caller's
 ``user_id`` argument and nothing else.
 
-Freshness across processes: whoever takes the store's lock first (``MTMStore.lock``) first
+Freshness across processes: whoever takes the store's lock first (``SQLiteStore.lock``) first
 replays the commits other processes made since its last call (``refresh``), so a search
 never misses another process's turns and never returns an item it deleted.
 
@@ -38,7 +38,6 @@ from lightmem.stores.embedded.eviction import evict
 from lightmem.stores.embedded.graph import SQLiteGraph, SQLiteGraphTransaction
 from lightmem.stores.embedded.snapshot import SNAPSHOT_MIN_ITEMS
 from lightmem.stores.embedded.tables import DB_NAME, SQLiteTables, database_path
-from lightmem.stores.factory import stored_embedder
 from lightmem.stores.rows import check_update, forgets_old_text, row_to_item
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.stores.views.lexical import BM25_B, BM25_K1, LexicalIndex
@@ -46,14 +45,14 @@ from lightmem.stores.views.partition import Partition, SyncingLock, fill, no_gc_
 from lightmem.stores.views.vector import VectorIndex
 from lightmem.types import Filters, HistoryEvent, MemoryItem, Turn
 
-__all__ = ["DB_NAME", "MTMStore", "OfflineChanges", "database_path", "stored_embedder"]
+__all__ = ["DB_NAME", "SQLiteStore", "OfflineChanges", "database_path"]
 
 log = logging.getLogger(__name__)
 
 _REPLAY_MIN = 256  # changes since a snapshot always replayed rather than rebuilt (and rewritten)
 
 
-class MTMStore:
+class SQLiteStore:
     """The embedded store (``MemoryStore``): SQLite, with FAISS and BM25 mirrors of each user's items.
 
     Args:
@@ -616,3 +615,13 @@ class MTMStore:
     @staticmethod
     def new_id() -> str:
         return uuid.uuid4().hex[:16]
+
+
+def __getattr__(name: str):
+    """``MTMStore``, the former name of ``SQLiteStore``, still resolves (with a DeprecationWarning) for one release."""
+    if name == "MTMStore":
+        import warnings
+
+        warnings.warn("MTMStore is now SQLiteStore; the old name goes in the next release", DeprecationWarning, stacklevel=2)
+        return SQLiteStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,7 @@ from the database.
 
 Why not PostgreSQL full text: ``ts_rank`` has no IDF and another tokenizer, so hybrid fusion
 (whose weights were tuned on BM25 scores) would rank differently on the two backends. This view
-scores exactly as ``MTMStore`` does. Each user's view holds the texts and filter metadata of the
+scores exactly as ``SQLiteStore`` does. Each user's view holds the texts and filter metadata of the
 user's active items; before each use it reads the user's version (one indexed row) and replays
 the rows changed since (``item_changes``), whoever committed them.
 """

@@ -27,7 +27,7 @@ import re
 from typing import Any
 
 from lightmem.errors import LightMemError, StoreError
-from lightmem.stores.embedded.backup import Compacted
+from lightmem.stores.base import Compacted
 from lightmem.stores.postgres import schema as pg_schema
 from lightmem.stores.postgres.conn import first_line
 

@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 
-.PHONY: install reader test test-fast lint docs demo suite eval-dev latency data train fetch-data clean help
+.PHONY: install reader test test-fast lint docs demo suite eval-dev latency data train train-experimental fetch-data clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -65,13 +65,16 @@ data: install  ## synthetic (Query, Subgraph, Path) data + supervision distilled
 	$(PY) data_gen/synth.py n_samples=2000 seed=0 out_dir=outputs/data/synth
 	$(PY) data_gen/distill.py out_dir=outputs/data
 
-train: data  ## reproduce checkpoints/{embedder,ranker,slm,selector,complexity,compressor} from scratch on CPU (fresh runs)
-	rm -rf checkpoints/runs/embedder checkpoints/runs/embedder_minilm checkpoints/runs/ranker checkpoints/runs/slm checkpoints/runs/selector checkpoints/runs/complexity checkpoints/runs/compressor
+train: data  ## reproduce what the default pipeline serves: checkpoints/{embedder,compressor,ranker} from scratch on CPU (fresh runs)
+	rm -rf checkpoints/runs/embedder checkpoints/runs/compressor checkpoints/runs/ranker
 	$(PY) train/embedder.py
-	$(PY) train/embedder.py base_model=all-MiniLM-L6-v2 lora=embedder out_dir=checkpoints/runs/embedder_minilm export_dir=checkpoints/embedder_minilm
-	$(PY) train/compressor.py   # before the ranker and the SLM: their served packing squeezes excerpts with its word scores
+	$(PY) train/compressor.py   # before the ranker: its mining scores the candidates' words as the served packing may
 	$(PY) train/ranker.py
-	$(PY) train/slm.py
+
+train-experimental: data  ## reproduce the checkpoints of options measured and not adopted: embedder_minilm, slm, selector (cross-encoder), complexity
+	rm -rf checkpoints/runs/embedder_minilm checkpoints/runs/slm checkpoints/runs/selector checkpoints/runs/complexity
+	$(PY) train/embedder.py base_model=all-MiniLM-L6-v2 lora=embedder out_dir=checkpoints/runs/embedder_minilm export_dir=checkpoints/embedder_minilm
+	$(PY) train/slm.py          # stacked on checkpoints/ranker
 	$(PY) train/selector.py
 	$(PY) train/complexity.py
 

@@ -21,6 +21,7 @@ from lightmem.models.prompt_tokens import DEFAULT_TOKENIZER, prompt_counter
 from lightmem.models.tokens import TokenCounter
 from lightmem.retrieval.composer import DEFAULT_BUDGET, ContextComposer
 from lightmem.retrieval.engine import TwoStageRetriever
+from lightmem.retrieval.spec import retrieval_specs
 from lightmem.roles.controller import Controller
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector, default_selector
@@ -133,7 +134,8 @@ def memory_parts(
         k: Default number of items ``search`` returns.
         budget: Default prompt budget of ``build_context`` (tokens).
         capacity: Active items per user before the least retained are archived.
-        retrieval: Keyword arguments of ``TwoStageRetriever`` (fusion, weights...).
+        retrieval: Retrieval settings by name (fusion, weights, candidate_factor, whole_share...: the fields of
+            ``Stage1Spec`` and ``PackingSpec`` in ``lightmem/retrieval/spec.py``).
         sensory_stage: Sensory stages and STM buffer before the Writer (compression, topic
             segmentation, gates, normalization); none by default: the Writer gets raw turns.
         ltm: Long-term memory: the de-identified knowledge graph, its offline consolidation
@@ -169,11 +171,11 @@ def memory_parts(
             embedder = default_embedder(path)
         store = open_store(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
     runtime = build_ltm(store, embedder, ltm) if ltm is not None else None
-    routing = {} if ltm is None else {"ltm": runtime.graph, "routing": ltm.routing, "cross_share": ltm.cross_share,
-                                      "ltm_hops": ltm.hops}
+    routing = {} if ltm is None else {"routing": ltm.routing, "cross_share": ltm.cross_share, "ltm_hops": ltm.hops}
     composer = ContextComposer(prompt_counter(tokenizer, embedder), budget, group_dates=group_dates)
-    retriever = TwoStageRetriever(store, embedder, selector or default_selector(), **{**dict(retrieval or {}), **routing},
-                                  composer=composer)
+    stage1, packing, routing_spec = retrieval_specs({**dict(retrieval or {}), **routing})
+    retriever = TwoStageRetriever(store, embedder, selector or default_selector(), stage1, packing, routing_spec,
+                                  ltm=runtime.graph if runtime is not None else None, composer=composer)
     counter = embedder.token_counter()
     if background_index is None:
         background_index = os.environ.get("LIGHTMEM_BACKGROUND_INDEX", "1").strip().lower() not in ("0", "false", "no", "off")

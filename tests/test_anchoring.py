@@ -5,6 +5,8 @@ from datetime import datetime, timezone
 
 import pytest
 
+from lightmem.memory import Memory
+from lightmem.models.embedder import HashingEmbedder
 from lightmem.retrieval.anchoring import POLICIES, asks_about_time, dated, wants_dates
 
 MAY_8 = datetime(2023, 5, 8, 14, 30, tzinfo=timezone.utc).timestamp()
@@ -92,11 +94,13 @@ def test_only_episodes_are_dated(memory):
         assert engine._dated(hit) is hit
 
 
-def test_the_engine_refuses_an_unknown_policy(memory):
-    from lightmem.retrieval.engine import TwoStageRetriever
+def test_the_engine_refuses_an_unknown_policy(tmp_path):
+    from lightmem.retrieval.spec import PackingSpec
 
     with pytest.raises(ValueError, match="anchor_dates"):
-        TwoStageRetriever(memory.store, memory.embedder, memory.retriever.selector, anchor_dates="sometimes")
+        PackingSpec(anchor_dates="sometimes")
+    with pytest.raises(ValueError, match="anchor_dates"):  # refused when the Memory opens, not at the first question
+        Memory.open(tmp_path / "s", embedder=HashingEmbedder(32), retrieval={"anchor_dates": "sometimes"})
 
 
 def test_served_packing_packs_the_dated_texts_of_a_time_question():

@@ -206,23 +206,21 @@ def test_the_capacity_default_is_stated_once_and_every_entry_point_takes_it():
 
 
 def test_the_retrieval_defaults_are_the_retrievers_own():
-    """The ``retrieval`` schema is read from TwoStageRetriever's signature, and the default YAML restates no value."""
+    """The ``retrieval`` schema is read from the engine's spec dataclasses, and the default YAML restates no value."""
     import dataclasses
-    import inspect
 
     from omegaconf import OmegaConf
 
     from lightmem.config.schemas import RetrievalConfig
-    from lightmem.retrieval.engine import TwoStageRetriever
+    from lightmem.retrieval.spec import PackingSpec, Stage1Spec
 
-    params = inspect.signature(TwoStageRetriever.__init__).parameters
+    specs = {f.name: f.default for spec in (Stage1Spec, PackingSpec) for f in dataclasses.fields(spec)}
     fields = {f.name: f.default for f in dataclasses.fields(RetrievalConfig)}
     assert {"w_dense", "candidate_factor", "whole_share", "hop_seeds", "session_spread"} <= set(fields)
-    for name, default in fields.items():
-        assert default == params[name].default, name
+    assert fields == specs
     assert set(OmegaConf.load(ROOT / "conf" / "retrieval" / "weighted.yaml")) == {"fusion"}
     composed = compose("locomo", ["retrieval=bm25"]).retrieval
-    assert composed.w_dense == 0.0 and composed.candidate_factor == params["candidate_factor"].default
+    assert composed.w_dense == 0.0 and composed.candidate_factor == Stage1Spec().candidate_factor
 
 
 def test_the_store_backend_is_a_target_whose_settings_and_defaults_come_from_its_signature(tmp_path):

@@ -5,6 +5,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from lightmem.memory import Memory
+from lightmem.models.embedder import HashingEmbedder
 from lightmem.types import Filters, Hit, HypotheticalQuery, RetrievalPlan, Route
 
 TOPICS = ["tennis", "violin", "sourdough", "marathon", "python"]
@@ -127,3 +129,19 @@ def test_a_second_hop_adds_what_the_best_memories_lead_to_scored_against_the_que
     added = hop.candidates[texts.index("The old bicycle shop is down by the harbour in Bergen.")]
     assert added.hq == question and added.scores["bm25"] == 0.0  # scored against the question, which it does not share
     assert added.score == added.scores["stage1"] < hop.candidates[0].score
+
+
+def test_retrieval_settings_are_split_into_validated_specs_and_an_unknown_one_is_refused(tmp_path):
+    from lightmem.retrieval.spec import PackingSpec, RoutingSpec, Stage1Spec, retrieval_specs
+
+    stage1, packing, routing = retrieval_specs({"candidate_factor": 3, "whole_share": 0.5, "routing": "mtm_only"})
+    assert (stage1, packing, routing) == (Stage1Spec(candidate_factor=3), PackingSpec(whole_share=0.5),
+                                          RoutingSpec(routing="mtm_only"))
+    with pytest.raises(TypeError, match="candidate_factr"):
+        retrieval_specs({"candidate_factr": 3})
+    for bad in ({"fusion": "max"}, {"w_dense": "high"}, {"depth_factor": 1.5}, {"session_spread": -1}, {"routing": "both"},
+                {"recency_half_life_days": 0}):
+        with pytest.raises(ValueError):
+            retrieval_specs(bad)
+    with Memory.open(tmp_path / "s", embedder=HashingEmbedder(32), retrieval={"candidate_factor": 3, "w_lexical": 1}) as m:
+        assert (m.retriever.candidate_factor, m.retriever.w_lexical, m.retriever.stage1_spec.candidate_factor) == (3, 1.0, 3)

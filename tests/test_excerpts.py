@@ -118,11 +118,13 @@ def test_the_engine_fills_the_budget_tail_with_excerpts_that_keep_id_and_provena
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, True])
-def test_a_whole_share_outside_0_1_is_refused(memory, bad):
-    from lightmem.retrieval.engine import TwoStageRetriever
+def test_a_whole_share_outside_0_1_is_refused(bad):
+    from lightmem.retrieval.spec import PackingSpec, retrieval_specs
 
     with pytest.raises(ValueError, match="whole_share"):
-        TwoStageRetriever(memory.store, memory.embedder, memory.retriever.selector, whole_share=bad)
+        PackingSpec(whole_share=bad)
+    with pytest.raises(ValueError, match="whole_share"):
+        retrieval_specs({"whole_share": bad})
 
 
 # Squeezed excerpts: word keep scores stored at write time, the tail keeps the best-scored share of each excerpt.
@@ -254,11 +256,11 @@ def test_without_a_word_scorer_memories_carry_no_scores_and_excerpts_stay_senten
 
 
 @pytest.mark.parametrize("bad", [0.0, -0.5, 1.5, True])
-def test_an_excerpt_rate_outside_0_1_is_refused(memory, bad):
-    from lightmem.retrieval.engine import TwoStageRetriever
+def test_an_excerpt_rate_outside_0_1_is_refused(bad):
+    from lightmem.retrieval.spec import PackingSpec
 
     with pytest.raises(ValueError, match="excerpt_rate"):
-        TwoStageRetriever(memory.store, memory.embedder, memory.retriever.selector, excerpt_rate=bad)
+        PackingSpec(excerpt_rate=bad)
 
 
 def test_a_new_text_is_scored_again_and_metadata_alone_leaves_the_scores(tmp_path, embedder):

@@ -211,14 +211,15 @@ def test_served_packing_squeezes_excerpts_with_the_write_paths_word_scores():
 
 
 def test_the_groups_cache_key_ignores_packing_only_settings_and_follows_the_candidates():
-    import inspect
+    import dataclasses
 
     from conftest import compose
 
-    from lightmem.retrieval.engine import PACKING_SETTINGS, TwoStageRetriever
+    from lightmem.retrieval.engine import PACKING_SETTINGS
+    from lightmem.retrieval.spec import PackingSpec
     from lightmem.training.ranker import groups_key
 
-    assert set(PACKING_SETTINGS) <= set(inspect.signature(TwoStageRetriever).parameters)
+    assert set(PACKING_SETTINGS) <= {f.name for f in dataclasses.fields(PackingSpec)}
     key = lambda *o: groups_key(compose("train_ranker", list(o)), "an-embedder")  # noqa: E731
     base = key()
     assert key("retrieval.anchor_dates=never", "retrieval.whole_share=0.5", "retrieval.session_spread=1") == base

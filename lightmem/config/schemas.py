@@ -5,6 +5,7 @@ The benchmark and training schemas extend ``PipelineConfig`` next to their runne
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
 from dataclasses import dataclass, field, make_dataclass
@@ -15,7 +16,7 @@ from omegaconf import MISSING
 from lightmem.build import memory_parts
 from lightmem.config.specs import schema_of
 from lightmem.ltm import LTMOptions
-from lightmem.retrieval.engine import TwoStageRetriever
+from lightmem.retrieval.spec import PackingSpec, Stage1Spec
 from lightmem.roles.maintenance import Maintainer
 from lightmem.sensory.pipeline import SensorySpec
 from lightmem.stores.embedded.store import SQLiteStore
@@ -30,9 +31,6 @@ class PathsConfig:
     distilled: str = "outputs/data"  # what data_gen/ writes
 
 
-# TwoStageRetriever's arguments that other nodes supply: the objects it works on, and the LTM routing
-# (the ``ltm`` node). Everything else in its signature is a ``retrieval`` setting.
-_RETRIEVER_OBJECTS = ("self", "store", "embedder", "selector", "ltm", "routing", "cross_share", "ltm_hops", "composer")
 _PLAIN = {"int": int, "float": float, "bool": bool, "str": str}
 
 
@@ -51,8 +49,18 @@ def _settings(cls: type, skip: tuple[str, ...]) -> list[tuple[str, type, Any]]:
     return out
 
 
-# The ``retrieval`` node (conf/retrieval/*.yaml): TwoStageRetriever's settings and defaults.
-RetrievalConfig = make_dataclass("RetrievalConfig", _settings(TwoStageRetriever, _RETRIEVER_OBJECTS))
+def _spec_settings(*specs: type) -> list[tuple[str, type, Any]]:
+    """``(name, type, field)`` of each field of the spec dataclasses, with its own default."""
+    out = []
+    for spec in specs:
+        for f in dataclasses.fields(spec):
+            out.append((f.name, type(f.default), field(default=f.default)))
+    return out
+
+
+# The ``retrieval`` node (conf/retrieval/*.yaml): the engine's Stage-1 and packing settings and their defaults
+# (the LTM routing comes from the ``ltm`` node).
+RetrievalConfig = make_dataclass("RetrievalConfig", _spec_settings(Stage1Spec, PackingSpec))
 RetrievalConfig.__module__ = __name__
 
 

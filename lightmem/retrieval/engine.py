@@ -20,16 +20,16 @@ import numpy as np
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import CachedCount
 from lightmem.retrieval import scoring
-from lightmem.retrieval.anchoring import check_policy, dated, wants_dates
+from lightmem.retrieval.anchoring import dated, wants_dates
 from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.diversity import spread_sessions
 from lightmem.retrieval.excerpts import coded_excerpt, pack_whole_then_excerpts, query_terms, realign_keep
 from lightmem.retrieval.scoring import Fusion
+from lightmem.retrieval.spec import PackingSpec, RoutingSpec, Stage1Spec
 from lightmem.roles.selector import Selector
 from lightmem.stores.base import SearchIndex
 from lightmem.types import Hit, ItemKind, MemoryItem, RetrievalPlan, Route
 
-ROUTINGS = ("concurrent", "controller", "mtm_only", "ltm_only")
 # Settings that only reorder or pack what Stage 2 returns: Stage 1's candidates do not depend on them.
 PACKING_SETTINGS = ("whole_share", "excerpt_rate", "anchor_dates", "session_spread")
 
@@ -51,45 +51,16 @@ class TwoStageRetriever:
         store: The MTM store (the engine reads it through its ``SearchIndex`` part).
         embedder: Encodes hypothetical queries.
         selector: Stage-2 selector.
-        fusion: ``weighted`` (SimpleMem Eq. 7; the default, best on LoCoMo dev) or ``rrf``.
-        w_dense: λ1, weight of the dense signal (also its RRF weight).
-        w_lexical: λ2, weight of the BM25 signal (also its RRF weight).
-        w_meta: γ, weight of the soft metadata match (plan intent ``tags``).
-        w_recency: ρ, weight of recency decay of the event time (weighted fusion only).
-        rrf_k: The k of reciprocal-rank fusion.
-        depth_factor: Each signal retrieves ``depth_factor × quota`` before fusion.
-        candidate_factor: Stage 1 returns ``candidate_factor × K`` candidates (2 in the paper; 5 here: LoCoMo 0-2 strict
-            R_all@600 0.786 at 3, 0.807 at 5, 0.804 at 8, whole memories packed).
-        recency_half_life_days: Half-life of the recency term.
+        stage1: How Stage 1 finds candidates (fusion, weights, pool size, the second hop).
+        packing: How a token budget is packed from Stage 2's order (whole share, excerpts, dates).
+        routing: How queries reach the tiers when ``ltm`` is set.
         ltm: The LTM knowledge graph (None: MTM only).
-        routing: How HQs reach the tiers when ``ltm`` is set (see ``LTMOptions.routing``).
-        cross_share: Share of an HQ's quota spent on the tier it was not routed to (``concurrent``).
-        ltm_hops: Edge hops of LTM expansion.
-        fill_budget: With a token budget, Stage 2 fills it from its ranking of all 3K candidates
-            (a budget-aware set); False keeps its best K and packs those (the former behaviour).
-        whole_share: With a token budget, the share of it filled with whole memories in rank
-            order; the rest is filled with the best-matching sentence of each later memory
-            (``retrieval/excerpts.py``). 1.0 (the default): whole memories only. An excerpt earns no
-            evidence credit in the strict metric; on LoCoMo 0-2 half-budget excerpts lowered strict
-            R_all@600 from 0.786 to 0.715 and answer coverage from 0.808 to 0.786.
-        excerpt_rate: Share of its words a tail excerpt keeps: the highest of the word keep scores the write
-            path stored with the memory (``metadata["keep"]``, the trained compressor's); a memory of one
-            sentence is then squeezed whole. 1.0, or a memory stored without scores: the sentence as written.
-        hop_seeds: A second hop for questions whose evidence does not share their words: each of
-            Stage 1's best ``hop_seeds`` memories is searched again together with the query (text
-            joined, vectors summed), and up to ``hop_extra`` memories it finds that Stage 1 did not
-            are added to the candidates. 0: off.
-        hop_extra: Candidates the second hop may add (at most; Stage 2 ranks them with the rest).
-        session_spread: With a token budget, Stage 2's order is made session-diverse before packing:
-            each memory waits ``session_spread`` ranks more for every memory of its conversation
-            session (``metadata["session_id"]``) ranked above it (``retrieval/diversity.py``). 0: off.
-        anchor_dates: Relative dates in the returned memories followed by the day they denote from the
-            memory's event time ("yesterday [7 May 2023]", ``retrieval/anchoring.py``): ``asked`` for a
-            question that asks about time, ``always``, or ``never``. Only the returned copies of episodes change
-            (their token counts with them, ``metadata["dated"]`` set); the stored memory and its index do not.
         composer: The prompt's composer: a token budget is packed as it packs memory lines (their dates,
             newlines and the prompt's tokenizer counted), so ``build_context`` holds all that Stage 2 returns.
             None: a composer counting with the embedder's tokenizer.
+
+    Every setting lives in a spec (``lightmem/retrieval/spec.py``, where each is described); the engine keeps
+    them as attributes of the same names.
     """
 
     def __init__(
@@ -97,49 +68,24 @@ class TwoStageRetriever:
         store: SearchIndex,
         embedder: Embedder,
         selector: Selector,
-        fusion: str | Fusion = Fusion.WEIGHTED,
-        w_dense: float = 1.0,
-        w_lexical: float = 0.5,
-        w_meta: float = 0.1,
-        w_recency: float = 0.0,
-        rrf_k: float = 60.0,
-        depth_factor: int = 2,
-        candidate_factor: int = 5,
-        recency_half_life_days: float = 30.0,
+        stage1: Stage1Spec | None = None,
+        packing: PackingSpec | None = None,
+        routing: RoutingSpec | None = None,
         ltm: Any = None,
-        routing: str = "concurrent",
-        cross_share: float = 0.5,
-        ltm_hops: int = 1,
-        fill_budget: bool = True,
-        whole_share: float = 1.0,
-        excerpt_rate: float = 0.6,
-        hop_seeds: int = 0,
-        hop_extra: int = 10,
-        session_spread: float = 0.0,
-        anchor_dates: str = "asked",
         composer: ContextComposer | None = None,
     ) -> None:
-        if routing not in ROUTINGS:
-            raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
-        if isinstance(whole_share, bool) or not 0.0 <= float(whole_share) <= 1.0:
-            raise ValueError(f"whole_share must be a share of the budget in [0, 1], got {whole_share!r}")
-        if isinstance(excerpt_rate, bool) or not 0.0 < float(excerpt_rate) <= 1.0:
-            raise ValueError(f"excerpt_rate must be a share of an excerpt's words in (0, 1], got {excerpt_rate!r}")
+        stage1, packing, routing = stage1 or Stage1Spec(), packing or PackingSpec(), routing or RoutingSpec()
+        self.stage1_spec, self.packing_spec, self.routing_spec = stage1, packing, routing
         self.store, self.embedder, self.selector = store, embedder, selector
-        self.fusion = Fusion(fusion)
-        self.w_dense, self.w_lexical, self.w_meta, self.w_recency = w_dense, w_lexical, w_meta, w_recency
-        self.rrf_k = rrf_k
-        self.depth_factor = max(1, depth_factor)
-        self.candidate_factor = max(1, candidate_factor)
-        self.half_life = recency_half_life_days
-        self.ltm, self.routing, self.cross_share, self.ltm_hops = ltm, routing, cross_share, ltm_hops
-        self.fill_budget = fill_budget
-        self.hop_seeds, self.hop_extra = max(0, int(hop_seeds)), max(0, int(hop_extra))
-        if isinstance(session_spread, bool) or float(session_spread) < 0:
-            raise ValueError(f"session_spread must be >= 0, got {session_spread!r}")
-        self.session_spread = float(session_spread)
-        self.whole_share, self.excerpt_rate = float(whole_share), float(excerpt_rate)
-        self.anchor_dates = check_policy(anchor_dates)  # refused here, not at the first question
+        self.fusion = Fusion(stage1.fusion)
+        self.w_dense, self.w_lexical, self.w_meta, self.w_recency = stage1.w_dense, stage1.w_lexical, stage1.w_meta, stage1.w_recency
+        self.rrf_k, self.depth_factor, self.candidate_factor = stage1.rrf_k, stage1.depth_factor, stage1.candidate_factor
+        self.half_life = stage1.recency_half_life_days
+        self.hop_seeds, self.hop_extra = stage1.hop_seeds, stage1.hop_extra
+        self.ltm, self.routing, self.cross_share, self.ltm_hops = ltm, routing.routing, routing.cross_share, routing.ltm_hops
+        self.fill_budget, self.session_spread = packing.fill_budget, packing.session_spread
+        self.whole_share, self.excerpt_rate = packing.whole_share, packing.excerpt_rate
+        self.anchor_dates = packing.anchor_dates
         self._count = CachedCount(embedder.token_counter)  # tokens of excerpts and dated copies
         self.composer = composer or ContextComposer(embedder.token_counter())
 

@@ -149,7 +149,7 @@ class Memory:
     def add_turns(self, user_id: str, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[MemoryItem]:
         """Write already-validated turns (the loaders produce them) in one transaction.
 
-        With a write path, turns first fill its buffers; entries are written when the STM
+        With a sensory stage, turns first fill its buffers; entries are written when the STM
         buffer releases segments, and the turns still buffered are marked pending in the
         same transaction (``flush`` writes them at once).
         """
@@ -158,11 +158,11 @@ class Memory:
         return self._write.add_turns(user_id, turns, context)
 
     def flush(self, user_id: str, context: Sequence[str] = ()) -> list[MemoryItem]:
-        """Write everything the write path still buffers for ``user_id`` (end of a conversation)."""
+        """Write everything the sensory stage still buffers for ``user_id`` (end of a conversation)."""
         return self._write.flush(check_user_id(user_id), context)
 
     def pending(self, user_id: str) -> list[Turn]:
-        """Turns stored but not yet written into items (the write path's buffers), oldest first."""
+        """Turns stored but not yet written into items (the sensory stage's buffers), oldest first."""
         return self.store.pending_turns(check_user_id(user_id))
 
     # -- offline path ------------------------------------------------------------------------

@@ -73,7 +73,7 @@ class WritePipeline:
         return self._through_write_path(user_id, [], context, drain=True)
 
     def forget(self, user_id: str) -> None:
-        """Drop the write path's buffers of a user (their turns are being deleted)."""
+        """Drop the sensory stage's buffers of a user (their turns are being deleted)."""
         if self.sensory_stage is not None:
             self.sensory_stage.forget(user_id)
 

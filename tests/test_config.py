@@ -79,7 +79,7 @@ def test_every_experiment_builds_a_memory_that_stores_and_finds_a_turn(tmp_path,
     m = build_memory(cfg, tmp_path / "s")
     assert (m.sensory_stage is not None) == cfg.sensory.enabled and (m.ltm is not None) == cfg.ltm.enabled
     m.add(TURNS, user_id="u", timestamp="2023-05-07")
-    m.flush("u")  # the write path's buffers
+    m.flush("u")  # the sensory stage's buffers
     m.flush_index()  # and the new memories' vectors
     if m.ltm is not None:
         assert m.consolidate("u")[0].units >= 1

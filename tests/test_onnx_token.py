@@ -1,4 +1,4 @@
-"""The write path's token classifier on ONNX Runtime: the compressor's keep probabilities and the
+"""The sensory stage's token classifier on ONNX Runtime: the compressor's keep probabilities and the
 segmenter's attention equal torch's, and the exported graphs are cached per model weights."""
 from __future__ import annotations
 

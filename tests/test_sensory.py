@@ -1,4 +1,4 @@
-"""The sensory stages: pure scoring functions, the compressors, and the write path's buffers."""
+"""The sensory stages: pure scoring functions, the compressors, and the sensory stage's buffers."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""The write path inside Memory.add: buffers, pending turns that survive a restart, switches,
+"""The sensory stage inside Memory.add: buffers, pending turns that survive a restart, switches,
 writers per segment, and hostile input."""
 from __future__ import annotations
 

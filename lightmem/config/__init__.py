@@ -4,7 +4,7 @@ The only package of the library that knows about Hydra/OmegaConf (with the bench
 training schemas that extend it, next to their runners): everything else takes typed arguments.
 
 - ``schemas``: the structured configs of everything that builds a Memory (``PipelineConfig``).
-- ``builders``: config nodes → embedder, roles, write path, LTM options, and ``build_memory``.
+- ``builders``: config nodes → embedder, roles, sensory stage, LTM options, and ``build_memory``.
 - ``hydra_app``: resolvers and schema registration (called by the entry points, never on import),
   ``compose_option``, ``per_job``.
 """

@@ -63,7 +63,7 @@ class SharedRuntime:
         return self._once(self._selectors, node, lambda: self.role(node))
 
     def compressor(self, node: DictConfig) -> Any:
-        """A compressor built once per config node (its model is the heavy part of the write path)."""
+        """A compressor built once per config node (its model is the heavy part of the sensory stage)."""
         return self._once(self._compressors, node, lambda: instantiate(node))
 
     @staticmethod
@@ -95,7 +95,7 @@ def sensory_spec(node: DictConfig) -> Any:
 
 
 def build_sensory_stage(node: DictConfig | None, embedder: Embedder, shared: SharedRuntime) -> Any:
-    """The write path of a ``sensory`` node, or None when it is off."""
+    """The sensory stage of a ``sensory`` node, or None when it is off."""
     if node is None or not node.get("enabled", False):
         return None
     from lightmem.sensory.pipeline import SensoryStage

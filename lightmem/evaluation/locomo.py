@@ -95,7 +95,7 @@ def evaluate_conversation(
     t0 = time.perf_counter()
     for session in conv.sessions:
         memory.add_turns(user, session.turns)
-    memory.flush(user)  # the write path's buffers, if any, become items before questions are asked
+    memory.flush(user)  # the sensory stage's buffers, if any, become items before questions are asked
     memory.flush_index()  # and every item has its vector
     ingest_s = time.perf_counter() - t0
     consolidate_s, cycles = 0.0, 0

@@ -168,7 +168,7 @@ class RolesBenchConfig(PipelineConfig):
 
 @dataclass
 class SensoryBenchConfig(PipelineConfig):
-    """eval/sensory.py: compression, segmentation and ingestion cost of the write path."""
+    """eval/sensory.py: compression, segmentation and ingestion cost of the sensory stage."""
 
     parts: list[str] = field(default_factory=lambda: ["compression", "segmentation", "ingest"])
     locomo_path: str = "${paths.data}/locomo/locomo_dev.json.gz"

@@ -1,9 +1,9 @@
-"""Measurements of the write path: compression, topic segmentation, ingestion cost.
+"""Measurements of the sensory stage: compression, topic segmentation, ingestion cost.
 
 - Compression: token ratio, and the share of answer words of LoCoMo questions that survive
   in their compressed evidence turns.
 - Segmentation: LongMemEval's sessions are topic boundaries (LightMem §4): the user turns of a
-  haystack are streamed through the write path without session information, and the
+  haystack are streamed through the sensory stage without session information, and the
   predicted segment starts are compared with the session starts. ``recall`` is the paper's
   "accuracy" (correct boundaries / true boundaries); precision and F1 keep it honest.
 - Ingestion: turns/s through ``Memory.add`` and LLM calls per conversation.
@@ -46,7 +46,7 @@ def user_stream(conv: Conversation, role: str = "user") -> list[Turn]:
 def segment_stream(sensory_stage: Any, turns: Sequence[Turn], user: str = "bench") -> list[list[str]]:
     """Turn ids per segment when ``turns`` stream through ``sensory_stage`` (its buffers drained at the end).
 
-    Session ids are hidden from the write path, so only the segmenter can find the sessions.
+    Session ids are hidden from the sensory stage, so only the segmenter can find the sessions.
     """
     hidden = [replace(t, session_id=None) for t in turns]
     segments = sensory_stage.push(user, hidden).segments + sensory_stage.drain(user).segments
@@ -55,7 +55,7 @@ def segment_stream(sensory_stage: Any, turns: Sequence[Turn], user: str = "bench
 
 
 def segmentation_eval(sensory_stage: Any, streams: Sequence[Sequence[Turn]], tolerance: int = 0) -> dict[str, float]:
-    """Boundary recall / precision / F1 of the write path's segments against session starts."""
+    """Boundary recall / precision / F1 of the sensory stage's segments against session starts."""
     counts = []
     for turns in streams:
         if len(turns) < 2:

@@ -200,7 +200,7 @@ CHECKPOINT_ROLES = {
     "slm": "`SLMSelector` (`selector=slm`; off: served, it has not beaten the ranker, see docs/results/locomo.md)",
     "selector": "`CrossEncoderSelector` (`selector=cross_encoder`, the Stage 2 before the ranker)",
     "complexity": "`TrainedComplexity` (`controller=fast_trained`)",
-    "compressor": "`TokenClassifierCompressor` (squeezed excerpts, `memory.word_scores`; the write path)",
+    "compressor": "`TokenClassifierCompressor` (squeezed excerpts, `memory.word_scores`; the sensory stage)",
 }
 RUN_TABLES = {"reader": reader_table, "retrieval": retrieval_table}
 DOCS_WITH_TABLES = ("README.md", "checkpoints/README.md")

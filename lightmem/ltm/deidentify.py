@@ -16,7 +16,7 @@ another user's prompt. ``Deidentifier.scrub`` replaces, in this order,
   condition word ("bipolar disorder", "type 2 diabetes") → ``[DIAGNOSIS]``
 - person names: the names it is told about (speakers), titled names ("Dr. Lee"), and
   spaCy ``PERSON`` entities when a pipeline is given → ``[PERSON]``
-- session-specific dates: the write path's ``[2023-05-07]`` annotations are removed
+- session-specific dates: the sensory stage's ``[2023-05-07]`` annotations are removed
 
 Measured (tests/test_ltm_privacy.py, ``DEID_CORPUS``, rules only; with spaCy's small English NER
 the counts are the same: it catches one more surname, not the first name beside it). On the 18

@@ -1,4 +1,4 @@
-"""ONNX Runtime graphs of a token classifier (the write path's compressor and segmenter encoder).
+"""ONNX Runtime graphs of a token classifier (the sensory stage's compressor and segmenter encoder).
 
 Two graphs are exported once from the torch model (any LoRA adapter already merged) and cached
 on disk beside the embedder's, written atomically:

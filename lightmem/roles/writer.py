@@ -5,7 +5,7 @@ self-contained without generation (speakers named, dates anchored, entities tagg
 ``GenerativeWriter`` asks an SLM for compact facts and falls back to the extractive
 entries whenever the model's output is unusable, so no turn is ever lost.
 
-With the sensory write path on, writers get topic segments (``write_segments``): the turns
+With the sensory stage on, writers get topic segments (``write_segments``): the turns
 are already normalized and compressed, and each entry is {topic, summary, source turns}.
 """
 from __future__ import annotations
@@ -170,8 +170,8 @@ class ExtractiveWriter:
         nlp: Optional spaCy pipeline; named entities become the item's ``entities``.
         name_speakers: Replace I / my / you by the speakers' names.
         anchor_dates: Append absolute dates to relative ones ("yesterday [7 May 2023]").
-        granularity: With the write path: ``segment`` (an entry per topic segment) or ``turn``.
-        max_tokens: With the write path: the longest entry (longer segments are split).
+        granularity: With the sensory stage: ``segment`` (an entry per topic segment) or ``turn``.
+        max_tokens: With the sensory stage: the longest entry (longer segments are split).
     """
 
     _LABELS = {"PERSON", "ORG", "GPE", "LOC", "EVENT", "WORK_OF_ART", "PRODUCT", "FAC", "NORP", "DATE"}

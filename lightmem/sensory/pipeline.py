@@ -1,4 +1,4 @@
-"""The write path's sensory and short-term stages, per user (LightMem §3.1–3.2, SimpleMem §2.1).
+"""The sensory stage: the sensory and short-term buffers before the Writer, per user (LightMem §3.1–3.2, SimpleMem §2.1).
 
     turns ─ normalize (I/you → names, he/she → last-mentioned person, relative → absolute dates)
           ─ pre-compress at rate r (token classifier, or cross-entropy under an SLM)
@@ -168,7 +168,7 @@ class SensoryStage:
                  nlp: Any = None, counter: Any = None) -> None:
         self.spec = spec or SensorySpec()
         if embedder is None:
-            raise ValueError("the write path needs an embedder")
+            raise ValueError("the sensory stage needs an embedder")
         if self.spec.compress.enabled and compressor is None:
             raise ValueError("compression is on but no compressor was given (set compress.enabled=false to skip it)")
         if self.spec.segment.enabled and segmenter is None:
@@ -180,7 +180,7 @@ class SensoryStage:
 
     @classmethod
     def build(cls, embedder: Any, spec: SensorySpec | None = None, compressor: Any = None, nlp: Any = None) -> "SensoryStage":
-        """A write path whose compressor and segmenter come from the trained checkpoint when not given.
+        """A sensory stage whose compressor and segmenter come from the trained checkpoint when not given.
 
         The segmenter reads attention from the compressor's encoder; with a compressor that has
         none (the cross-entropy scorer), the trained token classifier is loaded for it.

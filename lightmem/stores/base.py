@@ -235,7 +235,7 @@ class ItemStore(Protocol):
         ...
 
     def pending_turns(self, user_id: str) -> list[Turn]:
-        """Turns stored but still buffered by the write path (no items yet), oldest first."""
+        """Turns stored but still buffered by the sensory stage (no items yet), oldest first."""
         ...
 
     def speakers(self, user_id: str) -> list[str]: ...
@@ -259,7 +259,7 @@ class ItemStore(Protocol):
 
     def delete(self, user_id: str, item_id: str, now: float) -> dict[str, int]:
         """Erase the item, the texts of its history (the events stay) and its source turns that no
-        other item cites or the write path buffers; returns ``{"items": 1, "turns": n}``."""
+        other item cites or the sensory stage buffers; returns ``{"items": 1, "turns": n}``."""
         ...
 
     def delete_user(self, user_id: str, encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:

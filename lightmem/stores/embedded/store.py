@@ -147,7 +147,7 @@ class SQLiteStore:
         return self.sql.users()
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """Per user: turns, active items, archived items, turns pending in the write path's buffers."""
+        """Per user: turns, active items, archived items, turns pending in the sensory stage's buffers."""
         return self.sql.counts()
 
     # -- other processes' commits -------------------------------------------------------------
@@ -379,7 +379,7 @@ class SQLiteStore:
         return self.sql.turns(user_id)
 
     def pending_turns(self, user_id: str) -> list[Turn]:
-        """Turns stored but still in the write path's buffers (no items yet), oldest first."""
+        """Turns stored but still in the sensory stage's buffers (no items yet), oldest first."""
         return self.sql.pending_turns(user_id)
 
     def speakers(self, user_id: str) -> list[str]:

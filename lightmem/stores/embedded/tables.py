@@ -463,7 +463,7 @@ class SQLiteTables:
     @staticmethod
     def drop_uncited_turns(c: sqlite3.Connection, user_id: str, turn_ids: Sequence[str]) -> int:
         """Delete those of ``turn_ids`` that no item of the user (archived ones too) cites and the
-        write path does not still buffer. Returns the number of turns deleted."""
+        sensory stage does not still buffer. Returns the number of turns deleted."""
         ids = sorted(set(turn_ids))
         if not ids:
             return 0
@@ -531,7 +531,7 @@ class SQLiteTables:
         return [_row_to_turn(r) for r in rows]
 
     def pending_turns(self, user_id: str) -> list[Turn]:
-        """Turns stored but still in the write path's buffers (no items yet), oldest first."""
+        """Turns stored but still in the sensory stage's buffers (no items yet), oldest first."""
         rows = self.query(
             "SELECT t.turn_id, t.speaker, t.text, t.timestamp, t.session_id, t.caption, t.metadata FROM turns t "
             "JOIN pending p ON p.user_id = t.user_id AND p.turn_id = t.turn_id WHERE t.user_id = ? ORDER BY t.pk",
@@ -554,7 +554,7 @@ class SQLiteTables:
         return [r[0] for r in rows]
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """Per user: turns, active items, archived items, turns pending in the write path's buffers, items
+        """Per user: turns, active items, archived items, turns pending in the sensory stage's buffers, items
         waiting for their vector (the background indexer's work, ``unembedded``)."""
         out: dict[str, dict[str, int]] = {}
 

@@ -19,6 +19,7 @@ from lightmem.messages import MAX_TURN_CHARS
 from lightmem.models.embedder import Embedder
 from lightmem.models.prompt_tokens import DEFAULT_TOKENIZER, prompt_counter
 from lightmem.models.tokens import TokenCounter
+from lightmem.models.word_scorer import Compressor, default_word_scorer
 from lightmem.retrieval.composer import DEFAULT_BUDGET, ContextComposer
 from lightmem.retrieval.engine import TwoStageRetriever
 from lightmem.retrieval.spec import retrieval_specs
@@ -26,7 +27,6 @@ from lightmem.roles.controller import Controller
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.selector import Selector, default_selector
 from lightmem.roles.writer import Writer
-from lightmem.sensory.compressor import Compressor, default_word_scorer
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
 from lightmem.stores.factory import open_store

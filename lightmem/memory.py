@@ -26,13 +26,13 @@ from lightmem.messages import (
 )
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
+from lightmem.models.word_scorer import Compressor
 from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
 from lightmem.retrieval.excerpts import keep_codes
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import Writer, default_writer
-from lightmem.sensory.compressor import Compressor
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import MemoryStore
 from lightmem.timeutil import now as wall_clock

@@ -13,10 +13,10 @@ from lightmem.indexer import BackgroundIndexer
 from lightmem.ltm import LTMRuntime
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
+from lightmem.models.word_scorer import Compressor
 from lightmem.retrieval.excerpts import keep_codes
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import DraftItem, Writer, write_segments
-from lightmem.sensory.compressor import Compressor
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import MemoryStore
 from lightmem.types import MemoryItem, Turn

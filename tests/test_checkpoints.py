@@ -65,8 +65,8 @@ def test_default_memory_uses_the_trained_embedder_and_ranker(tmp_path):
 
 @pytest.mark.slow
 def test_trained_complexity_and_compressor_load_and_run():
+    from lightmem.models.word_scorer import TokenClassifierCompressor
     from lightmem.roles.complexity import TrainedComplexity
-    from lightmem.sensory.compressor import TokenClassifierCompressor
 
     c = TrainedComplexity(str(ROOT / "checkpoints" / "complexity"), device="cpu")
     assert all(0.0 <= p <= 1.0 for p in c.probabilities(["What is Ann's dog called?", "Why did they move twice after the wedding?"]))

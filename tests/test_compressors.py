@@ -13,14 +13,14 @@ CKPT = ROOT / "checkpoints" / "compressor"
 
 @pytest.fixture(scope="module")
 def compressor():
-    from lightmem.sensory.compressor import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierCompressor
 
     return TokenClassifierCompressor(str(CKPT), rate=0.6, device="cpu")
 
 
 @pytest.mark.slow  # the committed compressor on the packaged MiniLM
 def test_a_full_token_classifier_folder_loads_like_an_llmlingua2_checkpoint(compressor, tmp_path):
-    from lightmem.sensory.compressor import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierCompressor
 
     compressor.model.save_pretrained(tmp_path / "full")  # config.json + weights, no adapter
     compressor.tok.save_pretrained(tmp_path / "full")
@@ -59,7 +59,7 @@ def test_segmenter_attention_on_the_compressor_encoder(compressor):
 
 
 def test_cross_entropy_compressor_keeps_the_least_predictable_words(tiny_models):
-    from lightmem.sensory.compressor import CrossEntropyCompressor
+    from lightmem.models.word_scorer import CrossEntropyCompressor
 
     lm, tok = tiny_models.gpt2().eval(), tiny_models.tok
     ce = CrossEntropyCompressor.from_objects(lm, tok, rate=0.5, max_tokens=16)
@@ -68,3 +68,11 @@ def test_cross_entropy_compressor_keeps_the_least_predictable_words(tiny_models)
     assert len(scores) == len(words) and math.isinf(scores[0]) and all(s > 0 for s in scores)
     out = ce.compress(" ".join(words))
     assert out.split()[0] == "the" and len(out.split()) == math.ceil(0.5 * len(words))
+
+
+def test_the_former_import_path_of_the_word_scorers_still_works():
+    import lightmem.models.word_scorer as moved
+    import lightmem.sensory.compressor as former
+
+    for name in ("Compressor", "CrossEntropyCompressor", "TokenClassifierCompressor", "default_word_scorer", "protected"):
+        assert getattr(former, name) is getattr(moved, name)

@@ -19,14 +19,14 @@ TURNS = ["Caroline: I went to the LGBTQ support group yesterday and it was so po
 
 @pytest.fixture(scope="module")
 def pair():
-    from lightmem.sensory.compressor import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierCompressor
 
     return (TokenClassifierCompressor(str(CKPT), device="cpu", backend="torch"),
             TokenClassifierCompressor(str(CKPT), device="cpu", backend="onnx"))
 
 
 def test_auto_is_onnx_on_the_cpu_and_torch_on_a_gpu():
-    from lightmem.sensory.compressor import _resolve_backend
+    from lightmem.models.word_scorer import _resolve_backend
 
     assert _resolve_backend("auto", "cpu") == "onnx"
     assert _resolve_backend("auto", "cuda:0") == "torch"
@@ -60,7 +60,7 @@ def test_onnx_attention_equals_torchs_and_gives_the_same_boundaries(pair):
 
 def test_graphs_are_cached_per_weights_and_reused(pair, tiny_models):
     from lightmem.models.registry import ModelRegistry
-    from lightmem.sensory.compressor import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierCompressor
 
     _, onnx_c = pair
     onnx_c.compress("warm up")  # the keep graph of the trained checkpoint exists now
@@ -82,7 +82,7 @@ def test_graphs_are_cached_per_weights_and_reused(pair, tiny_models):
 
 def test_the_int8_backend_quantizes_both_graphs_into_their_own_cache_files_and_scores_close_to_fp32(tiny_models):
     from lightmem.models.registry import ModelRegistry
-    from lightmem.sensory.compressor import TokenClassifierCompressor, _resolve_backend
+    from lightmem.models.word_scorer import TokenClassifierCompressor, _resolve_backend
 
     with pytest.raises(ValueError, match="runs on the CPU"):
         _resolve_backend("onnx_int8", "cuda")

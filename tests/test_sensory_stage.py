@@ -10,9 +10,9 @@ from fakes import ScriptedLLM
 
 from lightmem.errors import InvalidInputError
 from lightmem.memory import Memory
+from lightmem.models.word_scorer import _WordCompressor
 from lightmem.roles.selector import Stage1Selector
 from lightmem.roles.writer import ExtractiveWriter, GenerativeWriter
-from lightmem.sensory.compressor import _WordCompressor
 from lightmem.sensory.pipeline import GateSpec, NormalizeSpec, SegmentSpec, SensorySpec, SensoryStage
 from lightmem.sensory.segmenter import TopicSegmenter
 from lightmem.types import Turn

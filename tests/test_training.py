@@ -187,9 +187,9 @@ def test_selector_prompt_splits_the_date():
 
 
 def test_exported_adapters_load_in_the_inference_classes(tmp_path, tok, tiny_models, monkeypatch):
+    from lightmem.models.word_scorer import TokenClassifierCompressor
     from lightmem.roles.complexity import TrainedComplexity
     from lightmem.roles.selector import CrossEncoderSelector
-    from lightmem.sensory.compressor import TokenClassifierCompressor
 
     base, pairs, expected = tmp_path / "base", (["q", "q"], ["a b", "c d e"]), {}
     for kind, labels, name in (("sequence", 1, "sel"), ("sequence", 2, "cx"), ("token", 2, "comp")):

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from lightmem.sensory.compressor import protected
+from lightmem.models.word_scorer import protected
 from lightmem.sensory.phatic import sentence_units
 from lightmem.text import analyze
 

@@ -147,7 +147,7 @@ def topic_label(turns: Sequence[Processed], n: int = 3) -> str:
 def _packaged_classifier(**kwargs: Any) -> Any:
     """The trained token classifier of checkpoints/compressor on int8 ONNX Runtime (as conf/sensory/lightmem.yaml)."""
     from lightmem.models.registry import checkpoint_path
-    from lightmem.sensory.compressor import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierCompressor
 
     return TokenClassifierCompressor(str(checkpoint_path("compressor")), device="cpu", backend="onnx_int8", **kwargs)
 
@@ -185,7 +185,7 @@ class SensoryStage:
         The segmenter reads attention from the compressor's encoder; with a compressor that has
         none (the cross-entropy scorer), the trained token classifier is loaded for it.
         """
-        from lightmem.sensory.compressor import TokenClassifierCompressor
+        from lightmem.models.word_scorer import TokenClassifierCompressor
         from lightmem.sensory.segmenter import TopicSegmenter
 
         spec = spec or SensorySpec()

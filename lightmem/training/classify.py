@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from lightmem.evaluation.ranking import accuracy, binary_f1
-from lightmem.sensory.compressor import keep_top_rate
+from lightmem.models.word_scorer import keep_top_rate
 from lightmem.training.lora import LoraSpec, apply_lora
 
 

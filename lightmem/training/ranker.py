@@ -262,7 +262,7 @@ def served_packing(cfg: Any) -> ServedPacking:
     """``ServedPacking`` of the pipeline a run's config serves: its embedder's tokenizer, its retrieval packing
     settings and, with ``memory.word_scores``, the write path's word scorer (the trained compressor)."""
     from lightmem.config import build_embedder
-    from lightmem.sensory.compressor import default_word_scorer
+    from lightmem.models.word_scorer import default_word_scorer
 
     scorer = default_word_scorer() if cfg.memory.word_scores else None
     return ServedPacking(build_embedder(cfg).token_counter(), cfg.retrieval.whole_share, cfg.retrieval.anchor_dates,

@@ -72,10 +72,10 @@ train: data  ## reproduce what the default pipeline serves: checkpoints/{embedde
 	$(PY) train/ranker.py
 
 train-experimental: data  ## reproduce the checkpoints of options measured and not adopted: embedder_minilm, slm, selector (cross-encoder), complexity
-	rm -rf checkpoints/runs/embedder_minilm checkpoints/runs/slm checkpoints/runs/selector checkpoints/runs/complexity
+	rm -rf checkpoints/runs/embedder_minilm checkpoints/runs/slm checkpoints/runs/cross_encoder checkpoints/runs/complexity
 	$(PY) train/embedder.py base_model=all-MiniLM-L6-v2 lora=embedder out_dir=checkpoints/runs/embedder_minilm export_dir=checkpoints/embedder_minilm
 	$(PY) train/slm.py          # stacked on checkpoints/ranker
-	$(PY) train/selector.py
+	$(PY) train/cross_encoder.py
 	$(PY) train/complexity.py
 
 fetch-data: install  ## the data files too big to commit (LongMemEval_S dev), sha256-checked; FROM=DIR copies from a folder instead

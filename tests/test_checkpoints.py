@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import ROOT
 
-NAMES = ("embedder", "embedder_minilm", "selector", "complexity", "compressor")
+NAMES = ("embedder", "embedder_minilm", "cross_encoder", "complexity", "compressor")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -76,7 +76,7 @@ def test_trained_complexity_and_compressor_load_and_run():
     assert 0 < len(out.split()) <= len(text.split()) // 2 + 1
 
 
-@pytest.mark.parametrize("name", ("embedder", "embedder_minilm", "ranker", "slm", "selector", "complexity", "compressor"))
+@pytest.mark.parametrize("name", ("embedder", "embedder_minilm", "ranker", "slm", "cross_encoder", "complexity", "compressor"))
 def test_every_checkpoint_names_a_commit_one_can_check_out(name):
     """A card exported from a tree with uncommitted changes (``+dirty``) names code nobody can check out."""
     import re

@@ -30,7 +30,7 @@ def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
     from train import complexity, compressor
     from train import embedder as embedder_script
     from train import ranker as ranker_script
-    from train import selector as selector_script
+    from train import cross_encoder as selector_script
 
     data = tmp_path / "data"
     synth_cfg = compose("synth", [f"out_dir={data}/synth", "n_samples=60", "queries_per_user=6", "seed=1"])
@@ -45,7 +45,7 @@ def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
     assert all(len(r["texts"]) == len(r["labels"]) for r in rows) and any(sum(r["labels"]) for r in rows)
 
     common = ["optim.max_steps=2", "optim.eval_every=1", "optim.cpu=true", "optim.batch_size=4", f"data_dir={data}"]
-    s = selector_script.run(compose("train_selector", common + [f"out_dir={tmp_path}/run_sel", f"export_dir={tmp_path}/ck/selector",
+    s = selector_script.run(compose("train_cross_encoder", common + [f"out_dir={tmp_path}/run_sel", f"export_dir={tmp_path}/ck/selector",
                                                                 "max_eval_groups=8", "task.group_size=4"]))
     assert s["train"]["steps"] == 2 and any(k.startswith("test/locomo/selector/recall_all") for k in s["test"])
     card = json.loads((tmp_path / "ck/selector/card.json").read_text())
@@ -87,11 +87,11 @@ def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
 
 
 def test_train_configs_compose_with_every_lora_option_and_the_optuna_search():
-    for name in ("train_selector", "train_complexity", "train_compressor", "train_embedder"):
+    for name in ("train_cross_encoder", "train_complexity", "train_compressor", "train_embedder"):
         for lora in ("attention", "causal_lm", "full"):
             cfg = compose(name, [f"lora={lora}"])
             assert cfg.lora.enabled == (lora != "full")
-    cfg = compose("train_selector", ["hparams_search=selector_optuna"])
+    cfg = compose("train_cross_encoder", ["hparams_search=cross_encoder_optuna"])
     assert cfg.metric == "recall_all@10"
 
 
@@ -100,7 +100,7 @@ def test_sweep_config_names_an_installed_sweeper():
     from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = hc(config_name="train_selector", overrides=["hparams_search=selector_optuna"], return_hydra_config=True)
+        cfg = hc(config_name="train_cross_encoder", overrides=["hparams_search=cross_encoder_optuna"], return_hydra_config=True)
     assert "optuna" in cfg.hydra.sweeper._target_ and "lora.r" in cfg.hydra.sweeper.params
 
 

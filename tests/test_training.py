@@ -90,7 +90,7 @@ class Killed(Exception):
     pass
 
 
-def _train_selector(tmp_path, tok, tiny_models, steps: int, out="run", kill_at_micro: int | None = None):
+def _train_cross_encoder(tmp_path, tok, tiny_models, steps: int, out="run", kill_at_micro: int | None = None):
     model = apply_lora(tiny_models.bert("sequence", 1), LORA, "SEQ_CLS")
     task = sel.SelectorTask(group_size=6, max_length=32)
     spec = TrainSpec(max_steps=steps, lr=5e-3, batch_size=2, eval_every=2, patience=0, seed=0, cpu=True)
@@ -124,14 +124,14 @@ def test_lora_trains_the_adapter_and_head_and_freezes_the_base(tmp_path, tok, ti
 
 
 def test_resume_after_interruption_reaches_the_same_weights(tmp_path, tok, tiny_models):
-    straight, fitted = _train_selector(tmp_path, tok, tiny_models, 4, out="straight")
+    straight, fitted = _train_cross_encoder(tmp_path, tok, tiny_models, 4, out="straight")
     # the seeded tiny model learns the groups' pattern: MRR 17/48 before training, 1 after two steps
     assert [(h["step"], h["mrr"]) for h in fitted.history] == [(0, pytest.approx(17 / 48)), (2, 1.0), (4, 1.0)]
     with pytest.raises(Killed):
-        _train_selector(tmp_path, tok, tiny_models, 4, out="resumed", kill_at_micro=3)  # state was saved at step 2
+        _train_cross_encoder(tmp_path, tok, tiny_models, 4, out="resumed", kill_at_micro=3)  # state was saved at step 2
     state = json.loads((tmp_path / "resumed" / "last" / "trainer_state.json").read_text())
     assert state["step"] == 2
-    resumed, res = _train_selector(tmp_path, tok, tiny_models, 4, out="resumed")
+    resumed, res = _train_cross_encoder(tmp_path, tok, tiny_models, 4, out="resumed")
     assert res.steps == 4
     a = {n: p for n, p in straight.named_parameters() if p.requires_grad}
     b = {n: p for n, p in resumed.named_parameters() if p.requires_grad}
@@ -322,7 +322,7 @@ def test_every_training_config_names_an_optimizer_class_the_loop_builds():
 
     from lightmem.training.schemas import train_spec
 
-    for name in ("train_selector", "train_complexity", "train_compressor", "train_embedder"):
+    for name in ("train_cross_encoder", "train_complexity", "train_compressor", "train_embedder"):
         spec = train_spec(compose(name, []).optim)
         opt = make_optimizer(spec, [torch.nn.Parameter(torch.zeros(2))])
         assert type(opt) is torch.optim.AdamW and opt.defaults["lr"] == spec.lr, name
@@ -332,9 +332,9 @@ def test_the_selector_recipe_is_chosen_by_its_recipe_class_with_its_own_settings
     from conftest import compose
     from hydra.utils import instantiate
 
-    default = instantiate(compose("train_selector", []).model)
+    default = instantiate(compose("train_cross_encoder", []).model)
     assert type(default) is sel.CrossEncoderRecipe and (default.kind, default.base_model) == ("cross_encoder", "all-MiniLM-L6-v2")
-    gen = instantiate(compose("train_selector", ["selector_recipe@model=generative", "model.quantize=8bit"]).model)
+    gen = instantiate(compose("train_cross_encoder", ["selector_recipe@model=generative", "model.quantize=8bit"]).model)
     assert type(gen) is sel.GenerativeRecipe and (gen.kind, gen.base_model, gen.quantize) == ("generative", "SmolLM2-135M-Instruct", "8bit")
 
 

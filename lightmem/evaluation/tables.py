@@ -142,7 +142,7 @@ CARD_METRICS: dict[str, list[tuple[str, str, str]]] = {
              "test/locomo/slm/overall/recall_all@budget"),
             ("LongMemEval test", "test/longmemeval/ranker/overall/recall_all@budget",
              "test/longmemeval/slm/overall/recall_all@budget")],
-    "selector": [("recall_all@10 after reranking, LoCoMo 3-4", "test/locomo/stage1/recall_all@10", "test/locomo/selector/recall_all@10"),
+    "cross_encoder": [("recall_all@10 after reranking, LoCoMo 3-4", "test/locomo/stage1/recall_all@10", "test/locomo/selector/recall_all@10"),
                  ("LongMemEval test", "test/longmemeval/stage1/recall_all@10", "test/longmemeval/selector/recall_all@10")],
     "complexity": [("accuracy against the majority class, LoCoMo 3-4", "test/locomo/majority", "test/locomo/accuracy"),
                    ("LongMemEval test", "test/longmemeval/majority", "test/longmemeval/accuracy")],
@@ -198,7 +198,7 @@ CHECKPOINT_ROLES = {
     "embedder_minilm": "`encoder=minilm_tuned`, the default before `embedder/`",
     "ranker": "`LearnedRanker`: the default Stage 2 (`selector=ranker`)",
     "slm": "`SLMSelector` (`selector=slm`; off: served, it has not beaten the ranker, see docs/results/locomo.md)",
-    "selector": "`CrossEncoderSelector` (`selector=cross_encoder`, the Stage 2 before the ranker)",
+    "cross_encoder": "`CrossEncoderSelector` (`selector=cross_encoder`, the Stage 2 before the ranker)",
     "complexity": "`TrainedComplexity` (`controller=fast_trained`)",
     "compressor": "`TokenClassifierCompressor` (squeezed excerpts, `memory.word_scores`; the sensory stage)",
 }

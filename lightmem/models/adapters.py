@@ -20,7 +20,8 @@ def load_adapted(auto_class: Any, checkpoint: str | Path, base_model: str, what:
 
     ckpt = Path(checkpoint)
     if not ckpt.exists():
-        raise FileNotFoundError(f"no trained {what} at {ckpt}; train one with `make train` or point the config elsewhere")
+        raise FileNotFoundError(f"no trained {what} at {ckpt}; train one with `make train` (`make train-experimental` for the "
+                                "models the default pipeline does not use) or point the config elsewhere")
     if (ckpt / "adapter_config.json").exists():
         from peft import PeftModel
 

@@ -199,7 +199,7 @@ class SLMSelector:
         path = Path(checkpoint) / "stack.json"
         if not path.exists():
             raise FileNotFoundError(f"no trained SLM selector at {checkpoint} (stack.json); train one with "
-                                    "`python train/slm.py` (make train)")
+                                    "`python train/slm.py` (make train-experimental)")
         stack = json.loads(path.read_text())
         self.ranker = LearnedRanker(ranker)
         if stack.get("ranker_sha") and weights_digest(json.loads((Path(ranker) / "ranker.json").read_text())) != stack["ranker_sha"]:

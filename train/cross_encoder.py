@@ -1,8 +1,9 @@
-"""Train the Stage-2 selector with LoRA; export the best adapter and its model card.
+"""Train the cross-encoder Stage-2 selector (measured, not the default: the learned ranker is) with LoRA; export
+the best adapter and its model card.
 
-    python train/selector.py
-    python train/selector.py -m lora.r=4,8,16 optim.lr=3e-4,1e-3
-    python train/selector.py selector_recipe@model=generative lora=causal_lm model.quantize=4bit  # SmolLM2, CUDA
+    python train/cross_encoder.py
+    python train/cross_encoder.py -m lora.r=4,8,16 optim.lr=3e-4,1e-3
+    python train/cross_encoder.py selector_recipe@model=generative lora=causal_lm model.quantize=4bit  # SmolLM2, CUDA
 """
 from __future__ import annotations
 
@@ -47,19 +48,19 @@ def run(cfg: DictConfig) -> dict:
         return out
 
     summary = train_and_export(
-        name="selector", model=recipe.model, train=train, make_batch=recipe.make_batch, loss_fn=recipe.loss_fn,
+        name="cross_encoder", model=recipe.model, train=train, make_batch=recipe.make_batch, loss_fn=recipe.loss_fn,
         evaluate=lambda m: sel.evaluate_groups(recipe.scorer(m), val, task.k), test=held_out, metric=cfg.metric, spec=spec,
         out_dir=cfg.out_dir, export_dir=cfg.export_dir, logger_cfg=cfg.logger, config=to_container(cfg),
         data_files=[data / "selector_train.jsonl"],
-        card={"name": "lightmem Stage-2 selector", "task": f"{recipe.kind} reranker of Stage-1 candidates",
+        card={"name": "lightmem cross-encoder selector", "task": f"{recipe.kind} reranker of Stage-1 candidates",
               "description": "Scores (query, \"[date] memory\") pairs; CrossEncoderSelector loads it (conf/selector/cross_encoder.yaml).",
-              "base_model": recipe.base_model, "command": "make train  (python train/selector.py)"},
+              "base_model": recipe.base_model, "command": "make train-experimental  (python train/cross_encoder.py)"},
     )
     print(json.dumps({k: v for k, v in summary["test"].items() if "recall_all" in k or "precision" in k}, indent=1))
     return summary
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train_selector")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train_cross_encoder")
 def main(cfg: DictConfig) -> float:
     cfg = per_job(cfg)  # a sweep's jobs neither share state nor overwrite checkpoints/
     return run(cfg)["train"]["best"].get(cfg.metric, float("nan"))  # what a sweep maximises

@@ -48,6 +48,11 @@ def encoder_kind(name: str) -> str:
     return next((kind for kind, model in ENCODERS.items() if model == base), "minilm")
 
 
+def _check_choice(encoder: str | None) -> None:
+    if encoder is not None and encoder not in ENCODER_CHOICES:
+        raise LightMemError(f"unknown encoder {encoder!r}; choose one of {list(ENCODER_CHOICES)} or leave it out (tuned)")
+
+
 def new_embedder(encoder: str | None = None) -> Embedder:
     """The embedder a new store gets for an encoder choice (None or ``tuned``: the default), built as
     ``Memory.open`` builds its default: 128 tokens per text, int8 ONNX on the CPU, torch on a GPU. The one
@@ -64,8 +69,7 @@ def new_embedder(encoder: str | None = None) -> Embedder:
         tuned_adapter,
     )
 
-    if encoder is not None and encoder not in ENCODER_CHOICES:
-        raise LightMemError(f"unknown encoder {encoder!r}; choose one of {list(ENCODER_CHOICES)} or leave it out (tuned)")
+    _check_choice(encoder)
     if encoder == "tuned" and tuned_adapter() is None:
         raise LightMemError("--encoder tuned needs the trained adapter in checkpoints/embedder (set LIGHTMEM_CHECKPOINTS "
                             "or run `make train`); --encoder mpnet is its base model")
@@ -87,8 +91,7 @@ def resolve_embedder(location: str | Path, encoder: str | None = None) -> Embedd
     from lightmem.models.embedder import embedder_for
     from lightmem.stores.factory import describe, stored_embedder
 
-    if encoder is not None and encoder not in ENCODER_CHOICES:
-        raise LightMemError(f"unknown encoder {encoder!r}; choose one of {list(ENCODER_CHOICES)} or leave it out (tuned)")
+    _check_choice(encoder)
     stored = stored_embedder(location)
     if encoder and stored and encoder_kind(stored) != encoder:
         raise LightMemError(f"{describe(location)} was built with {stored}; drop --encoder or use a new --store")

@@ -144,4 +144,4 @@ def test_retrieval_settings_are_split_into_validated_specs_and_an_unknown_one_is
         with pytest.raises(ValueError):
             retrieval_specs(bad)
     with Memory.open(tmp_path / "s", embedder=HashingEmbedder(32), retrieval={"candidate_factor": 3, "w_lexical": 1}) as m:
-        assert (m.retriever.candidate_factor, m.retriever.w_lexical, m.retriever.stage1_spec.candidate_factor) == (3, 1.0, 3)
+        assert (m.retriever.candidate_factor, m.retriever.w_lexical) == (3, 1.0)

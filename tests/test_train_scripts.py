@@ -28,9 +28,9 @@ def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
     from data_gen import distill as distill_script
     from data_gen import synth as synth_script
     from train import complexity, compressor
+    from train import cross_encoder as selector_script
     from train import embedder as embedder_script
     from train import ranker as ranker_script
-    from train import cross_encoder as selector_script
 
     data = tmp_path / "data"
     synth_cfg = compose("synth", [f"out_dir={data}/synth", "n_samples=60", "queries_per_user=6", "seed=1"])

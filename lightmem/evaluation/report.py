@@ -1,6 +1,7 @@
 """Markdown tables and plots of evaluation results."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,10 +100,18 @@ def plot_recall(results: dict[str, Any], ks: list[int], path: str | Path) -> Pat
     return _save(plt, fig, path)
 
 
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], bold_first: bool = False) -> str:
+    """A Markdown table of cells already formatted, ending in a newline; ``bold_first`` sets the first row's cells
+    in bold (the row the table is about)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for i, row in enumerate(rows):
+        cells = [f"**{c}**" if bold_first and i == 0 and c else c for c in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
-    lines = ["| " + " | ".join(cols) + " |", "|---" * len(cols) + "|"]
-    lines += ["| " + " | ".join(_fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(cols, [[_fmt(r.get(c, "")) for c in cols] for r in rows]).rstrip("\n")
 
 
 def sensory_tables(results: dict[str, Any]) -> str:

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lightmem.evaluation.report import markdown_table
+
 LOCOMO_CATEGORIES = ("1-multi-hop", "2-temporal", "3-open-domain", "4-single-hop")
 CONTROLS = {"gold": "control: the gold evidence turns alone", "random": "control: a random context of the conversation"}
 _BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
@@ -74,15 +76,6 @@ def fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, int) or float(value).is_integer() and abs(value) >= 10:
         return f"{int(value):,}"
     return f"{value:.{digits}f}"
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], bold_first: bool = False) -> str:
-    """A Markdown table; ``bold_first`` sets the first row's cells in bold (the row the table is about)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for i, row in enumerate(rows):
-        cells = [f"**{c}**" if bold_first and i == 0 and c else c for c in row]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def reader_table(runs: Sequence[Mapping[str, Any]]) -> str:

@@ -59,8 +59,8 @@ class TwoStageRetriever:
             newlines and the prompt's tokenizer counted), so ``build_context`` holds all that Stage 2 returns.
             None: a composer counting with the embedder's tokenizer.
 
-    Every setting lives in a spec (``lightmem/retrieval/spec.py``, where each is described); the engine keeps
-    them as attributes of the same names.
+    Every setting is validated in a spec (``lightmem/retrieval/spec.py``, where each is described); the engine
+    keeps its values as attributes of the same names, the one place it reads them from.
     """
 
     def __init__(
@@ -75,7 +75,6 @@ class TwoStageRetriever:
         composer: ContextComposer | None = None,
     ) -> None:
         stage1, packing, routing = stage1 or Stage1Spec(), packing or PackingSpec(), routing or RoutingSpec()
-        self.stage1_spec, self.packing_spec, self.routing_spec = stage1, packing, routing
         self.store, self.embedder, self.selector = store, embedder, selector
         self.fusion = Fusion(stage1.fusion)
         self.w_dense, self.w_lexical, self.w_meta, self.w_recency = stage1.w_dense, stage1.w_lexical, stage1.w_meta, stage1.w_recency

@@ -37,11 +37,15 @@ $(READER): $(STAMP)
 
 reader: $(READER)  ## install the reader extra (llama.cpp + Qwen2.5-Coder-0.5B-Instruct)
 
-test: install  ## run the whole test suite (gpu tests skip without CUDA)
-	$(PY) -m pytest -q
+# Two pytest-xdist workers, a file each at a time, one torch thread each (two threads apiece would
+# oversubscribe the 2 cores); `$(PY) -m pytest tests/test_x.py` runs serially as usual.
+PYTEST_PAR := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
+
+test: install  ## run the whole test suite on two workers (gpu tests skip without CUDA)
+	$(PYTEST_PAR)
 
 test-fast: install  ## tests without the slow (real-model) ones
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST_PAR) -m "not slow"
 
 lint: install  ## ruff (pyflakes, bugbear, import order)
 	$(VENV)/bin/ruff check lightmem eval train data_gen tests

@@ -44,7 +44,8 @@ def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
     rows = [json.loads(x) for x in (data / "selector_train.jsonl").read_text().splitlines()]
     assert all(len(r["texts"]) == len(r["labels"]) for r in rows) and any(sum(r["labels"]) for r in rows)
 
-    common = ["optim.max_steps=2", "optim.eval_every=1", "optim.cpu=true", "optim.batch_size=4", f"data_dir={data}"]
+    common = ["optim.max_steps=2", "optim.eval_every=2",  # evaluated untrained and after the last step
+              "optim.cpu=true", "optim.batch_size=4", f"data_dir={data}"]
     s = selector_script.run(compose("train_cross_encoder", common + [f"out_dir={tmp_path}/run_sel", f"export_dir={tmp_path}/ck/selector",
                                                                 "max_eval_groups=8", "task.group_size=4"]))
     assert s["train"]["steps"] == 2 and any(k.startswith("test/locomo/selector/recall_all") for k in s["test"])

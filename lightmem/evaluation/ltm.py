@@ -74,7 +74,7 @@ def latency_under_consolidation(memory: Memory, conv: Conversation, user: str, q
         for s in conv.sessions:
             memory.add_turns(o, s.turns)
     memory.flush_index()
-    busy_flag, stop = threading.Event(), threading.Event()
+    started, stop = threading.Event(), threading.Event()  # started: the first cycle began, or the thread ended
     cycles: list[float] = []
     errors: list[BaseException] = []
 
@@ -88,7 +88,7 @@ def latency_under_consolidation(memory: Memory, conv: Conversation, user: str, q
                 pass
         for o in others:
             while not stop.is_set():
-                busy_flag.set()
+                started.set()
                 rep = memory.ltm.consolidator.run(o)
                 if not rep.cycle:
                     break
@@ -101,11 +101,11 @@ def latency_under_consolidation(memory: Memory, conv: Conversation, user: str, q
             log.exception("background consolidation failed")
             errors.append(exc)
         finally:
-            busy_flag.clear()
+            started.set()  # never left unset: a cycle that raised at once must not hold the searches back
 
     th = threading.Thread(target=worker, daemon=True)
     th.start()
-    busy_flag.wait(60)
+    started.wait(60)
     busy: list[float] = []
     overlapped = 0
     while th.is_alive() and len(busy) < 5 * len(queries):

@@ -268,6 +268,16 @@ class ModelRegistry:
         out = self.cache_dir / "converted" / gguf.stem
         if (out / "config.json").exists():
             return out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock
+
+        with FileLock(str(out) + ".lock"):  # two processes asking at once: one converts, the other waits for it
+            if not (out / "config.json").exists():
+                self._convert_gguf(gguf, out)
+        return out
+
+    @staticmethod
+    def _convert_gguf(gguf: Path, out: Path) -> None:
         log.info("converting %s to a transformers folder in %s (one time)", gguf.name, out)
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -284,7 +294,6 @@ class ModelRegistry:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         tmp.replace(out)  # atomic: a killed conversion never leaves a half folder behind
-        return out
 
 
 def checkpoint_path(name: str) -> Path:

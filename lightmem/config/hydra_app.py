@@ -31,11 +31,24 @@ def register_schemas(schemas: Mapping[str, type]) -> None:
     register_resolvers()
     from lightmem.config.schemas import STORE_SCHEMAS
 
-    cs = ConfigStore.instance()
     for name, node in schemas.items():
-        cs.store(name=name, node=node)
+        _store_once(None, name, node)
     for name, node in STORE_SCHEMAS.items():  # each backend's node, which conf/store/*.yaml extend
-        cs.store(group="store", name=name, node=node)
+        _store_once("store", name, node)
+
+
+_STORED: dict[tuple[str | None, str], Any] = {}
+
+
+def _store_once(group: str | None, name: str, node: Any) -> None:
+    """``ConfigStore.store`` unless this very node is stored there already: storing converts the dataclass
+    to a config each time (~0.5 s for all of them), and every compose registers them."""
+    cs = ConfigStore.instance()
+    folder = cs.repo.get(group, {}) if group else cs.repo
+    if _STORED.get((group, name)) is node and f"{name}.yaml" in folder:
+        return
+    cs.store(group=group, name=name, node=node)
+    _STORED[(group, name)] = node
 
 
 def compose_option(config_dir: str | Path, config_name: str, group: str, option: str) -> DictConfig:

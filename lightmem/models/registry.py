@@ -6,6 +6,7 @@ naming the package to install.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
@@ -16,6 +17,7 @@ import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lightmem.errors import ModelPackageMissingError
 
@@ -282,8 +284,9 @@ class ModelRegistry:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
+        with _gguf_parsed_once():
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
         # The GGUF loader marks the model as quantised; saving it as plain weights needs
         # the marks cleared, else from_pretrained later expects a quantisation config.
         model.hf_quantizer = None
@@ -294,6 +297,32 @@ class ModelRegistry:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         tmp.replace(out)  # atomic: a killed conversion never leaves a half folder behind
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """While converting: transformers parses the GGUF file three times (tokenizer, config, weights; ~8 s
+    each for SmolLM2's 49k-entry vocabulary) and rebuilds gguf's tensor-name table once per module (~9 s);
+    both are memoised here, which halves the conversion. transformers imports both names from ``gguf``
+    at call time, so patching the module is enough; the originals come back on exit."""
+    import functools
+
+    import gguf
+
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple, Any] = {}
+
+    def reader(path, *args, **kwargs):
+        key = (str(path), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = real_reader(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(real_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
 
 
 def checkpoint_path(name: str) -> Path:

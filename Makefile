@@ -75,7 +75,7 @@ train: data  ## reproduce what the default pipeline serves: checkpoints/{embedde
 	$(PY) train/compressor.py   # before the ranker: its mining scores the candidates' words as the served packing may
 	$(PY) train/ranker.py
 
-train-experimental: data  ## reproduce the checkpoints of options measured and not adopted: embedder_minilm, slm, selector (cross-encoder), complexity
+train-experimental: data  ## reproduce the checkpoints of options measured and not adopted: embedder_minilm, slm, cross_encoder, complexity
 	rm -rf checkpoints/runs/embedder_minilm checkpoints/runs/slm checkpoints/runs/cross_encoder checkpoints/runs/complexity
 	$(PY) train/embedder.py base_model=all-MiniLM-L6-v2 lora=embedder out_dir=checkpoints/runs/embedder_minilm export_dir=checkpoints/embedder_minilm
 	$(PY) train/slm.py          # stacked on checkpoints/ranker

@@ -2,7 +2,7 @@
 
     python eval/sensory.py                                         # all parts, defaults
     python eval/sensory.py parts=[segmentation] lme_instances=0-39 seg_taus=[0.2,0.3,0.4]
-    python eval/sensory.py parts=[ingest] llm=smollm2 ingest_writers=[generative]   # a real SLM
+    python eval/sensory.py parts=[ingest] llm=smollm2 ingest_writers=[experimental/generative]   # a real SLM
 """
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def test_latency_benchmark_can_time_searches_that_pack_a_budget(tmp_path):
 
 def test_generative_roles_report_llm_usage_per_turn_and_question(tmp_path):
     cfg = compose("locomo", [f"data.path={TINY_LOCOMO}", "data.conversations=0", "encoder=hashing", f"out_dir={tmp_path}",
-                             "ks=[2]", "writer=generative", "controller=generative", "controller.fallback.nlp=false",
+                             "ks=[2]", "writer=experimental/generative", "controller=experimental/generative", "controller.fallback.nlp=false",
                              "llm._target_=fakes.ScriptedLLM"])
     results = _load_entry("locomo").run(cfg)
     llm = results["cost"]["llm"]
@@ -112,14 +112,15 @@ def test_generative_roles_report_llm_usage_per_turn_and_question(tmp_path):
 @pytest.mark.slow  # the committed cross-encoder on the packaged MiniLM
 def test_roles_benchmark_runs_every_listed_setting(tmp_path, monkeypatch):
     cfg = compose("roles", [f"data.path={TINY_LOCOMO}", "encoder=hashing", f"out_dir={tmp_path}", "llm._target_=fakes.ScriptedLLM",
-                            "controllers=[passthrough,generative]", "selectors=[none,cross_encoder]", "writers=[turn,generative]",
+                            "controllers=[passthrough,experimental/generative]", "selectors=[none,cross_encoder]",
+                            "writers=[turn,experimental/generative]",
                             "n_queries=3", "n_queries_generative=2", "n_turns=4", "n_turns_generative=4", "turns_per_batch=2", "k=2"])
     rows = {(r["role"], r["setting"]): r for r in _load_entry("roles").run(cfg)["roles"]}
-    assert set(rows) == {("controller", "passthrough"), ("controller", "generative"), ("selector", "none"),
-                         ("selector", "cross_encoder"), ("writer", "turn"), ("writer", "generative")}
-    assert rows[("controller", "generative")]["llm_calls_per_unit"] > 0 and rows[("controller", "passthrough")]["n"] == 3
+    assert set(rows) == {("controller", "passthrough"), ("controller", "experimental/generative"), ("selector", "none"),
+                         ("selector", "cross_encoder"), ("writer", "turn"), ("writer", "experimental/generative")}
+    assert rows[("controller", "experimental/generative")]["llm_calls_per_unit"] > 0 and rows[("controller", "passthrough")]["n"] == 3
     assert "skipped" not in rows[("selector", "cross_encoder")] and rows[("selector", "cross_encoder")]["n"] == 3  # the committed checkpoint
-    assert rows[("writer", "generative")]["units"] == 4 and (tmp_path / "results.md").exists()
+    assert rows[("writer", "experimental/generative")]["units"] == 4 and (tmp_path / "results.md").exists()
     # Without a trained checkpoint the setting is reported as skipped, not fatal.
     monkeypatch.setenv("LIGHTMEM_CHECKPOINTS", str(tmp_path / "no-checkpoints"))
     cfg = compose("roles", [f"data.path={TINY_LOCOMO}", "encoder=hashing", f"out_dir={tmp_path}/2", "llm._target_=fakes.ScriptedLLM",

@@ -1,4 +1,4 @@
-"""Train the memory embedder (LoRA on MiniLM's bi-encoder); export the best adapter and its model card.
+"""Train the memory embedder (LoRA on a bi-encoder, all-mpnet-base-v2 by default); export the best adapter and its model card.
 
     python train/embedder.py
     python train/embedder.py -m lora.r=8,16 optim.lr=5e-4,1e-3

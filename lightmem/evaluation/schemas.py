@@ -153,9 +153,9 @@ class Int8LayersConfig:
 class RolesBenchConfig(PipelineConfig):
     data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
     conversation: Any = 0
-    controllers: list[str] = field(default_factory=lambda: ["passthrough", "fast", "generative"])
-    selectors: list[str] = field(default_factory=lambda: ["none", "generative", "cross_encoder"])
-    writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "generative"])
+    controllers: list[str] = field(default_factory=lambda: ["passthrough", "fast", "experimental/generative"])
+    selectors: list[str] = field(default_factory=lambda: ["none", "experimental/generative", "cross_encoder"])
+    writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "experimental/generative"])
     k: int = 10
     n_queries: int = 100
     n_queries_generative: int = 10
@@ -180,7 +180,7 @@ class SensoryBenchConfig(PipelineConfig):
     seg_rates: list[float] = field(default_factory=lambda: [0.6])
     seg_taus: list[float] = field(default_factory=lambda: [0.3])
     ingest_conversation: Any = 0
-    ingest_writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "generative"])
+    ingest_writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "experimental/generative"])
     ingest_sensory: list[str] = field(default_factory=lambda: ["none", "lightmem"])
     out_dir: str = "outputs/sensory"
     optimized_metric: str | None = None

@@ -192,7 +192,7 @@ CHECKPOINT_ROLES = {
     "ranker": "`LearnedRanker`: the default Stage 2 (`selector=ranker`)",
     "slm": "`SLMSelector` (`selector=slm`; off: served, it has not beaten the ranker, see docs/results/locomo.md)",
     "cross_encoder": "`CrossEncoderSelector` (`selector=cross_encoder`, the Stage 2 before the ranker)",
-    "complexity": "`TrainedComplexity` (`controller=fast_trained`)",
+    "complexity": "`TrainedComplexity` (`controller=experimental/fast_trained`)",
     "compressor": "`TokenClassifierCompressor` (squeezed excerpts, `memory.word_scores`; the sensory stage)",
 }
 RUN_TABLES = {"reader": reader_table, "retrieval": retrieval_table}

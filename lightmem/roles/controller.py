@@ -55,7 +55,7 @@ class FastController:
 
     Args:
         nlp: Optional spaCy pipeline for named entities (capitalised words are used without it).
-        complexity: Scores C_q: the cue heuristic by default, or ``TrainedComplexity`` (controller=fast_trained).
+        complexity: Scores C_q: the cue heuristic by default, or ``TrainedComplexity`` (controller=experimental/fast_trained).
         adaptive: Scale K by C_q (SimpleMem Eq. 8), with the caller's k as k_base.
         delta: δ of Eq. 8.
         k_min: Lower clip of k_dyn.

@@ -24,6 +24,11 @@ def compose_group(group: str, option: str) -> DictConfig:
     return compose_option(CONF, "roles", group, option)
 
 
+def _generative(setting: str) -> bool:
+    """A setting that calls the LLM (``experimental/generative``), benchmarked on fewer inputs."""
+    return setting.rsplit("/", 1)[-1] == "generative"
+
+
 def build_role(shared: SharedRuntime, group: str, setting: str) -> tuple[object | None, dict | None]:
     """(the role, None), or (None, a skipped row) when the setting cannot be built (e.g. an untrained checkpoint)."""
     try:
@@ -64,7 +69,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if skipped:
             rows.append(skipped)
             continue
-        n = cfg.n_queries_generative if setting == "generative" else cfg.n_queries
+        n = cfg.n_queries_generative if _generative(setting) else cfg.n_queries
         rows.append(bench_role("controller", setting, role, "query", run_controller(role, cfg.k), controller_inputs(questions[:n], stm, now)))
     plan_of = shared.role(compose_group("controller", "passthrough"))
     for setting in cfg.selectors:
@@ -72,7 +77,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if skipped:
             rows.append(skipped)
             continue
-        n = cfg.n_queries_generative if setting == "generative" else cfg.n_queries
+        n = cfg.n_queries_generative if _generative(setting) else cfg.n_queries
         inputs = []
         for q in questions[:n]:
             plan = plan_of.plan(q, cfg.k, Filters(), (), now)
@@ -84,7 +89,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if skipped:
             rows.append(skipped)
             continue
-        n = cfg.n_turns_generative if setting == "generative" else cfg.n_turns
+        n = cfg.n_turns_generative if _generative(setting) else cfg.n_turns
         batches = [turns[i : i + cfg.turns_per_batch] for i in range(0, n, cfg.turns_per_batch)]
         rows.append(bench_role("writer", setting, role, "turn", run_writer(role), batches, [len(b) for b in batches]))
     memory.close()

@@ -38,7 +38,7 @@ def locomo_results(f1: float, strict: float, controls: bool = False) -> dict:
             qa_cat[c].update(gold_f1=0.31, random_f1=0.11)
         overall.update(gold_recall_all=1.0, random_recall_all=0.01)
     return {"retrieval": {"overall": overall, "by_category": {c: {"recall_all@budget": strict} for c in cats}},
-            "latency": {"search_ms_p50": 12.5, "ingest_turns_per_s": 30.0},
+            "latency": {"search_ms_p50": 12.5, "ingest_turns_per_s": 30.0, "e2e_ms_p50": 4930.0},
             "qa": {"overall": qa_all, "by_category": qa_cat, "adversarial": {"n": 0}}}
 
 
@@ -71,7 +71,7 @@ def test_the_reader_table_lists_runs_in_order_then_the_controls_of_the_first_run
     runs = [{"name": "ours", "summary": run_summary(locomo_results(0.4, 0.8))},
             {"name": "controls", "controls_only": True, "summary": run_summary(locomo_results(0.2, 0.7, controls=True))}]
     lines = reader_table(runs).splitlines()
-    assert lines[2].startswith("| **ours** | **0.400** |") and lines[2].endswith("| **0.800** |")
+    assert lines[2].startswith("| **ours** | **0.400** |") and lines[2].endswith("| **0.800** | **4.93** |")  # seconds, P50
     assert [line.split(" | ")[0] for line in lines[3:]] == ["| control: the gold evidence turns alone",
                                                               "| control: a random context of the conversation"]
     assert len(lines) == 5  # the controls-only run gives no row of its own

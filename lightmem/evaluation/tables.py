@@ -56,7 +56,8 @@ def run_summary(results: Mapping[str, Any]) -> dict[str, Any]:
     if qa.get("overall", {}).get("n"):
         by = {c: v for c, v in qa.get("by_category", {}).items() if v.get("n")}
         out["qa"] = {"n": qa["overall"]["n"], "f1": qa["overall"]["f1"], "bleu1": qa["overall"].get("bleu1"),
-                     "f1_by_category": {c: v["f1"] for c, v in by.items()}}
+                     "f1_by_category": {c: v["f1"] for c, v in by.items()},
+                     "e2e_ms_p50": latency.get("e2e_ms_p50"), "generate_ms_p50": latency.get("generate_ms_p50")}
         controls = {}
         for name in CONTROLS:  # the same questions answered from the control contexts (qa.controls=true)
             if f"{name}_f1" in qa["overall"]:
@@ -82,21 +83,22 @@ def reader_table(runs: Sequence[Mapping[str, Any]]) -> str:
     """Reader F1 per LoCoMo category, F1 and strict recall of each run (rows in the file's order), then the
     control contexts' rows from the first run that answered them (a run marked ``controls_only`` gives only those)."""
     header = ["same reader, 600-token prompts", "F1 multi-hop", "temporal", "open-domain", "single-hop", "F1 (1-4)",
-              "BLEU-1", "strict R_all@600"]
+              "BLEU-1", "strict R_all@600", "s per question (P50)"]
     rows = []
     for run in runs:
         if run.get("controls_only"):  # a run kept for the control rows it answered
             continue
         s, qa = run["summary"], run["summary"].get("qa", {})
         by = qa.get("f1_by_category", {})
+        e2e = qa.get("e2e_ms_p50")  # retrieval and the reader; blank for runs recorded before it was kept
         rows.append([run["name"], *(fmt(by.get(c)) for c in LOCOMO_CATEGORIES), fmt(qa.get("f1")), fmt(qa.get("bleu1")),
-                     fmt(s.get("strict"))])
+                     fmt(s.get("strict")), fmt(e2e / 1000, 2) if e2e is not None else ""])
     for name, label in CONTROLS.items():  # from the first run that answered the controls too
         ctl = next((r["summary"]["qa"]["controls"][name] for r in runs
                     if name in r["summary"].get("qa", {}).get("controls", {})), None)
         if ctl is not None:
             by = ctl["f1_by_category"]
-            rows.append([label, *(fmt(by.get(c)) for c in LOCOMO_CATEGORIES), fmt(ctl["f1"]), "", fmt(ctl.get("strict"))])
+            rows.append([label, *(fmt(by.get(c)) for c in LOCOMO_CATEGORIES), fmt(ctl["f1"]), "", fmt(ctl.get("strict")), ""])
     return markdown_table(header, rows, bold_first=True)
 
 

@@ -1,0 +1,84 @@
+"""How far fact keys could lift the first hop: LoCoMo's annotated observations as extra keys of the turns they cite.
+
+    python eval/fact_keys.py --conversations 3-4                # the default encoder, dev data
+    python eval/fact_keys.py --conversations 0-2 --json out.json
+
+Prints recall_all@N of a dense first hop per key and category, and each key's paired-bootstrap difference from the
+plain text key (lightmem/evaluation/fact_keys.py says what each key is).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from lightmem.build import ENCODER_CHOICES, new_embedder
+from lightmem.datasets.catalog import repo_root
+from lightmem.datasets.formats import read_json
+from lightmem.datasets.locomo import parse_locomo, parse_selection
+from lightmem.errors import InvalidInputError
+from lightmem.evaluation.fact_keys import KEYS, conversation_ranks, recall_table
+from lightmem.evaluation.report import markdown_table
+from lightmem.evaluation.stats import paired_bootstrap
+
+NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "all": "all"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    head, _, recipe = __doc__.partition("\n\n")
+    ap = argparse.ArgumentParser(description=head, epilog=recipe, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=repo_root() / "data/locomo/locomo_dev.json.gz",
+                    help="a LoCoMo file whose samples carry `observation` (default: the dev file)")
+    ap.add_argument("--conversations", default="all", help='"3-4", "0,2", "all" (indices into the file)')
+    ap.add_argument("--encoder", choices=ENCODER_CHOICES, default="tuned")
+    ap.add_argument("--ns", default="10,20,50,100", help="the N of recall_all@N")
+    ap.add_argument("--resamples", type=int, default=2000)
+    ap.add_argument("--json", type=Path, help="also write the numbers here")
+    args = ap.parse_args(argv)
+    try:
+        ns = [int(n) for n in args.ns.split(",")]
+        raw = read_json(args.data)
+        raw = raw if isinstance(raw, list) else [raw]
+        convs = parse_locomo(raw)
+        if len(convs) != len(raw):
+            raise InvalidInputError(f"{args.data}: {len(raw) - len(convs)} samples could not be read")
+        chosen = parse_selection(args.conversations, len(convs))
+        if not all(isinstance(i, int) and 0 <= i < len(convs) for i in chosen):
+            raise InvalidInputError(f"--conversations {args.conversations!r}: indices 0-{len(convs) - 1} only")
+        if not any(r.get("observation") for r in (raw[i] for i in chosen)):
+            raise InvalidInputError(f"{args.data}: the chosen samples carry no `observation` facts")
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    embedder = new_embedder(args.encoder)
+    rows = []
+    for i in chosen:
+        rows += conversation_ranks(convs[i], raw[i], embedder)
+        print(f"conversation {i}: {len(rows)} questions so far", file=sys.stderr, flush=True)
+    if not rows:
+        print("error: no answerable question with evidence in the chosen conversations", file=sys.stderr)
+        return 2
+    table = recall_table(rows, ns)
+    cats = [c for c in NAMES if table["text"][c]]
+    header = ["key", *(f"{NAMES[c]} @{n}" for c in cats for n in ns)]
+    print(markdown_table(header, [[k, *(f"{np.mean(table[k][c][n]):.3f}" for c in cats for n in ns)] for k in KEYS]))
+    diffs = {}
+    for k in KEYS[1:]:
+        for c in ("1", "all"):
+            for n in ns:
+                if table[k][c][n]:
+                    r = paired_bootstrap(table[k][c][n], table["text"][c][n], args.resamples)
+                    diffs[f"{k} - text/{NAMES[c]}@{n}"] = r.to_dict()
+                    print(f"{k} − text, {NAMES[c]} @{n}: {r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]")
+    if args.json:
+        args.json.write_text(json.dumps({"n": len(rows), "recall_all": {k: {c: {n: float(np.mean(v)) for n, v in by.items()}
+                                                                            for c, by in table[k].items()} for k in KEYS},
+                                         "paired": diffs, "args": {k: str(v) for k, v in vars(args).items()}}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -107,6 +107,16 @@ def test_generative_roles_report_llm_usage_per_turn_and_question(tmp_path):
     assert llm["writer"]["calls"] >= 1 and llm["writer"]["unit"] == "turn"
     assert llm["controller"]["calls"] >= results["retrieval"]["overall"]["n"]
     assert results["retrieval"]["overall"]["n"] == 4 and results["cost"]["items"] == 7
+    rows = [json.loads(line) for line in (tmp_path / "questions.jsonl").read_text().splitlines()]
+    assert rows and all(r["queries"] and all(isinstance(q, str) and q for q in r["queries"]) for r in rows)  # SLM-1's plan
+
+
+def test_questions_record_the_queries_the_controller_ran(tmp_path):
+    cfg = compose("locomo", [f"data.path={TINY_LOCOMO}", "data.conversations=0", "encoder=hashing", f"out_dir={tmp_path}",
+                             "ks=[2]", "selector=none"])
+    _load_entry("locomo").run(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "questions.jsonl").read_text().splitlines()]
+    assert rows and all(r["queries"] == [r["question"]] for r in rows)  # the default plan: the question alone
 
 
 @pytest.mark.slow  # the committed cross-encoder on the packaged MiniLM

@@ -60,6 +60,7 @@ class QuestionRecord:
     candidate_recall: dict[str, float] | None = None
     packed: list[dict[str, Any]] = field(default_factory=list)  # the prompt's memory lines, each whole or excerpt
     context_ms: float = 0.0  # build_context's milliseconds
+    queries: list[str] = field(default_factory=list)  # the plan's hypothetical queries at max K (what SLM-1 wrote)
     # the controls (packed.CONTROLS) composed within the same budget: recall_all, coverage, tokens, prompt, qa
     controls: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -123,6 +124,7 @@ def evaluate_conversation(
             hits = result.hits
             if k == kmax:
                 search_ms, stage_ms, top_hits = elapsed, dict(result.timings_ms), hits
+                queries = [hq.text for hq in result.plan.hqs] if result.plan is not None else []
                 pool = result.candidates
                 candidate_recall = ({**asdict(evidence_recall([h.item.provenance for h in pool], evidence)),
                                      "n": float(len(pool))} if pool else None)
@@ -145,7 +147,7 @@ def evaluate_conversation(
             QuestionRecord(conv.conv_id, int(qa.category), qa.question, evidence, recall, tokens,
                            [list(h.item.provenance) for h in top_hits], search_ms, stage_ms, answer=str(qa.answer),
                            coverage=answer_coverage(qa.answer, memory_text(ctx)), candidate_recall=candidate_recall,
-                           packed=packed_lines(ctx), context_ms=context_ms, controls=controls)
+                           packed=packed_lines(ctx), context_ms=context_ms, controls=controls, queries=queries)
         )
         on_question()
     qa_usage: dict[str, dict[str, float]] = {}

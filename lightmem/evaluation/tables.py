@@ -57,7 +57,7 @@ def run_summary(results: Mapping[str, Any]) -> dict[str, Any]:
         by = {c: v for c, v in qa.get("by_category", {}).items() if v.get("n")}
         out["qa"] = {"n": qa["overall"]["n"], "f1": qa["overall"]["f1"], "bleu1": qa["overall"].get("bleu1"),
                      "f1_by_category": {c: v["f1"] for c, v in by.items()},
-                     "e2e_ms_p50": latency.get("e2e_ms_p50"), "generate_ms_p50": latency.get("generate_ms_p50")}
+                     "e2e_ms_p50": latency.get("e2e_ms_p50")}
         controls = {}
         for name in CONTROLS:  # the same questions answered from the control contexts (qa.controls=true)
             if f"{name}_f1" in qa["overall"]:

@@ -33,12 +33,14 @@ class GatedEmbedder(HashingEmbedder):
     def __init__(self, poison: str | None = None) -> None:
         super().__init__(dim=64)
         self.gate = threading.Event()
+        self.waiting = threading.Event()  # set once the indexer's thread holds a batch at the gate
         self.poison = poison
         self.document_calls = 0
 
     def encode(self, texts, *, is_query: bool = False):
         if not is_query:
             if threading.current_thread().name == "lightmem-indexer":
+                self.waiting.set()
                 self.gate.wait(30)
             self.document_calls += 1
             if self.poison is not None and any(self.poison in t for t in texts):
@@ -237,6 +239,7 @@ def test_at_interpreter_exit_the_indexer_stops_after_its_batch_and_leaves_the_re
     memory.indexer.batch_size = 4
     memory.add(TEXTS[:12], user_id="ana")  # three batches; the first waits at the gate
     assert memory.indexer in indexer_module._RUNNING
+    assert embedder.waiting.wait(30)  # the thread holds its first batch (on a loaded machine it may start late)
     threading.Timer(0.3, embedder.gate.set).start()
     indexer_module._stop_running()  # what the exit hook runs: returns once the batch in hand is stored
     assert not memory.indexer._thread.is_alive() and memory.indexer not in indexer_module._RUNNING

@@ -13,6 +13,9 @@ os.environ.setdefault("WANDB_MODE", "offline")
 # (background_index=True: tests/test_background_index.py; every Hydra-built memory, as in the evaluations):
 # a test that searches right after add then sees the same vectors on every run.
 os.environ.setdefault("LIGHTMEM_BACKGROUND_INDEX", "0")
+# Evaluations share a vector cache in outputs/ by default (conf/paths); a test's runs embed every turn unless it
+# names a cache (tests/test_vector_cache.py), and write nothing into the checkout.
+os.environ.setdefault("LIGHTMEM_VECTOR_CACHE", "")
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -23,7 +23,17 @@ from lightmem.roles.maintenance import Maintainer
 
 
 def build_embedder(cfg: DictConfig) -> Embedder:
+    """The config's encoder; an evaluation's ``vector_cache`` (a file) goes to an encoder that takes one and names
+    none of its own (the hashing encoder takes none: it is faster than a cache)."""
+    cache = cfg.get("vector_cache")
+    if cache and not cfg.encoder.get("vector_cache") and "vector_cache" in _parameters(cfg.encoder):
+        return instantiate(cfg.encoder, vector_cache=str(cache))
     return instantiate(cfg.encoder)
+
+
+def _parameters(node: DictConfig) -> set[str]:
+    target = node.get("_target_")
+    return set(inspect.signature(get_object(target)).parameters) if target else set()
 
 
 class SharedRuntime:

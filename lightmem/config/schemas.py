@@ -29,6 +29,7 @@ class PathsConfig:
 
     data: str = MISSING
     distilled: str = "outputs/data"  # what data_gen/ writes
+    vector_cache: str | None = None  # the evaluations' document vectors by content (conf/paths/default.yaml)
 
 
 _PLAIN = {"int": int, "float": float, "bool": bool, "str": str}

@@ -31,6 +31,7 @@ from lightmem.evaluation.packed import CONTROLS, control_contexts, control_score
 from lightmem.evaluation.qa import LOCOMO_JUDGE_PROMPT, QAOptions, answer_questions, locomo_scores, parse_locomo_label, qa_summary
 from lightmem.evaluation.stats import spread
 from lightmem.evaluation.system import System
+from lightmem.models import vector_cache
 
 log = logging.getLogger(__name__)
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -325,6 +326,7 @@ def evaluate_locomo(
     if budget <= 0:
         raise ValueError("budget must be positive")
     n_q = sum(len(sample_questions(c, categories, max_questions)) for c in conversations)
+    cache_before = vector_cache.totals()
     records: list[QuestionRecord] = []
     ingest: list[dict[str, float]] = []
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -343,4 +345,6 @@ def evaluate_locomo(
             progress.update(task, description=f"{conv.conv_id}: search")
             records.extend(recs)
             ingest.append(stats)
-    return summarize(records, ingest), records
+    results = summarize(records, ingest)
+    vector_cache.note_use(results, cache_before)
+    return results, records

@@ -24,6 +24,7 @@ from lightmem.evaluation.metrics import answer_coverage, dedupe, ndcg_at_k, perc
 from lightmem.evaluation.packed import memory_text
 from lightmem.evaluation.qa import QAOptions, answer_questions, longmemeval_judge_prompt, parse_yes_no, qa_summary
 from lightmem.evaluation.system import System, is_whole
+from lightmem.models import vector_cache
 from lightmem.types import ComposedContext
 
 
@@ -137,6 +138,7 @@ def evaluate_longmemeval(make_memory: Callable[[str], System], instances: Sequen
     """Evaluate each instance in a fresh system from ``make_memory(question_id)`` (closed after)."""
     if not ks or min(ks) <= 0:
         raise ValueError("ks must be positive integers")
+    cache_before = vector_cache.totals()
     records, contexts = [], []
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, disable=not show_progress) as progress:
@@ -164,4 +166,5 @@ def evaluate_longmemeval(make_memory: Callable[[str], System], instances: Sequen
         latency.update(e2e_ms_p50=percentile(e2e, 50), e2e_ms_p95=percentile(e2e, 95))
     results = {"retrieval": {"overall": aggregate(records), "by_type": {t: aggregate(rs) for t, rs in sorted(by_type.items())}},
                "latency": latency, "cost": {"turns": turns, "ingest_s": ingest_s, "instances": len(records)}}
+    vector_cache.note_use(results, cache_before)
     return results, records

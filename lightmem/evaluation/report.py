@@ -42,9 +42,14 @@ def retrieval_table(results: dict[str, Any], ks: list[int], budget: int) -> str:
         "",
         f"search latency (K={max(ks)}): P50 {lat['search_ms_p50']:.1f} ms, P95 {lat['search_ms_p95']:.1f} ms "
         f"(embed P50 {lat['embed_ms_p50']:.1f}, stage 1 P50 {lat['stage1_ms_p50']:.1f}, stage 2 P50 {lat['stage2_ms_p50']:.1f}); "
-        f"ingest {lat['ingest_turns_per_s']:.1f} turns/s",
+        f"ingest {lat['ingest_turns_per_s']:.1f} turns/s{_cached(lat)}",
     ]
     return "\n".join(lines)
+
+
+def _cached(lat: dict[str, Any]) -> str:
+    share = lat.get("ingest_vectors_from_cache")
+    return f" ({share:.0%} of the vectors read from the vector cache)" if share else ""
 
 
 def qa_table(results: dict[str, Any]) -> str:
@@ -77,7 +82,7 @@ def longmemeval_table(results: dict[str, Any], ks: list[int]) -> str:
         if agg.get("n"):
             lines.append(f"| {name} | {agg['n']} | " + " | ".join("-" if agg.get(k) is None else _fmt(agg[k]) for _, k in cols) + " |")
     lat = results["latency"]
-    lines += ["", f"search P50 {lat['search_ms_p50']:.1f} ms, P95 {lat['search_ms_p95']:.1f} ms; ingest {lat['ingest_turns_per_s']:.1f} turns/s"]
+    lines += ["", f"search P50 {lat['search_ms_p50']:.1f} ms, P95 {lat['search_ms_p95']:.1f} ms; ingest {lat['ingest_turns_per_s']:.1f} turns/s{_cached(lat)}"]
     return "\n".join(lines)
 
 

@@ -52,6 +52,9 @@ class LocomoEvalConfig(PipelineConfig):
     budget: int = 600  # tokens of the whole prompt build_context returns, as memory.tokenizer counts them
     out_dir: str = "outputs/locomo"
     keep_stores: bool = False
+    # document vectors by content, read back by later runs that keep the encoder (conf/paths: paths.vector_cache);
+    # null or "": every run embeds its turns (what a throughput measurement needs)
+    vector_cache: str | None = None
     # None: the Memory this config builds; else a baseline System as ``_target_`` (e.g. conf/experiment/
     # baseline_full_context.yaml), given the prompt's token counter (memory.tokenizer) as ``counter``.
     system: Any = None
@@ -80,6 +83,9 @@ class LongMemEvalConfig(PipelineConfig):
     ks: list[int] = field(default_factory=lambda: [5, 10, 20])
     budget: int = 600
     out_dir: str = "outputs/longmemeval"
+    # document vectors by content, read back by later runs that keep the encoder (conf/paths: paths.vector_cache);
+    # null or "": every run embeds its turns (what a throughput measurement needs)
+    vector_cache: str | None = None
     qa: QAConfig = field(default_factory=QAConfig)
     seed: int = 0
     optimized_metric: str | None = "lme/session_recall_all@10"

@@ -16,7 +16,7 @@ import numpy as np
 from lightmem.models.onnx_encoder import INT8_ALL, INT8_BACKENDS, INT8_MIX, RECIPE_HASH_LEN, fp32_matmuls, int8_recipe
 from lightmem.models.registry import ModelRegistry, pick_device
 from lightmem.models.tokens import HFTokenCounter, TokenCounter, WhitespaceTokenCounter, tokenizer_lock
-from lightmem.models.vector_cache import VectorCache
+from lightmem.models.vector_cache import VectorCache, folder_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,7 @@ class SentenceTransformerEmbedder:
         backend = resolve_backend(backend, device)
         registry = ModelRegistry(cache_dir)
         path = registry.embedder_path(model)
+        self._local_folder = path if os.path.isdir(str(model)) else None  # a model given by path, not a package
         self.backend = backend
         self.batch_size = batch_size
         self.name = registry.canonical(model) + (f"+{adapter_fingerprint(adapter)}" if adapter else "")
@@ -183,7 +184,8 @@ class SentenceTransformerEmbedder:
                 return hit[None, :]
         if not is_query and self._vector_cache_path:
             if self._vectors is None:
-                self._vectors = VectorCache(self._vector_cache_path, self.name, self.dim)
+                key = self.name if self._local_folder is None else f"{self.name}+{folder_fingerprint(self._local_folder)}"
+                self._vectors = VectorCache(self._vector_cache_path, key, self.dim)
             return self._vectors.encode(texts, self._encode)
         vecs = self._encode(texts)
         if is_query and len(texts) == 1:

@@ -19,6 +19,38 @@ _CHUNK = 500  # keys per SELECT (SQLite's bound on parameters)
 # Part of every key. Bump it when vectors of the same encoder name change meaning: 2 since int8 graphs embed
 # each text alone (534f8a5); files written before hold vectors of session batches, which are now never read.
 KEY_FORMAT = 2
+_TOTALS = {"read": 0, "embedded": 0}  # every cache of this process: what an evaluation reports beside its ingest rate
+_TOTALS_LOCK = threading.Lock()
+
+
+def totals() -> dict[str, int]:
+    """Document vectors read from a cache and embedded (then stored) by every cache in this process so far."""
+    with _TOTALS_LOCK:
+        return dict(_TOTALS)
+
+
+def note_use(results: dict, before: dict[str, int]) -> None:
+    """Record in an evaluation's ``results`` the document vectors read from and added to caches since ``before``
+    (``totals()`` taken at its start): ``cost.vector_cache``, and beside the ingest rate the share read back, since
+    a rate over vectors read from a file is not an encoder's rate."""
+    now = totals()
+    used = {k: now[k] - before.get(k, 0) for k in now}
+    results.setdefault("cost", {})["vector_cache"] = used
+    if used["read"]:
+        results.setdefault("latency", {})["ingest_vectors_from_cache"] = used["read"] / (used["read"] + used["embedded"])
+
+
+def folder_fingerprint(folder: str | Path) -> str:
+    """``w-<sha256[:12]>`` of a local model folder's weight files: a model given by path is keyed by what it holds,
+    so vectors of weights since replaced in that folder are never read back."""
+    h = hashlib.sha256()
+    files = sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.suffix in {".safetensors", ".bin", ".onnx", ".pt"})
+    for f in files:
+        h.update(str(f.relative_to(folder)).encode())
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return "w-" + h.hexdigest()[:12]
 
 
 class VectorCache:
@@ -74,6 +106,9 @@ class VectorCache:
         missing = sum(1 for k in keys if k in first)
         self.hits += len(texts) - missing
         self.misses += missing
+        with _TOTALS_LOCK:
+            _TOTALS["read"] += len(texts) - missing
+            _TOTALS["embedded"] += missing
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for i, k in enumerate(keys):
             out[i] = found[k]

@@ -113,10 +113,14 @@ def test_served_packing_packs_the_dated_texts_of_a_time_question():
     counter = WhitespaceTokenCounter()
     packing = ServedPacking(counter, 1.0, "asked")
     assert packing._text(texts[0], True) == ("Ann: We moved the piano in yesterday [7 May 2023].", True)
-    # dated, the first memory costs 14 tokens (9 as stored): within 17 the second no longer fits beside it
-    assert counter.count([packing._text(texts[0], True)[0]]) == [14]
-    assert packing.kept(group, [0, 1], 17) == [0]
-    assert ServedPacking(counter, 1.0, "never").kept(group, [0, 1], 17) == [0, 1]
-    assert packing.kept({**group, "query": "Which piano did Ann move?"}, [0, 1], 17) == [0, 1]
+    dated, plain = packing.items(group, [0, 1]), ServedPacking(counter, 1.0, "never").items(group, [0, 1])
+    assert dated[0].text.endswith("[7 May 2023].") and plain[0].text == "Ann: We moved the piano in yesterday."
+    # room for the day's date line and both memories as written, one token short of both with the first dated
+    room = sum(packing.composer.line_cost(m) for m in dated) - packing.composer._header_cost("8 May 2023") - 1
+    budget = 1000 - packing.composer.layout(group["query"], (), 1000).memory_budget + room
+    assert packing.kept(group, [0, 1], budget) == [0]
+    assert ServedPacking(counter, 1.0, "never").kept(group, [0, 1], budget) == [0, 1]
+    other = {**group, "query": "Which piano did Ann move?"}  # not a time question: no dates resolved
+    assert packing.kept(other, [0, 1], 1000 - packing.composer.layout(other["query"], (), 1000).memory_budget + room) == [0, 1]
     with pytest.raises(ValueError, match="anchor_dates"):
         ServedPacking(counter, 1.0, "sometimes")

@@ -156,10 +156,15 @@ def test_where_lost_counts_pool_misses_packed_questions_and_the_ranks_of_what_th
     assert lost["category_4"]["packed"] == 1 and list(lost) == ["category_1", "category_4"]
 
 
-def test_served_packing_counts_evidence_that_only_its_excerpt_brings_within_the_budget():
+def _overhead(packing, query: str) -> int:
+    """Prompt tokens a question's block takes before any memory (the composer's layout)."""
+    return 1000 - packing.composer.layout(query, (), 1000).memory_budget
+
+
+def test_served_packing_scores_the_composed_prompt_and_gives_an_excerpt_no_credit():
     from lightmem.models.tokens import WhitespaceTokenCounter
-    from lightmem.retrieval.composer import pack_by_budget
-    from lightmem.retrieval.excerpts import best_excerpt, pack_whole_then_excerpts, query_terms
+    from lightmem.retrieval.engine import pack_items
+    from lightmem.retrieval.excerpts import query_terms
     from lightmem.training.ranker import ServedPacking, evaluate_orders
 
     filler = "We talked about the weather and the traffic on the long drive home that evening."
@@ -168,17 +173,23 @@ def test_served_packing_counts_evidence_that_only_its_excerpt_brings_within_the_
     group = {"query": "What is the name of Caroline's puppy?", "texts": texts,
              "tokens": [len(t.split()) - 1 for t in texts], "provenance": [["D1:1"], ["D1:2"], ["D1:3"], ["D1:4"]],
              "evidence": ["D1:4"], "category": 1, "labels": [0, 0, 0, 1]}
-    budget = sum(group["tokens"][:3]) + 8  # the fourth memory fits only as its excerpt
-    counter = WhitespaceTokenCounter()
-    whole = evaluate_orders([group], [[0, 1, 2, 3]], k=2, budget=budget)
-    served = evaluate_orders([group], [[0, 1, 2, 3]], k=2, budget=budget, packing=ServedPacking(counter, 0.75))
-    assert whole["overall/recall_all@budget"] == 0.0 and served["overall/recall_all@budget"] == 1.0
-    # the same rule the engine packs with: its whole head, then excerpts of the date-less text
-    terms = query_terms([group["query"]])
-    cost = lambda j: counter.count([best_excerpt(texts[j].split("] ", 1)[1], terms)])[0]  # noqa: E731
-    expected = [i for i, _ in pack_whole_then_excerpts(group["tokens"], cost, budget, round(0.75 * budget))]
-    assert ServedPacking(counter, 0.75).kept(group, [0, 1, 2, 3], budget) == expected
-    assert ServedPacking(counter, 1.0).kept(group, [0, 1, 2, 3], budget) == pack_by_budget(group["tokens"], budget)
+    counter, pool = WhitespaceTokenCounter(), [0, 1, 2, 3]
+    whole_only = ServedPacking(counter, 1.0)
+    items = whole_only.items(group, pool)
+    # three whole memories under their own date lines, and room for a sentence more
+    room = sum(whole_only.composer.line_cost(m) for m in items[:3]) + 15
+    budget = _overhead(whole_only, group["query"]) + room
+    assert whole_only.composer.layout(group["query"], (), budget).memory_budget == room
+    assert whole_only.kept(group, pool, budget) == whole_only.composer.pack(items, room) == [0, 1, 2]
+    # with excerpts the evidence reaches the prompt as one sentence: packed, and not credited
+    packing = ServedPacking(counter, 0.75)
+    packed = pack_items(packing.composer, items, query_terms([group["query"]]), room, 0.75, 1.0,
+                        lambda t: counter.count([t])[0])
+    assert any(i == 3 and cut is not None and "Rex" in cut.text for i, cut in packed)
+    assert packing.kept(group, pool, budget) == [i for i, cut in packed if cut is None] and 3 not in packing.kept(group, pool, budget)
+    served = evaluate_orders([group], [pool], k=2, budget=budget, packing=packing)
+    assert served["overall/recall_all@budget"] == 0.0
+    assert ServedPacking(counter, 1.0).kept(group, pool, 5) == []  # the question alone fills the prompt
     with pytest.raises(ValueError):
         ServedPacking(counter, 1.5)
 
@@ -198,14 +209,16 @@ def test_served_packing_squeezes_excerpts_with_the_write_paths_word_scores():
     texts = [f"[2023-05-0{i + 1}] Ann: {sentence} The drive home was long." for i in range(6)]
     group = {"query": "Which puppy did Caroline adopt?", "texts": texts, "tokens": [len(t.split()) - 1 for t in texts],
              "provenance": [[f"D1:{i}"] for i in range(6)], "evidence": ["D1:5"], "category": 1, "labels": [0] * 5 + [1]}
-    counter, budget, pool = WhitespaceTokenCounter(), 40, list(range(6))
-    plain = ServedPacking(counter, 0.0, "never").kept(group, pool, budget)
+    counter, pool = WhitespaceTokenCounter(), list(range(6))
     scorer = LengthScorer()
-    squeezed = ServedPacking(counter, 0.0, "never", excerpt_rate=0.5, word_scorer=scorer)
-    assert len(squeezed.kept(group, pool, budget)) > len(plain)
-    squeezed.kept(group, pool, budget)
+    squeezed = ServedPacking(counter, 0.5, "never", excerpt_rate=0.5, word_scorer=scorer)
+    items = squeezed.items(group, pool)
+    assert all(m.metadata.get("keep") for m in items) and LengthScorer.calls == 1
+    squeezed.items(group, pool)
     assert LengthScorer.calls == 1  # each text is scored once
-    assert ServedPacking(counter, 0.0, "never", excerpt_rate=1.0, word_scorer=scorer).kept(group, pool, budget) == plain
+    plain = ServedPacking(counter, 0.5, "never", excerpt_rate=1.0, word_scorer=scorer)
+    assert not any(m.metadata for m in plain.items(group, pool))  # unsqueezed: no word scores asked for
+    assert ServedPacking(counter, 0.0, "never", excerpt_rate=0.5, word_scorer=scorer).kept(group, pool, 60) == []
     with pytest.raises(ValueError, match="excerpt_rate"):
         ServedPacking(counter, 0.5, excerpt_rate=0.0)
 

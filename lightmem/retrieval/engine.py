@@ -44,6 +44,31 @@ class RetrievalResult:
     plan: RetrievalPlan | None = None
 
 
+def pack_items(composer: ContextComposer, items: Sequence[MemoryItem], terms: Sequence[str], budget: int,
+               whole_share: float, excerpt_rate: float, count: Callable[[str], int]) -> list[tuple[int, MemoryItem | None]]:
+    """Which of ``items`` (rank order) the composer's prompt holds within ``budget`` tokens of memory lines: whole
+    memories in the first ``whole_share`` of it, then one-sentence excerpts (squeezed to ``excerpt_rate`` of their
+    words by a stored ``metadata["keep"]``). Returns ``(index, excerpt)`` in rank order, ``excerpt`` the cut copy of
+    the item (``metadata["excerpt"]`` set, ``n_tokens`` by ``count``) or None for a whole memory. The engine packs
+    with it, and the ranker's trainer scores its orders with it (``training.ranker.ServedPacking``)."""
+    whole_budget = int(round(whole_share * budget))
+    if whole_budget >= budget:
+        return [(i, None) for i in composer.pack(items, budget)]
+    whole = [composer.line_cost(m) for m in items]  # each with its own date: an upper bound
+    cuts: dict[int, MemoryItem] = {}  # memory index -> its excerpt copy
+
+    def excerpt_tokens(i: int) -> int | None:
+        item = items[i]
+        text = coded_excerpt(item.text, terms, item.metadata.get("keep"), excerpt_rate)
+        if text is None:
+            return None
+        cuts[i] = dataclasses.replace(item, text=text, n_tokens=count(text), metadata={**item.metadata, "excerpt": True})
+        return composer.line_cost(cuts[i])
+
+    return [(i, cuts[i] if is_excerpt else None)
+            for i, is_excerpt in pack_whole_then_excerpts(whole, excerpt_tokens, budget, whole_budget)]
+
+
 class TwoStageRetriever:
     """Stage 1 hybrid retrieval over MTM, then Stage 2 selection.
 
@@ -117,26 +142,10 @@ class TwoStageRetriever:
         """The ranked ``hits`` packed within ``budget`` prompt tokens (as the composer packs): whole memories
         in the first ``whole_share`` of it, then excerpts (an excerpt hit's item is a copy whose text is one
         sentence of the memory, with ``metadata["excerpt"]`` set; its id and provenance are the memory's)."""
-        whole_budget = int(round(self.whole_share * budget))
-        if whole_budget >= budget:
-            return [hits[i] for i in self.composer.pack([h.item for h in hits], budget)]
-        whole = [self.composer.line_cost(h.item) for h in hits]  # each with its own date: an upper bound
         terms = query_terms([plan.query, *(hq.text for hq in plan.hqs)])
-        cuts: dict[int, MemoryItem] = {}  # memory index -> its excerpt copy
-
-        def excerpt_tokens(i: int) -> int | None:
-            item = hits[i].item
-            text = coded_excerpt(item.text, terms, item.metadata.get("keep"), self.excerpt_rate)
-            if text is None:
-                return None
-            cuts[i] = dataclasses.replace(item, text=text, n_tokens=self._count(text),
-                                          metadata={**item.metadata, "excerpt": True})
-            return self.composer.line_cost(cuts[i])
-
-        out = []
-        for i, is_excerpt in pack_whole_then_excerpts(whole, excerpt_tokens, budget, whole_budget):
-            out.append(dataclasses.replace(hits[i], item=cuts[i]) if is_excerpt else hits[i])
-        return out
+        packed = pack_items(self.composer, [h.item for h in hits], terms, budget, self.whole_share, self.excerpt_rate,
+                            self._count)
+        return [hits[i] if cut is None else dataclasses.replace(hits[i], item=cut) for i, cut in packed]
 
     def _dated(self, hit: Hit) -> Hit:
         """``hit`` with its memory's relative dates resolved (a copy, recounted), or itself without any. Only an

@@ -197,23 +197,28 @@ def where_lost(groups: Sequence[dict[str, Any]], weights: dict[str, Any], budget
 
 
 class ServedPacking:
-    """Packs a group's ranked candidates as the engine serves them (``TwoStageRetriever.pack``): whole memories
-    in the first ``whole_share`` of the budget, then each later one as its best-matching sentence
-    (``retrieval.excerpts``), counted with ``counter`` (the served embedder's tokenizer). An excerpt keeps
-    its memory's provenance, so it counts for recall as the whole memory would. ``anchor_dates`` is the
-    engine's policy (``retrieval.anchoring``): for a question it applies to, relative dates are resolved
-    from the candidate's date, and the longer texts are what is packed. With a ``word_scorer`` (the write
-    path's, ``memory.word_scores``) and ``excerpt_rate`` < 1, excerpts are squeezed as the engine squeezes
-    them: each candidate's words are scored once, as the write path scores a new memory."""
+    """Scores a group's ranked candidates as the harness scores a ``build_context`` prompt (strict recall): the
+    budget is the whole prompt, counted with ``counter`` (the reader's tokenizer, as ``memory.tokenizer`` sets it),
+    of which the question's block is taken first (``ContextComposer.layout``); the candidates are packed as the
+    engine packs them (``retrieval.engine.pack_items``: whole memories in the first ``whole_share`` of what is
+    left, then one-sentence excerpts), each memory's line and its day's date line counted as the composer renders
+    them (``group_dates``). Only a memory packed whole counts for recall; an excerpt takes room and earns nothing.
+    ``anchor_dates`` is the engine's policy (``retrieval.anchoring``): for a question it applies to, relative dates
+    are resolved from the candidate's date first. With a ``word_scorer`` (the write path's, ``memory.word_scores``)
+    and ``excerpt_rate`` < 1, excerpts are squeezed as the engine squeezes them: each candidate's words are scored
+    once, as the write path scores a new memory."""
 
     def __init__(self, counter: Any, whole_share: float, anchor_dates: str = "asked", excerpt_rate: float = 1.0,
-                 word_scorer: Any = None) -> None:
+                 word_scorer: Any = None, group_dates: bool = True) -> None:
+        from lightmem.retrieval.composer import ContextComposer
+
         if not 0.0 <= whole_share <= 1.0:
             raise ValueError(f"whole_share must be in [0, 1], got {whole_share!r}")
         if not 0.0 < excerpt_rate <= 1.0:
             raise ValueError(f"excerpt_rate must be in (0, 1], got {excerpt_rate!r}")
         self.counter, self.whole_share, self.anchor_dates = counter, float(whole_share), check_policy(anchor_dates)
         self.excerpt_rate, self.word_scorer = float(excerpt_rate), word_scorer
+        self.composer = ContextComposer(counter, group_dates=group_dates)
         self._count = CachedCount(lambda: counter, max_size=1 << 20)
         self._codes: dict[str, str] = {}  # memory text -> its keep code (retrieval.excerpts.encode_keep)
 
@@ -233,40 +238,57 @@ class ServedPacking:
             return resolved, resolved != text
         return text, False
 
-    def kept(self, group: dict[str, Any], pool: Sequence[int], budget: int) -> list[int]:
-        """The candidates of ``pool`` (rank order) that reach the prompt within ``budget`` tokens."""
-        from lightmem.retrieval.excerpts import coded_excerpt, pack_whole_then_excerpts, query_terms, realign_keep
+    def items(self, group: dict[str, Any], pool: Sequence[int]) -> list[Any]:
+        """The candidates of ``pool`` as the memories the engine packs for the group's question (dated for a time
+        question; with their words' keep codes when excerpts are squeezed)."""
+        from lightmem.retrieval.excerpts import realign_keep
+        from lightmem.types import MemoryItem
 
-        terms = query_terms([group["query"]])  # the engine's: the query and its one HQ (the same text)
         date = wants_dates(self.anchor_dates, group["query"])
-        texts = {i: self._text(group["texts"][i], date) for i in pool}
         squeezing = self.word_scorer is not None and self.excerpt_rate < 1.0
         if squeezing:  # scored as written; the scores follow the dates written in, as in the engine
-            written = {i: split_dated(group["texts"][i])[1] for i in pool}
-            self._score(list(written.values()))
-
-        def excerpt(j: int) -> int | None:
-            i = pool[j]
-            code = None
+            self._score([split_dated(group["texts"][i])[1] for i in pool])
+        out = []
+        for i in pool:
+            day, written = split_dated(group["texts"][i])
+            text, changed = self._text(group["texts"][i], date)
+            meta = {}
             if squeezing:
-                code = self._codes[written[i]]
-                code = realign_keep(written[i], texts[i][0], code) if texts[i][1] else code
-            text = coded_excerpt(texts[i][0], terms, code, self.excerpt_rate)
-            return None if text is None else self._count(text)
+                code = self._codes[written]
+                meta["keep"] = realign_keep(written, text, code) if changed else code
+            when = parse_timestamp(day) if day else 0.0
+            out.append(MemoryItem(id=str(i), user_id="", text=text, provenance=list(group["provenance"][i]),
+                                  created_at=when, event_time=when, last_access=when, metadata=meta))
+        return out
 
-        whole = [self._count(texts[i][0]) if texts[i][1] else group["tokens"][i] for i in pool]
-        return [pool[j] for j, _ in pack_whole_then_excerpts(whole, excerpt, budget, int(round(self.whole_share * budget)))]
+    def kept(self, group: dict[str, Any], pool: Sequence[int], budget: int) -> list[int]:
+        """The candidates of ``pool`` (rank order) whose whole text reaches a ``budget``-token prompt for the group's
+        question (strict: excerpts left out)."""
+        from lightmem.retrieval.engine import pack_items
+        from lightmem.retrieval.excerpts import query_terms
+
+        memory_budget = self.composer.layout(group["query"], (), budget).memory_budget
+        if memory_budget <= 0 or not pool:
+            return []
+        terms = query_terms([group["query"]])  # the engine's: the query and its one HQ (the same text)
+        packed = pack_items(self.composer, self.items(group, pool), terms, memory_budget, self.whole_share,
+                            self.excerpt_rate, self._count)
+        return [pool[j] for j, cut in packed if cut is None]
 
 
 def served_packing(cfg: Any) -> ServedPacking:
-    """``ServedPacking`` of the pipeline a run's config serves: its embedder's tokenizer, its retrieval packing
-    settings and, with ``memory.word_scores``, the write path's word scorer (the trained compressor)."""
+    """``ServedPacking`` of the pipeline a run's config serves: the prompt's tokenizer (``memory.tokenizer``), its
+    date lines (``memory.group_dates``), its retrieval packing settings and, with ``memory.word_scores``, the write
+    path's word scorer (the trained compressor)."""
     from lightmem.config import build_embedder
+    from lightmem.models.prompt_tokens import prompt_counter
     from lightmem.models.word_scorer import default_word_scorer
 
     scorer = default_word_scorer() if cfg.memory.word_scores else None
-    return ServedPacking(build_embedder(cfg).token_counter(), cfg.retrieval.whole_share, cfg.retrieval.anchor_dates,
-                         cfg.retrieval.excerpt_rate, scorer)
+    tokenizer = cfg.memory.get("tokenizer")
+    counter = prompt_counter(tokenizer, build_embedder(cfg) if tokenizer == "embedder" else None)
+    return ServedPacking(counter, cfg.retrieval.whole_share, cfg.retrieval.anchor_dates, cfg.retrieval.excerpt_rate,
+                         scorer, group_dates=bool(cfg.memory.get("group_dates", True)))
 
 
 def evaluate_orders(groups: Sequence[dict[str, Any]], orders: Sequence[Sequence[int]], k: int, budget: int,
@@ -275,8 +297,8 @@ def evaluate_orders(groups: Sequence[dict[str, Any]], orders: Sequence[Sequence[
     """recall_all@K and within ``budget`` tokens (packed as the composer packs), overall and per category,
     of one candidate order per group. ``fill`` packs the budget from every ranked candidate, as the
     engine does by default (``fill_budget``); otherwise from the best K only. ``per_group`` (a list)
-    receives each group's 0/1 recall within the budget, for paired comparisons. ``packing``: pack as the
-    engine serves (whole memories, then excerpts); None: whole memories only."""
+    receives each group's 0/1 recall within the budget, for paired comparisons. ``packing``: strict recall of
+    the prompt the engine and composer build (``ServedPacking``); None: whole memories by their text's tokens alone."""
     per: dict[str, list[tuple[float, float]]] = {}
     for g, order in zip(groups, orders):
         top = list(order[:k])
@@ -321,8 +343,9 @@ def train_ranker(cfg: Any) -> dict[str, Any]:
     t1 = time.perf_counter()
     weights = fit_linear(train, cfg.loss, cfg.l2, cfg.listwise_weight)
     fit_s = time.perf_counter() - t1
-    # Held out: packing whole memories only (``{name}/``), and as the engine serves (``{name}_served/``: whole
-    # memories in retrieval.whole_share of the budget, then excerpts, counted with the served tokenizer).
+    # Held out: packing whole memories by their text's tokens alone (``{name}/``), and strict recall of the prompt
+    # build_context composes (``{name}_served/``: the whole prompt counted with the reader's tokenizer, dates and
+    # question included, as eval/locomo.py scores it; excerpts earn nothing).
     packing = served_packing(cfg)
     metrics: dict[str, float] = {}
     for source, held_out in test.items():

@@ -131,7 +131,7 @@ CARD_METRICS: dict[str, list[tuple[str, str, str]]] = {
                 "test/locomo/ranker/overall/recall_all@budget"),
                ("LongMemEval test", "test/longmemeval/stage1/overall/recall_all@budget",
                 "test/longmemeval/ranker/overall/recall_all@budget"),
-               ("packed as served, LoCoMo 3-4", "test/locomo/stage1_served/overall/recall_all@budget",
+               ("strict, the composed prompt, LoCoMo 3-4", "test/locomo/stage1_served/overall/recall_all@budget",
                 "test/locomo/ranker_served/overall/recall_all@budget"),
                ("LongMemEval test", "test/longmemeval/stage1_served/overall/recall_all@budget",
                 "test/longmemeval/ranker_served/overall/recall_all@budget")],

@@ -20,11 +20,12 @@ from lightmem.datasets.catalog import repo_root
 from lightmem.datasets.formats import read_json
 from lightmem.datasets.locomo import parse_locomo, parse_selection
 from lightmem.errors import InvalidInputError
-from lightmem.evaluation.fact_keys import KEYS, conversation_ranks, recall_table
+from lightmem.evaluation.fact_keys import CATEGORIES, KEYS, conversation_ranks, recall_table
+from lightmem.evaluation.locomo import CATEGORY_NAMES
 from lightmem.evaluation.report import markdown_table
 from lightmem.evaluation.stats import paired_bootstrap
 
-NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "all": "all"}
+NAMES = {**{c: CATEGORY_NAMES[int(c)] for c in CATEGORIES}, "all": "all"}
 
 
 def main(argv: list[str] | None = None) -> int:

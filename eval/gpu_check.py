@@ -76,22 +76,6 @@ def check_encoder(args) -> dict:
     return out
 
 
-def _tiny_longmemeval(path: Path) -> Path:
-    """Twelve one-session LongMemEval-format instances (the distillation needs a file of that format)."""
-    def inst(i: int) -> dict:
-        turns = [{"role": "user", "content": f"I adopted a cat named Miso {i}.", "has_answer": i % 2 == 1},
-                 {"role": "assistant", "content": "Congratulations on the new cat!", "has_answer": False},
-                 {"role": "user", "content": f"My sister lives in Oslo {i}.", "has_answer": i % 2 == 0}]
-        return {"question_id": f"q{i}", "question_type": "multi-session" if i % 2 else "single-session-user",
-                "question": "What is my cat's name?", "answer": "Miso", "question_date": "2023/05/30 (Tue) 10:00",
-                "haystack_dates": ["2023/05/20 (Sat) 09:00"], "haystack_session_ids": [f"s-{i}"],
-                "haystack_sessions": [turns], "answer_session_ids": [f"s-{i}"]}
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([inst(i) for i in range(12)]))
-    return path
-
-
 def check_train(args) -> dict:
     from hydra import compose, initialize_config_dir
 
@@ -107,13 +91,12 @@ def check_train(args) -> dict:
     work = Path(args.work) / "train"
     data = work / "data"
     out = {}
-    lme = _tiny_longmemeval(work / "lme.json")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         # the training set is small and quick to make (the check times the optimizer steps, not the data)
         synth_script.run(compose("synth", [f"out_dir={data}/synth", "n_samples=400", "queries_per_user=8", "seed=1"]))
         distill_script.run(compose("distill", [f"out_dir={data}", f"synth_dir={data}/synth", "encoder=hashing",
                                                f"locomo_path={ROOT / 'tests/fixtures/tiny_locomo.json'}",
-                                               f"lme_path={lme}", "locomo_train=0", "locomo_test=1"]))
+                                               "lme_max=12", "locomo_train=0", "locomo_test=1"]))
         common = [f"optim.max_steps={args.steps}", f"optim.eval_every={args.steps * 10}", f"optim.cpu={str(DEVICE == 'cpu').lower()}",
                   f"data_dir={data}", "max_eval_groups=8"]
         for name, script, config in (("selector", selector_script, "train_cross_encoder"),

@@ -112,9 +112,9 @@ def test_served_packing_packs_the_dated_texts_of_a_time_question():
              "provenance": [["D1:1"], ["D1:2"]], "evidence": ["D1:1"], "category": 2, "labels": [1, 0]}
     counter = WhitespaceTokenCounter()
     packing = ServedPacking(counter, 1.0, "asked")
-    assert packing._text(texts[0], True) == ("Ann: We moved the piano in yesterday [7 May 2023].", True)
     dated, plain = packing.items(group, [0, 1]), ServedPacking(counter, 1.0, "never").items(group, [0, 1])
-    assert dated[0].text.endswith("[7 May 2023].") and plain[0].text == "Ann: We moved the piano in yesterday."
+    assert (dated[0].text, dated[0].metadata.get("dated")) == ("Ann: We moved the piano in yesterday [7 May 2023].", True)
+    assert plain[0].text == "Ann: We moved the piano in yesterday."
     # room for the day's date line and both memories as written, one token short of both with the first dated
     room = sum(packing.composer.line_cost(m) for m in dated) - packing.composer._header_cost("8 May 2023") - 1
     budget = 1000 - packing.composer.layout(group["query"], (), 1000).memory_budget + room

@@ -164,7 +164,6 @@ def _overhead(packing, query: str) -> int:
 def test_served_packing_scores_the_composed_prompt_and_gives_an_excerpt_no_credit():
     from lightmem.models.tokens import WhitespaceTokenCounter
     from lightmem.retrieval.engine import pack_items
-    from lightmem.retrieval.excerpts import query_terms
     from lightmem.training.ranker import ServedPacking, evaluate_orders
 
     filler = "We talked about the weather and the traffic on the long drive home that evening."
@@ -183,8 +182,7 @@ def test_served_packing_scores_the_composed_prompt_and_gives_an_excerpt_no_credi
     assert whole_only.kept(group, pool, budget) == whole_only.composer.pack(items, room) == [0, 1, 2]
     # with excerpts the evidence reaches the prompt as one sentence: packed, and not credited
     packing = ServedPacking(counter, 0.75)
-    packed = pack_items(packing.composer, items, query_terms([group["query"]]), room, 0.75, 1.0,
-                        lambda t: counter.count([t])[0])
+    packed = pack_items(packing.composer, items, [group["query"]], room, 0.75, 1.0, lambda t: counter.count([t])[0])
     assert any(i == 3 and cut is not None and "Rex" in cut.text for i, cut in packed)
     assert packing.kept(group, pool, budget) == [i for i, cut in packed if cut is None] and 3 not in packing.kept(group, pool, budget)
     served = evaluate_orders([group], [pool], k=2, budget=budget, packing=packing)

@@ -44,16 +44,34 @@ class RetrievalResult:
     plan: RetrievalPlan | None = None
 
 
-def pack_items(composer: ContextComposer, items: Sequence[MemoryItem], terms: Sequence[str], budget: int,
+def dated_item(item: MemoryItem, count: Callable[[str], int]) -> MemoryItem:
+    """``item`` with its relative dates resolved from its event time (a copy, ``n_tokens`` by ``count``, its word
+    scores realigned, ``metadata["dated"]`` set), or ``item`` itself when nothing changes. Only an episode is dated:
+    an abstract's event time is its latest member's, a knowledge node has none. The engine dates a time question's
+    memories with it, and the ranker's trainer its candidates."""
+    if item.kind is not ItemKind.EPISODIC:
+        return item
+    text = dated(item.text, item.event_time)
+    if text == item.text:
+        return item
+    meta = {**item.metadata, "dated": True}
+    if meta.get("keep"):  # the written-in dates get no score: squeezing keeps them
+        meta["keep"] = realign_keep(item.text, text, meta["keep"])
+    return dataclasses.replace(item, text=text, n_tokens=count(text), metadata=meta)
+
+
+def pack_items(composer: ContextComposer, items: Sequence[MemoryItem], queries: Sequence[str], budget: int,
                whole_share: float, excerpt_rate: float, count: Callable[[str], int]) -> list[tuple[int, MemoryItem | None]]:
     """Which of ``items`` (rank order) the composer's prompt holds within ``budget`` tokens of memory lines: whole
-    memories in the first ``whole_share`` of it, then one-sentence excerpts (squeezed to ``excerpt_rate`` of their
-    words by a stored ``metadata["keep"]``). Returns ``(index, excerpt)`` in rank order, ``excerpt`` the cut copy of
-    the item (``metadata["excerpt"]`` set, ``n_tokens`` by ``count``) or None for a whole memory. The engine packs
-    with it, and the ranker's trainer scores its orders with it (``training.ranker.ServedPacking``)."""
+    memories in the first ``whole_share`` of it, then one-sentence excerpts chosen by the words of ``queries``
+    (squeezed to ``excerpt_rate`` of their words by a stored ``metadata["keep"]``). Returns ``(index, excerpt)`` in
+    rank order, ``excerpt`` the cut copy of the item (``metadata["excerpt"]`` set, ``n_tokens`` by ``count``) or None
+    for a whole memory. The engine packs with it, and the ranker's trainer scores its orders with it
+    (``training.ranker.ServedPacking``)."""
     whole_budget = int(round(whole_share * budget))
     if whole_budget >= budget:
         return [(i, None) for i in composer.pack(items, budget)]
+    terms = query_terms(queries)  # only where excerpts are cut
     whole = [composer.line_cost(m) for m in items]  # each with its own date: an upper bound
     cuts: dict[int, MemoryItem] = {}  # memory index -> its excerpt copy
 
@@ -142,25 +160,15 @@ class TwoStageRetriever:
         """The ranked ``hits`` packed within ``budget`` prompt tokens (as the composer packs): whole memories
         in the first ``whole_share`` of it, then excerpts (an excerpt hit's item is a copy whose text is one
         sentence of the memory, with ``metadata["excerpt"]`` set; its id and provenance are the memory's)."""
-        terms = query_terms([plan.query, *(hq.text for hq in plan.hqs)])
-        packed = pack_items(self.composer, [h.item for h in hits], terms, budget, self.whole_share, self.excerpt_rate,
+        queries = [plan.query, *(hq.text for hq in plan.hqs)]
+        packed = pack_items(self.composer, [h.item for h in hits], queries, budget, self.whole_share, self.excerpt_rate,
                             self._count)
         return [hits[i] if cut is None else dataclasses.replace(hits[i], item=cut) for i, cut in packed]
 
     def _dated(self, hit: Hit) -> Hit:
-        """``hit`` with its memory's relative dates resolved (a copy, recounted), or itself without any. Only an
-        episode is dated: an abstract's event time is its latest member's, a knowledge node has none."""
-        item = hit.item
-        if item.kind is not ItemKind.EPISODIC:
-            return hit
-        text = dated(item.text, item.event_time)
-        if text == item.text:
-            return hit
-        meta = {**item.metadata, "dated": True}
-        if meta.get("keep"):  # the written-in dates get no score: squeezing keeps them
-            meta["keep"] = realign_keep(item.text, text, meta["keep"])
-        item = dataclasses.replace(item, text=text, n_tokens=self._count(text), metadata=meta)
-        return dataclasses.replace(hit, item=item)
+        """``hit`` with its memory's relative dates resolved (``dated_item``), or itself without any."""
+        item = dated_item(hit.item, self._count)
+        return hit if item is hit.item else dataclasses.replace(hit, item=item)
 
     def stage1(self, plan: RetrievalPlan, user_id: str, qvecs: np.ndarray, now: float) -> list[tuple[Any, Hit]]:
         """Per-HQ hybrid retrieval with quota ⌈cK/n⌉, union keeping the best score, top cK.

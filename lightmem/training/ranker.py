@@ -19,7 +19,7 @@ import torch
 
 from lightmem.memory import Memory
 from lightmem.models.tokens import CachedCount
-from lightmem.retrieval.anchoring import check_policy, dated, wants_dates
+from lightmem.retrieval.anchoring import check_policy, wants_dates
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.engine import PACKING_SETTINGS
 from lightmem.retrieval.features import FEATURES, candidate_features, linear_scores
@@ -216,7 +216,7 @@ class ServedPacking:
             raise ValueError(f"whole_share must be in [0, 1], got {whole_share!r}")
         if not 0.0 < excerpt_rate <= 1.0:
             raise ValueError(f"excerpt_rate must be in (0, 1], got {excerpt_rate!r}")
-        self.counter, self.whole_share, self.anchor_dates = counter, float(whole_share), check_policy(anchor_dates)
+        self.whole_share, self.anchor_dates = float(whole_share), check_policy(anchor_dates)
         self.excerpt_rate, self.word_scorer = float(excerpt_rate), word_scorer
         self.composer = ContextComposer(counter, group_dates=group_dates)
         self._count = CachedCount(lambda: counter, max_size=1 << 20)
@@ -229,50 +229,35 @@ class ServedPacking:
         todo = [t for t in dict.fromkeys(texts) if t not in self._codes]
         self._codes.update(zip(todo, keep_codes(self.word_scorer, todo)))
 
-    def _text(self, candidate: str, date: bool) -> tuple[str, bool]:
-        """The memory's text of a candidate (its date prefix off) with its relative dates resolved when
-        ``date``, and whether that changed it."""
-        day, text = split_dated(candidate)
-        if date and day:
-            resolved = dated(text, parse_timestamp(day))
-            return resolved, resolved != text
-        return text, False
-
     def items(self, group: dict[str, Any], pool: Sequence[int]) -> list[Any]:
-        """The candidates of ``pool`` as the memories the engine packs for the group's question (dated for a time
-        question; with their words' keep codes when excerpts are squeezed)."""
-        from lightmem.retrieval.excerpts import realign_keep
+        """The candidates of ``pool`` as the memories the engine packs for the group's question: as written (with
+        their words' keep codes when excerpts are squeezed), then dated as the engine dates them (``dated_item``)
+        for a question the anchoring policy applies to."""
+        from lightmem.retrieval.engine import dated_item
         from lightmem.types import MemoryItem
 
         date = wants_dates(self.anchor_dates, group["query"])
+        written = {i: split_dated(group["texts"][i]) for i in pool}  # (day, text) of each candidate
         squeezing = self.word_scorer is not None and self.excerpt_rate < 1.0
         if squeezing:  # scored as written; the scores follow the dates written in, as in the engine
-            self._score([split_dated(group["texts"][i])[1] for i in pool])
+            self._score([text for _, text in written.values()])
         out = []
         for i in pool:
-            day, written = split_dated(group["texts"][i])
-            text, changed = self._text(group["texts"][i], date)
-            meta = {}
-            if squeezing:
-                code = self._codes[written]
-                meta["keep"] = realign_keep(written, text, code) if changed else code
+            day, text = written[i]
             when = parse_timestamp(day) if day else 0.0
-            out.append(MemoryItem(id=str(i), user_id="", text=text, provenance=list(group["provenance"][i]),
-                                  created_at=when, event_time=when, last_access=when, metadata=meta))
+            item = MemoryItem(id=str(i), user_id="", text=text, provenance=list(group["provenance"][i]), created_at=when,
+                              event_time=when, last_access=when, metadata={"keep": self._codes[text]} if squeezing else {})
+            out.append(dated_item(item, self._count) if date and day else item)
         return out
 
     def kept(self, group: dict[str, Any], pool: Sequence[int], budget: int) -> list[int]:
         """The candidates of ``pool`` (rank order) whose whole text reaches a ``budget``-token prompt for the group's
         question (strict: excerpts left out)."""
         from lightmem.retrieval.engine import pack_items
-        from lightmem.retrieval.excerpts import query_terms
 
         memory_budget = self.composer.layout(group["query"], (), budget).memory_budget
-        if memory_budget <= 0 or not pool:
-            return []
-        terms = query_terms([group["query"]])  # the engine's: the query and its one HQ (the same text)
-        packed = pack_items(self.composer, self.items(group, pool), terms, memory_budget, self.whole_share,
-                            self.excerpt_rate, self._count)
+        packed = pack_items(self.composer, self.items(group, pool), [group["query"]], memory_budget, self.whole_share,
+                            self.excerpt_rate, self._count)  # the engine's queries: the question and its one HQ
         return [pool[j] for j, cut in packed if cut is None]
 
 

@@ -75,9 +75,10 @@ train: data  ## reproduce what the default pipeline serves: checkpoints/{embedde
 	$(PY) train/compressor.py   # before the ranker: its mining scores the candidates' words as the served packing may
 	$(PY) train/ranker.py
 
-train-experimental: data  ## reproduce the checkpoints of options measured and not adopted: embedder_minilm, slm, cross_encoder, complexity
-	rm -rf checkpoints/runs/embedder_minilm checkpoints/runs/slm checkpoints/runs/cross_encoder checkpoints/runs/complexity
+train-experimental: data  ## reproduce the checkpoints of options measured and not adopted: embedder_minilm, ranker_trees, slm, cross_encoder, complexity
+	rm -rf checkpoints/runs/embedder_minilm checkpoints/runs/ranker_trees checkpoints/runs/slm checkpoints/runs/cross_encoder checkpoints/runs/complexity
 	$(PY) train/embedder.py base_model=all-MiniLM-L6-v2 lora=embedder out_dir=checkpoints/runs/embedder_minilm export_dir=checkpoints/embedder_minilm
+	$(PY) train/ranker.py model=trees out_dir=checkpoints/runs/ranker_trees export_dir=checkpoints/ranker_trees   # the linear ranker's groups
 	$(PY) train/slm.py          # stacked on checkpoints/ranker
 	$(PY) train/cross_encoder.py
 	$(PY) train/complexity.py

@@ -138,16 +138,18 @@ def weights_digest(weights: dict) -> str:
     import hashlib
     import json
 
-    return hashlib.sha256(json.dumps({k: weights[k] for k in ("features", "mean", "scale", "coef", "intercept")},
-                                     sort_keys=True).encode()).hexdigest()[:16]
+    keys = ("features", "kind", "baseline", "trees") if weights.get("kind", "linear") == "trees" else \
+        ("features", "mean", "scale", "coef", "intercept")  # a linear model's digest as before trees existed
+    return hashlib.sha256(json.dumps({k: weights[k] for k in keys}, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class LearnedRanker:
-    """A linear ranker over cheap candidate features (``retrieval/features.py``), trained listwise
-    by ``train/ranker.py`` on Stage-1 candidate groups; ranking 3K = 60 candidates takes ~0.5 ms on 2 CPU cores.
+    """A ranker over cheap candidate features (``retrieval/features.py``), fitted by ``train/ranker.py`` on
+    Stage-1 candidate groups: linear and listwise (ranking 3K = 60 candidates takes ~0.5 ms on 2 CPU cores), or
+    boosted trees (``model=trees``, ``retrieval/trees.py``; ~3 ms for 100 candidates).
 
     Args:
-        checkpoint: Folder with ``ranker.json`` (feature names, standardisation, weights).
+        checkpoint: Folder with ``ranker.json`` (feature names and the model: standardisation and weights, or trees).
     """
 
     def __init__(self, checkpoint: str) -> None:
@@ -155,6 +157,7 @@ class LearnedRanker:
         from pathlib import Path
 
         from lightmem.retrieval.features import FEATURES
+        from lightmem.retrieval.trees import ranker_scorer
 
         path = Path(checkpoint) / "ranker.json"
         if not path.exists():
@@ -163,15 +166,18 @@ class LearnedRanker:
         if tuple(w.get("features", ())) != FEATURES:
             raise ValueError(f"{path} was trained on features {w.get('features')}, this version computes {list(FEATURES)}: "
                              "retrain it with `python train/ranker.py`")
-        self.mean, self.scale = np.asarray(w["mean"]), np.asarray(w["scale"])
-        self.coef, self.intercept = np.asarray(w["coef"]), float(w["intercept"])
+        self.kind = w.get("kind", "linear")
+        if self.kind == "linear":  # kept as attributes: a linear ranker's weights are what a config test compares
+            self.mean, self.scale = np.asarray(w["mean"]), np.asarray(w["scale"])
+            self.coef, self.intercept = np.asarray(w["coef"]), float(w["intercept"])
+        self._scores = ranker_scorer(w)
 
     def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]:
-        from lightmem.retrieval.features import candidate_features, linear_scores
+        from lightmem.retrieval.features import candidate_features
 
         if not candidates:
             return []
-        scores = linear_scores(candidate_features(plan.query, candidates), self.mean, self.scale, self.coef, self.intercept)
+        scores = self._scores(candidate_features(plan.query, candidates))
         return _rank(candidates, scores.tolist(), k, "ranker")
 
 

@@ -22,7 +22,8 @@ from lightmem.models.tokens import CachedCount
 from lightmem.retrieval.anchoring import check_policy, wants_dates
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.engine import PACKING_SETTINGS
-from lightmem.retrieval.features import FEATURES, candidate_features, linear_scores
+from lightmem.retrieval.features import FEATURES, candidate_features
+from lightmem.retrieval.trees import ranker_scorer
 from lightmem.roles.selector import candidate_text
 from lightmem.timeutil import parse_timestamp
 from lightmem.training.distill import asked_questions
@@ -148,11 +149,35 @@ def _found(group: dict[str, Any], idx: Sequence[int]) -> float:
     return float(set(group["evidence"]) <= {p for i in idx for p in group["provenance"][i]})
 
 
+_SCORERS: dict[int, tuple[dict[str, Any], Any]] = {}  # id(model) -> (model, its ranker_scorer): built once per model
+
+
 def ranker_order(group: dict[str, Any], weights: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
-    """The linear ranker's logits of a group's candidates and their order (best first, ties by Stage 1)."""
-    s = linear_scores(np.asarray(group["features"]), np.asarray(weights["mean"]), np.asarray(weights["scale"]),
-                      np.asarray(weights["coef"]), weights["intercept"])
+    """The ranker's logits of a group's candidates and their order (best first, ties by Stage 1)."""
+    held = _SCORERS.get(id(weights))
+    if held is None or held[0] is not weights:
+        if len(_SCORERS) > 64:
+            _SCORERS.clear()
+        held = _SCORERS[id(weights)] = (weights, ranker_scorer(weights))
+    s = held[1](np.asarray(group["features"]))
     return s, sorted(range(len(s)), key=lambda i: (-s[i], i))
+
+
+def fit_trees(groups: Sequence[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    """Boosted trees over the candidates' features (scikit-learn's ``HistGradientBoostingClassifier``, pointwise:
+    evidence or not), seeded, as ``ranker.json`` stores them (``retrieval/trees.py``). Measured on cross-validation
+    folds of the training groups, they learn what a single linear model cannot fit to both LoCoMo and LongMemEval at once
+    (docs/results/locomo.md)."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from lightmem.retrieval.trees import from_sklearn
+
+    if not groups:
+        raise ValueError("no ranker groups: check the data paths and splits")
+    x = np.concatenate([np.asarray(g["features"], dtype=np.float64) for g in groups])
+    y = np.concatenate([np.asarray(g["labels"]) for g in groups])
+    model = HistGradientBoostingClassifier(random_state=0, **params).fit(x, y)
+    return {"features": list(FEATURES), "kind": "trees", **from_sklearn(model), "params": dict(params)}
 
 
 def evaluate(groups: Sequence[dict[str, Any]], weights: dict[str, Any] | None, k: int, budget: int,
@@ -326,7 +351,12 @@ def train_ranker(cfg: Any) -> dict[str, Any]:
     test = {"locomo": groups["test_locomo"], "longmemeval": groups["test_longmemeval"]}
     mined_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    weights = fit_linear(train, cfg.loss, cfg.l2, cfg.listwise_weight)
+    if cfg.model == "trees":
+        weights = fit_trees(train, to_container(cfg.trees))
+    elif cfg.model == "linear":
+        weights = fit_linear(train, cfg.loss, cfg.l2, cfg.listwise_weight)
+    else:
+        raise ValueError(f"model must be 'linear' or 'trees', got {cfg.model!r}")
     fit_s = time.perf_counter() - t1
     # Held out: packing whole memories by their text's tokens alone (``{name}/``), and strict recall of the prompt
     # build_context composes (``{name}_served/``: the whole prompt counted with the reader's tokenizer, dates and
@@ -342,13 +372,16 @@ def train_ranker(cfg: Any) -> dict[str, Any]:
     lost = {source: where_lost(held_out, weights, cfg.budget) for source, held_out in test.items()}
     groups_file = out / "ranker_groups.jsonl"
     groups_file.write_text("".join(json.dumps(g) + "\n" for g in train))
-    n_params = len(weights["coef"]) + 1
-    card = {"name": "lightmem learned ranker (Stage 2)", "task": "linear listwise ranker of Stage-1 candidates",
+    n_params = len(weights["coef"]) + 1 if cfg.model == "linear" else sum(len(t["value"]) for t in weights["trees"])
+    task = "linear listwise ranker of Stage-1 candidates" if cfg.model == "linear" else \
+        f"boosted trees ({len(weights['trees'])}) ranking Stage-1 candidates"
+    card = {"name": "lightmem learned ranker (Stage 2)", "task": task,
             "description": "Scores each Stage-1 candidate from cheap features (lightmem/retrieval/features.py); "
                            "LearnedRanker loads it (conf/selector/ranker.yaml).",
             "base_model": f"features over the Stage-1 signals of {cfg.encoder.get('model')} "
                           f"(adapter: {'yes' if cfg.encoder.get('adapter') else 'no'})",
-            "command": "make train  (python train/ranker.py)"}
+            "command": "make train  (python train/ranker.py)" if cfg.model == "linear" else
+                       "make train-experimental  (python train/ranker.py model=trees export_dir=checkpoints/ranker_trees)"}
     training = {"n_train_groups": len(train), "mine_seconds": round(mined_s, 1),
                 "groups_from_cache": str(cache) if cached else None, "fit_seconds": round(fit_s, 2)}
     summary = {"weights": weights, "test": metrics, "where_lost": lost,

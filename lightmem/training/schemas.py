@@ -34,8 +34,11 @@ class DistillConfig(PipelineConfig):
 
 @dataclass
 class RankerTrainConfig(DistillConfig):
-    """train/ranker.py: the linear Stage-2 ranker, fitted on Stage-1 candidate groups of the dev splits."""
+    """train/ranker.py: the Stage-2 ranker, fitted on Stage-1 candidate groups of the dev splits."""
 
+    model: str = "linear"  # linear (listwise, L-BFGS) or trees (boosted, pointwise: ``trees`` below)
+    trees: Any = field(default_factory=lambda: {"max_iter": 200, "learning_rate": 0.05, "max_leaf_nodes": 15,
+                                                "l2_regularization": 1.0})  # HistGradientBoostingClassifier's
     k: int = 20  # retrieve(k): the ranker orders the candidate_factor × K Stage-1 candidates
     budget: int = 600  # tokens: the held-out metric packs the ranked candidates into it
     loss: str = "both"  # a name in training.losses.RANKING_LOSSES

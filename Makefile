@@ -69,16 +69,16 @@ data: install  ## synthetic (Query, Subgraph, Path) data + supervision distilled
 	$(PY) data_gen/synth.py n_samples=2000 seed=0 out_dir=outputs/data/synth
 	$(PY) data_gen/distill.py out_dir=outputs/data
 
-train: data  ## reproduce what the default pipeline serves: checkpoints/{embedder,compressor,ranker} from scratch on CPU (fresh runs)
-	rm -rf checkpoints/runs/embedder checkpoints/runs/compressor checkpoints/runs/ranker
+train: data  ## reproduce what the default pipeline serves: checkpoints/{embedder,compressor,ranker,ranker_trees} from scratch on CPU (fresh runs)
+	rm -rf checkpoints/runs/embedder checkpoints/runs/compressor checkpoints/runs/ranker checkpoints/runs/ranker_trees
 	$(PY) train/embedder.py
 	$(PY) train/compressor.py   # before the ranker: its mining scores the candidates' words as the served packing may
-	$(PY) train/ranker.py
+	$(PY) train/ranker.py       # the linear ranker (SLM-2's base); it mines the candidate groups
+	$(PY) train/ranker.py model=trees out_dir=checkpoints/runs/ranker_trees export_dir=checkpoints/ranker_trees   # the served one, on those groups
 
-train-experimental: data  ## reproduce the checkpoints of options measured and not adopted: embedder_minilm, ranker_trees, slm, cross_encoder, complexity
-	rm -rf checkpoints/runs/embedder_minilm checkpoints/runs/ranker_trees checkpoints/runs/slm checkpoints/runs/cross_encoder checkpoints/runs/complexity
+train-experimental: data  ## reproduce the checkpoints of options measured and not adopted: embedder_minilm, slm, cross_encoder, complexity
+	rm -rf checkpoints/runs/embedder_minilm checkpoints/runs/slm checkpoints/runs/cross_encoder checkpoints/runs/complexity
 	$(PY) train/embedder.py base_model=all-MiniLM-L6-v2 lora=embedder out_dir=checkpoints/runs/embedder_minilm export_dir=checkpoints/embedder_minilm
-	$(PY) train/ranker.py model=trees out_dir=checkpoints/runs/ranker_trees export_dir=checkpoints/ranker_trees   # the linear ranker's groups
 	$(PY) train/slm.py          # stacked on checkpoints/ranker
 	$(PY) train/cross_encoder.py
 	$(PY) train/complexity.py

@@ -129,7 +129,7 @@ def memory_parts(
             already opened (the Hydra builder's ``store`` node), which then takes no store settings.
         embedder: Defaults to the embedder that wrote the store; for a new store the packaged
             all-mpnet-base-v2 with the trained memory adapter of checkpoints/embedder.
-        selector: Stage-2 selector; defaults to the learned ranker of checkpoints/ranker
+        selector: Stage-2 selector; defaults to the learned ranker of checkpoints/ranker_trees
             (``Stage1Selector()`` keeps the Stage-1 order and loads no model).
         controller: Defaults to the raw query as the single HQ.
         writer: Defaults to one item per turn, its chit-chat sentences left out (the turn is stored whole).

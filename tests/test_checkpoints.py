@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from conftest import ROOT
 
@@ -35,6 +36,24 @@ def test_ranker_checkpoint_holds_its_weights_and_a_card():
     assert held_out["test/locomo/ranker/overall/recall_all@budget"] > held_out["test/locomo/stage1/overall/recall_all@budget"]
 
 
+def test_the_served_trees_ranker_was_fitted_on_the_linear_rankers_groups():
+    from lightmem.retrieval.features import FEATURES
+    from lightmem.retrieval.trees import ranker_scorer
+
+    folder = ROOT / "checkpoints" / "ranker_trees"
+    assert {p.name for p in folder.iterdir()} == {"ranker.json", "card.json", "README.md"}
+    model = json.loads((folder / "ranker.json").read_text())
+    assert model["kind"] == "trees" and tuple(model["features"]) == FEATURES and len(model["trees"]) == model["params"]["max_iter"]
+    assert ranker_scorer(model)(np.zeros((3, len(FEATURES)))).shape == (3,)
+    card = json.loads((folder / "card.json").read_text())
+    linear = json.loads((ROOT / "checkpoints" / "ranker" / "card.json").read_text())
+    assert card["data_sha256"] == linear["data_sha256"]  # the same mined groups
+    assert card["config"]["model"] == "trees" and card["config"]["trees"] == model["params"]
+    for source in ("locomo", "longmemeval"):
+        assert card["metrics"][f"test/{source}/ranker_served/overall/recall_all@budget"] > \
+            card["metrics"][f"test/{source}/stage1_served/overall/recall_all@budget"]
+
+
 @pytest.mark.slow
 def test_default_memory_uses_the_trained_embedder_and_ranker(tmp_path):
     from lightmem.memory import Memory
@@ -44,6 +63,7 @@ def test_default_memory_uses_the_trained_embedder_and_ranker(tmp_path):
     m = Memory.open(tmp_path / "new")
     try:
         assert isinstance(m.retriever.selector, LearnedRanker) and m.retriever.candidate_factor == 5
+        assert m.retriever.selector.kind == "trees"
         assert m.embedder.name.startswith("all-mpnet-base-v2+lora-") and m.store.embedder == m.embedder.name
         m.add([{"role": "user", "content": "My sister Anna moved to Lisbon."}, {"role": "user", "content": "I like tea."}], "u")
         hits = m.search("Where does Anna live?", "u", k=1)
@@ -76,7 +96,8 @@ def test_trained_complexity_and_compressor_load_and_run():
     assert 0 < len(out.split()) <= len(text.split()) // 2 + 1
 
 
-@pytest.mark.parametrize("name", ("embedder", "embedder_minilm", "ranker", "slm", "cross_encoder", "complexity", "compressor"))
+@pytest.mark.parametrize("name", ("embedder", "embedder_minilm", "ranker", "ranker_trees", "slm", "cross_encoder", "complexity",
+                                  "compressor"))
 def test_every_checkpoint_names_a_commit_one_can_check_out(name):
     """A card exported from a tree with uncommitted changes (``+dirty``) names code nobody can check out."""
     import re

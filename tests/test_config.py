@@ -45,7 +45,7 @@ def test_every_role_option_builds_into_a_working_memory(tmp_path, group, tiny_se
         m = build_memory(compose("locomo", overrides), tmp_path / f"{group}-{option.replace('/', '-')}")
         role = {"controller": m.controller, "selector": m.retriever.selector, "writer": m.writer}[group]
         name = option.rsplit("/", 1)[-1]
-        named = {"ranker": "LearnedRanker"}.get(name)
+        named = {"ranker": "LearnedRanker", "ranker_linear": "LearnedRanker"}.get(name)
         assert (type(role).__name__ == named if named else
                 type(role).__name__.lower().startswith(name.replace("_", "")[:4]) or name in ("none", "turn", "passthrough"))
         m.add([{"speaker": "Ava", "text": "I bake sourdough every Sunday", "id": "T1"}], user_id="u", timestamp="2023-05-07")

@@ -193,7 +193,8 @@ def replace_blocks(text: str, rendered: Mapping[str, str]) -> str:
 CHECKPOINT_ROLES = {
     "embedder": "`SentenceTransformerEmbedder(adapter=...)`: the default encoder of new stores (`encoder=mpnet_tuned`)",
     "embedder_minilm": "`encoder=minilm_tuned`, the default before `embedder/`",
-    "ranker": "`LearnedRanker`: the default Stage 2 (`selector=ranker`)",
+    "ranker": "`LearnedRanker`, linear (`selector=experimental/ranker_linear`; the default Stage 2 before `ranker_trees/`; SLM-2's base)",
+    "ranker_trees": "`LearnedRanker`, boosted trees: the default Stage 2 (`selector=ranker`)",
     "slm": "`SLMSelector` (`selector=slm`; off: served, it has not beaten the ranker, see docs/results/locomo.md)",
     "cross_encoder": "`CrossEncoderSelector` (`selector=cross_encoder`, the Stage 2 before the ranker)",
     "complexity": "`TrainedComplexity` (`controller=experimental/fast_trained`)",

@@ -234,15 +234,16 @@ class SLMSelector:
 
 
 def default_selector() -> Selector:
-    """The default Stage 2: the learned ranker shipped in checkpoints/ranker (it beat the trained
-    cross-encoder within the token budget at 1/100 of its latency; see conf/suite_stage2.yaml).
+    """The default Stage 2: the learned ranker shipped in checkpoints/ranker_trees (boosted trees; the linear
+    ranker of checkpoints/ranker before them beat the trained cross-encoder within the token budget at 1/100 of
+    its latency, see conf/suite_stage2.yaml; docs/results/locomo.md compares the two).
 
     Without that checkpoint (an install without the source tree and no
     ``$LIGHTMEM_CHECKPOINTS``) it keeps the Stage-1 order and says so once.
     """
     from lightmem.models.registry import checkpoint_path
 
-    ckpt = checkpoint_path("ranker")
+    ckpt = checkpoint_path("ranker_trees")
     if (ckpt / "ranker.json").exists():
         return LearnedRanker(str(ckpt))
     log.warning("no trained ranker at %s (set LIGHTMEM_CHECKPOINTS or run `make train`); keeping the Stage-1 order", ckpt)

@@ -375,13 +375,16 @@ def train_ranker(cfg: Any) -> dict[str, Any]:
     n_params = len(weights["coef"]) + 1 if cfg.model == "linear" else sum(len(t["value"]) for t in weights["trees"])
     task = "linear listwise ranker of Stage-1 candidates" if cfg.model == "linear" else \
         f"boosted trees ({len(weights['trees'])}) ranking Stage-1 candidates"
+    served_by = "conf/selector/ranker.yaml, the default Stage 2" if cfg.model == "trees" else \
+        "conf/selector/experimental/ranker_linear.yaml; SLM-2 is stacked on it"
     card = {"name": "lightmem learned ranker (Stage 2)", "task": task,
             "description": "Scores each Stage-1 candidate from cheap features (lightmem/retrieval/features.py); "
-                           "LearnedRanker loads it (conf/selector/ranker.yaml).",
+                           f"LearnedRanker loads it ({served_by}).",
             "base_model": f"features over the Stage-1 signals of {cfg.encoder.get('model')} "
                           f"(adapter: {'yes' if cfg.encoder.get('adapter') else 'no'})",
             "command": "make train  (python train/ranker.py)" if cfg.model == "linear" else
-                       "make train-experimental  (python train/ranker.py model=trees export_dir=checkpoints/ranker_trees)"}
+                       "make train  (python train/ranker.py model=trees out_dir=checkpoints/runs/ranker_trees "
+                       "export_dir=checkpoints/ranker_trees)"}
     training = {"n_train_groups": len(train), "mine_seconds": round(mined_s, 1),
                 "groups_from_cache": str(cache) if cached else None, "fit_seconds": round(fit_s, 2)}
     summary = {"weights": weights, "test": metrics, "where_lost": lost,

@@ -1,0 +1,87 @@
+"""Scoring answers produced away from the run: a LoCoMo run recorded with ``llm=record`` holds an id where each
+prediction would be (``questions.jsonl``); ``eval/answer_prompts.py`` answered the recorded prompts elsewhere. These
+pure functions join the two and score each question as the harness scores a prediction (``clean_answer``, then
+LoCoMo's per-category F1 and BLEU-1)."""
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lightmem.evaluation.metrics import bleu1, locomo_f1
+from lightmem.evaluation.qa import clean_answer
+from lightmem.evaluation.stats import paired_bootstrap
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def answers_by_id(paths: Sequence[str | Path]) -> dict[str, str]:
+    """``{id: answer}`` of answer files (``eval/answer_prompts.py``'s output).
+
+    Raises:
+        ValueError: an id is answered twice with different answers.
+    """
+    out: dict[str, str] = {}
+    for p in paths:
+        for row in read_jsonl(p):
+            if row["id"] in out and out[row["id"]] != row["answer"]:
+                raise ValueError(f"{p}: id {row['id']!r} was answered twice, differently")
+            out[row["id"]] = row["answer"]
+    return out
+
+
+def score_locomo_run(questions: Sequence[Mapping[str, Any]], answers: Mapping[str, str],
+                     control: str | None = None) -> dict[tuple[str, str], dict[str, float]]:
+    """Per question (``(conv_id, question)``): the F1 and BLEU-1 of the answer to its recorded prompt, and its
+    category; ``control`` scores a control context's prompt instead (``gold`` or ``random``, from ``qa.controls``).
+
+    Raises:
+        KeyError: a recorded id has no answer (the answers belong to another recording).
+    """
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for q in questions:
+        qa = q.get("qa") or {}
+        if control is not None:
+            qa = ((q.get("controls") or {}).get(control) or {}).get("qa") or {}
+        pid = qa.get("prediction")
+        if not pid:
+            continue
+        if pid not in answers:
+            raise KeyError(f"no answer for the recorded prompt {pid!r} of {q['conv_id']}: {q['question']!r}")
+        pred = clean_answer(answers[pid])
+        out[(q["conv_id"], q["question"])] = {"f1": locomo_f1(pred, q["answer"], int(q["category"])),
+                                              "bleu1": bleu1(pred, str(q["answer"])), "category": int(q["category"])}
+    return out
+
+
+def summarize(scored: Mapping[Any, Mapping[str, float]]) -> dict[str, Any]:
+    """Mean F1 and BLEU-1 over categories 1-4, and F1 per category."""
+    rows = [r for r in scored.values() if r["category"] in CATEGORIES]
+    by_cat = {f"{c}-{name}": float(np.mean([r["f1"] for r in rows if r["category"] == c]))
+              for c, name in CATEGORIES.items() if any(r["category"] == c for r in rows)}
+    return {"n": len(rows), "f1": float(np.mean([r["f1"] for r in rows])) if rows else float("nan"),
+            "bleu1": float(np.mean([r["bleu1"] for r in rows])) if rows else float("nan"), "f1_by_category": by_cat}
+
+
+def compare(a: Mapping[Any, Mapping[str, float]], b: Mapping[Any, Mapping[str, float]], resamples: int = 2000) -> dict[str, float]:
+    """Paired bootstrap of F1, ``a - b``, over the questions both scored (categories 1-4).
+
+    Raises:
+        ValueError: the two share no question.
+    """
+    keys = [k for k in a if k in b and a[k]["category"] in CATEGORIES]
+    if not keys:
+        raise ValueError("the two runs share no scored question")
+    r = paired_bootstrap([a[k]["f1"] for k in keys], [b[k]["f1"] for k in keys], resamples)
+    return {"diff": r.diff, "ci_low": r.ci_low, "ci_high": r.ci_high, "p_value": r.p_value, "n": r.n}

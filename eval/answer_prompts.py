@@ -3,7 +3,7 @@
 Self-contained on purpose: it needs torch, transformers and gguf only, not lightmem's other dependencies, so it runs
 on a bare GPU machine with the working tree. The prompts are answered as ``llm=qwen05`` answers them (one user
 message, the model's own chat template, greedy, ``max_new_tokens`` of the recording), in batches sorted by length;
-the GGUF is dequantized to bf16 (``--quant nf4``: then re-loaded in 4-bit NF4 through bitsandbytes, as
+the GGUF is dequantized to bf16 on a GPU, fp32 on the CPU (``--quant nf4``: then re-loaded in 4-bit NF4 through bitsandbytes, as
 ``TransformersLLM(load_in_4bit=True)`` loads a model).
 
     python eval/answer_prompts.py outputs/prompts/defaults.jsonl --gguf ~/.cache/lightmem/gguf/Qwen2.5-Coder-0.5B-Instruct.gguf \\
@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     tok, model = load(gguf, args.quant, device)
     footprint = model.get_memory_footprint() / 2**30
-    print(f"loaded {gguf.name} ({args.quant}, {device}) in {time.perf_counter() - t0:.1f} s, {footprint:.3f} GiB", flush=True)
+    kind = "nf4" if args.quant == "nf4" else ("bf16" if device == "cuda" else "fp32")
+    print(f"loaded {gguf.name} ({kind}, {device}) in {time.perf_counter() - t0:.1f} s, {footprint:.3f} GiB", flush=True)
     rows = read_jsonl(args.prompts)
     rows = rows[: args.limit] if args.limit else rows
     texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lightmem.evaluation.offline_answers import answers_by_id, compare, read_jsonl, score_locomo_run, summarize  # noqa: E402
+from lightmem.datasets.formats import read_json  # noqa: E402
+from lightmem.evaluation.offline_answers import answers_by_id, compare, score_locomo_run, summarize  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         name, sep, folder = spec.partition("=")
         if not sep:
             ap.error(f"{spec!r}: expected NAME=RUN_DIR")
-        questions = read_jsonl(Path(folder) / "questions.jsonl")
+        questions = read_json(Path(folder) / "questions.jsonl")
         scored[name] = score_locomo_run(questions, answers)
         if args.controls and len(scored) == 1:
             for control in ("gold", "random"):

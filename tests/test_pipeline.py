@@ -1,7 +1,6 @@
 """One default pipeline: conf/pipeline/default.yaml builds what ``Memory.open`` ships, and every entry point composes it."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from conftest import ROOT, compose
 
@@ -21,7 +20,7 @@ def describe(memory: Memory) -> dict:
         "embedder": memory.embedder.name,
         "store": (type(memory.store).__name__, memory.store.capacity),
         "retrieval": {name: getattr(r, name) for name in RETRIEVAL},
-        "selector": (type(ranker).__name__, *(np.asarray(getattr(ranker, a, 0)).tolist() for a in ("coef", "intercept"))),
+        "selector": (type(ranker).__name__, getattr(ranker, "digest", None)),  # the ranker's fitted model, either kind
         "controller": type(memory.controller).__name__,
         "writer": (type(memory.writer).__name__, vars(memory.writer)),
         "composer": (memory.composer.counter.name, memory.composer.budget, memory.composer.group_dates),

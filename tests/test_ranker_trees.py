@@ -72,7 +72,7 @@ def test_trees_learn_what_a_linear_ranker_cannot():
     linear = fit_linear(train)
     k = 6
     assert evaluate(held_out, trees, k, 10_000)["overall/recall_all@6"] > evaluate(held_out, linear, k, 10_000)["overall/recall_all@6"]
-    logits, order = ranker_order(held_out[0], trees)
+    logits, order = ranker_order(held_out[0], ranker_scorer(trees))
     assert order == sorted(range(len(logits)), key=lambda i: (-logits[i], i))
     with pytest.raises(ValueError, match="no ranker groups"):
         fit_trees([], {})

@@ -4,26 +4,19 @@ pure functions join the two and score each question as the harness scores a pred
 LoCoMo's per-category F1 and BLEU-1)."""
 from __future__ import annotations
 
-import gzip
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lightmem.datasets.formats import read_json
+from lightmem.evaluation.locomo import CATEGORY_NAMES
 from lightmem.evaluation.metrics import bleu1, locomo_f1
 from lightmem.evaluation.qa import clean_answer
 from lightmem.evaluation.stats import paired_bootstrap
 
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
+CATEGORIES = {c: name for c, name in CATEGORY_NAMES.items() if c != 5}  # F1 is over 1-4; adversarial apart
 
 
 def answers_by_id(paths: Sequence[str | Path]) -> dict[str, str]:
@@ -34,7 +27,7 @@ def answers_by_id(paths: Sequence[str | Path]) -> dict[str, str]:
     """
     out: dict[str, str] = {}
     for p in paths:
-        for row in read_jsonl(p):
+        for row in read_json(p):
             if row["id"] in out and out[row["id"]] != row["answer"]:
                 raise ValueError(f"{p}: id {row['id']!r} was answered twice, differently")
             out[row["id"]] = row["answer"]

@@ -17,8 +17,8 @@ TREE_FIELDS = ("feature", "threshold", "left", "right", "leaf", "missing_left", 
 
 
 def tree_arrays(model: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """The trees of a ``"kind": "trees"`` model stacked into ``[n_trees, max_nodes]`` arrays (padded with leaves
-    of value 0), with the depth to walk; checks that every child index points inside its tree.
+    """The trees of a ``"kind": "trees"`` model as one flat node array per field, each tree's children indexed into
+    it, with every tree's root and the depth to walk: built once, so a query only walks them.
 
     Raises:
         ValueError: the model has no trees, or a tree's arrays disagree in length or point outside the tree.
@@ -26,23 +26,25 @@ def tree_arrays(model: Mapping[str, Any]) -> dict[str, np.ndarray]:
     trees = model.get("trees") or []
     if not trees:
         raise ValueError("the tree model has no trees")
-    width = max(len(t["value"]) for t in trees)
-    out = {"feature": np.zeros((len(trees), width), np.int64), "threshold": np.zeros((len(trees), width)),
-           "left": np.zeros((len(trees), width), np.int64), "right": np.zeros((len(trees), width), np.int64),
-           "leaf": np.ones((len(trees), width), bool), "missing_left": np.zeros((len(trees), width), bool),
-           "value": np.zeros((len(trees), width))}
+    roots = []
+    out: dict[str, list] = {f: [] for f in TREE_FIELDS}
     for i, t in enumerate(trees):
         n = len(t["value"])
         if any(len(t[f]) != n for f in TREE_FIELDS):
             raise ValueError(f"tree {i}: its node arrays differ in length")
-        for f in TREE_FIELDS:
-            out[f][i, :n] = t[f]
-        inner = ~out["leaf"][i, :n]
-        children = np.concatenate([out["left"][i, :n][inner], out["right"][i, :n][inner]])
+        leaf = np.asarray(t["leaf"], bool)
+        children = np.concatenate([np.asarray(t["left"])[~leaf], np.asarray(t["right"])[~leaf]])
         if children.size and (children.min() <= 0 or children.max() >= n):
             raise ValueError(f"tree {i}: a child index points outside the tree")
-    out["depth"] = np.asarray(int(model.get("max_depth") or width))
-    return out
+        base = len(out["value"])
+        roots.append(base)
+        for f in TREE_FIELDS:
+            out[f].extend(np.asarray(t[f]) + base if f in ("left", "right") else t[f])
+    types = {"feature": np.int64, "left": np.int64, "right": np.int64, "leaf": bool, "missing_left": bool}
+    arrays = {f: np.asarray(v, dtype=types.get(f, np.float64)) for f, v in out.items()}
+    arrays["roots"] = np.asarray(roots, np.int64)
+    arrays["depth"] = np.asarray(int(model.get("max_depth") or max(len(t["value"]) for t in trees)))
+    return arrays
 
 
 def tree_scores(features: np.ndarray, arrays: Mapping[str, np.ndarray], baseline: float) -> np.ndarray:
@@ -50,22 +52,18 @@ def tree_scores(features: np.ndarray, arrays: Mapping[str, np.ndarray], baseline
     sends every row to (``x[feature] <= threshold`` goes left; a NaN goes where the tree sent missing values)."""
     x = np.ascontiguousarray(features, dtype=np.float64)
     n, n_features = x.shape
-    n_trees, width = arrays["value"].shape
-    flat = {f: arrays[f].ravel() for f in TREE_FIELDS}
-    offset = (np.arange(n_trees, dtype=np.int64) * width)[:, None]
-    cells = (np.arange(n, dtype=np.int64) * n_features)[None, :]
     x_flat = x.ravel()
-    node = np.broadcast_to(offset, (n_trees, n)).copy()  # each tree's root, one column per row of x
+    node = np.repeat(arrays["roots"][:, None], n, axis=1)  # [trees, rows]: each tree's root for every row
+    row = np.broadcast_to(np.arange(n, dtype=np.int64) * n_features, node.shape)
     for _ in range(int(arrays["depth"])):
-        active = ~flat["leaf"][node]
+        active = ~arrays["leaf"][node]
         if not active.any():
             break
         at = node[active]
-        value = x_flat[cells.repeat(n_trees, 0)[active] + flat["feature"][at]]
-        left = np.where(np.isnan(value), flat["missing_left"][at], value <= flat["threshold"][at])
-        base = at - at % width
-        node[active] = base + np.where(left, flat["left"][at], flat["right"][at])
-    return baseline + flat["value"][node].sum(0)
+        value = x_flat[row[active] + arrays["feature"][at]]
+        left = np.where(np.isnan(value), arrays["missing_left"][at], value <= arrays["threshold"][at])
+        node[active] = np.where(left, arrays["left"][at], arrays["right"][at])
+    return baseline + arrays["value"][node].sum(0)
 
 
 def from_sklearn(model: Any) -> dict[str, Any]:

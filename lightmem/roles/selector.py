@@ -8,8 +8,6 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-import numpy as np
-
 from lightmem.llm.base import LLM, GenerationError
 from lightmem.roles import prompts
 from lightmem.timeutil import iso
@@ -166,10 +164,7 @@ class LearnedRanker:
         if tuple(w.get("features", ())) != FEATURES:
             raise ValueError(f"{path} was trained on features {w.get('features')}, this version computes {list(FEATURES)}: "
                              "retrain it with `python train/ranker.py`")
-        self.kind = w.get("kind", "linear")
-        if self.kind == "linear":  # kept as attributes: a linear ranker's weights are what a config test compares
-            self.mean, self.scale = np.asarray(w["mean"]), np.asarray(w["scale"])
-            self.coef, self.intercept = np.asarray(w["coef"]), float(w["intercept"])
+        self.kind, self.digest = w.get("kind", "linear"), weights_digest(w)  # what it is, and which fit
         self._scores = ranker_scorer(w)
 
     def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]:
@@ -208,7 +203,7 @@ class SLMSelector:
                                     "`python train/slm.py` (make train-experimental)")
         stack = json.loads(path.read_text())
         self.ranker = LearnedRanker(ranker)
-        if stack.get("ranker_sha") and weights_digest(json.loads((Path(ranker) / "ranker.json").read_text())) != stack["ranker_sha"]:
+        if stack.get("ranker_sha") and self.ranker.digest != stack["ranker_sha"]:
             log.warning("the SLM selector at %s was stacked on another ranker than %s: retrain it (`python train/slm.py`)",
                         checkpoint, ranker)
         self.top_n = int(stack["top_n"] if top_n is None else top_n)

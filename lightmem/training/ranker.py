@@ -149,17 +149,10 @@ def _found(group: dict[str, Any], idx: Sequence[int]) -> float:
     return float(set(group["evidence"]) <= {p for i in idx for p in group["provenance"][i]})
 
 
-_SCORERS: dict[int, tuple[dict[str, Any], Any]] = {}  # id(model) -> (model, its ranker_scorer): built once per model
-
-
-def ranker_order(group: dict[str, Any], weights: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
-    """The ranker's logits of a group's candidates and their order (best first, ties by Stage 1)."""
-    held = _SCORERS.get(id(weights))
-    if held is None or held[0] is not weights:
-        if len(_SCORERS) > 64:
-            _SCORERS.clear()
-        held = _SCORERS[id(weights)] = (weights, ranker_scorer(weights))
-    s = held[1](np.asarray(group["features"]))
+def ranker_order(group: dict[str, Any], score: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, list[int]]:
+    """The ranker's logits of a group's candidates and their order (best first, ties by Stage 1); ``score`` is
+    the model's ``ranker_scorer``, built once for all the groups."""
+    s = score(np.asarray(group["features"]))
     return s, sorted(range(len(s)), key=lambda i: (-s[i], i))
 
 
@@ -183,7 +176,8 @@ def fit_trees(groups: Sequence[dict[str, Any]], params: dict[str, Any]) -> dict[
 def evaluate(groups: Sequence[dict[str, Any]], weights: dict[str, Any] | None, k: int, budget: int,
              fill: bool = True, packing: ServedPacking | None = None) -> dict[str, float]:
     """recall_all@K and within ``budget`` tokens of the ranker's order (``weights=None``: the Stage-1 order)."""
-    orders = [list(range(len(g["labels"]))) if weights is None else ranker_order(g, weights)[1] for g in groups]
+    score = None if weights is None else ranker_scorer(weights)
+    orders = [list(range(len(g["labels"]))) if score is None else ranker_order(g, score)[1] for g in groups]
     return evaluate_orders(groups, orders, k, budget, fill, packing=packing)
 
 
@@ -193,8 +187,9 @@ def where_lost(groups: Sequence[dict[str, Any]], weights: dict[str, Any], budget
     of their worst-placed evidence memory (``missed_ranks``); ``list_questions``/``list_in_pool``: those with
     three or more evidence turns."""
     out: dict[str, dict[str, Any]] = {}
+    score = ranker_scorer(weights)
     for g in groups:
-        _, order = ranker_order(g, weights)
+        _, order = ranker_order(g, score)
         evidence = set(g["evidence"])
         rank: dict[str, int] = {}
         for r, i in enumerate(order):
@@ -330,6 +325,16 @@ def evaluate_orders(groups: Sequence[dict[str, Any]], orders: Sequence[Sequence[
     return out
 
 
+# What a ranker's card says of each model kind (``cfg.model``): its task, what serves it, the command that makes it.
+MODEL_CARDS = {
+    "linear": ("linear listwise ranker of Stage-1 candidates",
+               "conf/selector/experimental/ranker_linear.yaml; SLM-2 is stacked on it", "make train  (python train/ranker.py)"),
+    "trees": ("boosted trees ({n_trees}) ranking Stage-1 candidates", "conf/selector/ranker.yaml, the default Stage 2",
+              "make train  (python train/ranker.py model=trees out_dir=checkpoints/runs/ranker_trees "
+              "export_dir=checkpoints/ranker_trees)"),
+}
+
+
 def train_ranker(cfg: Any) -> dict[str, Any]:
     """``train/ranker.py``'s run: mine (or reuse) the groups, fit the ranker, score it and the Stage-1 order
     on the held-out groups (with ``where_lost``), write ``out_dir/best/ranker.json`` and finish as every
@@ -351,12 +356,10 @@ def train_ranker(cfg: Any) -> dict[str, Any]:
     test = {"locomo": groups["test_locomo"], "longmemeval": groups["test_longmemeval"]}
     mined_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    if cfg.model == "trees":
-        weights = fit_trees(train, to_container(cfg.trees))
-    elif cfg.model == "linear":
-        weights = fit_linear(train, cfg.loss, cfg.l2, cfg.listwise_weight)
-    else:
-        raise ValueError(f"model must be 'linear' or 'trees', got {cfg.model!r}")
+    if cfg.model not in MODEL_CARDS:
+        raise ValueError(f"model must be one of {sorted(MODEL_CARDS)}, got {cfg.model!r}")
+    weights = fit_trees(train, to_container(cfg.trees)) if cfg.model == "trees" else \
+        fit_linear(train, cfg.loss, cfg.l2, cfg.listwise_weight)
     fit_s = time.perf_counter() - t1
     # Held out: packing whole memories by their text's tokens alone (``{name}/``), and strict recall of the prompt
     # build_context composes (``{name}_served/``: the whole prompt counted with the reader's tokenizer, dates and
@@ -372,19 +375,15 @@ def train_ranker(cfg: Any) -> dict[str, Any]:
     lost = {source: where_lost(held_out, weights, cfg.budget) for source, held_out in test.items()}
     groups_file = out / "ranker_groups.jsonl"
     groups_file.write_text("".join(json.dumps(g) + "\n" for g in train))
-    n_params = len(weights["coef"]) + 1 if cfg.model == "linear" else sum(len(t["value"]) for t in weights["trees"])
-    task = "linear listwise ranker of Stage-1 candidates" if cfg.model == "linear" else \
-        f"boosted trees ({len(weights['trees'])}) ranking Stage-1 candidates"
-    served_by = "conf/selector/ranker.yaml, the default Stage 2" if cfg.model == "trees" else \
-        "conf/selector/experimental/ranker_linear.yaml; SLM-2 is stacked on it"
-    card = {"name": "lightmem learned ranker (Stage 2)", "task": task,
+    trees = weights.get("trees", [])
+    n_params = sum(len(t["value"]) for t in trees) if trees else len(weights["coef"]) + 1
+    task, served_by, command = MODEL_CARDS[cfg.model]
+    card = {"name": "lightmem learned ranker (Stage 2)", "task": task.format(n_trees=len(trees)),
             "description": "Scores each Stage-1 candidate from cheap features (lightmem/retrieval/features.py); "
                            f"LearnedRanker loads it ({served_by}).",
             "base_model": f"features over the Stage-1 signals of {cfg.encoder.get('model')} "
                           f"(adapter: {'yes' if cfg.encoder.get('adapter') else 'no'})",
-            "command": "make train  (python train/ranker.py)" if cfg.model == "linear" else
-                       "make train  (python train/ranker.py model=trees out_dir=checkpoints/runs/ranker_trees "
-                       "export_dir=checkpoints/ranker_trees)"}
+            "command": command}
     training = {"n_train_groups": len(train), "mine_seconds": round(mined_s, 1),
                 "groups_from_cache": str(cache) if cached else None, "fit_seconds": round(fit_s, 2)}
     summary = {"weights": weights, "test": metrics, "where_lost": lost,

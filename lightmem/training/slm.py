@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lightmem.retrieval.trees import ranker_scorer
 from lightmem.training.ranker import ServedPacking, evaluate_orders, ranker_order
 from lightmem.training.selector import cross_encoder_batcher
 
@@ -37,9 +38,9 @@ class SLMTask:
 
 def with_ranker(groups: Sequence[dict[str, Any]], weights: dict[str, Any]) -> list[dict[str, Any]]:
     """The groups with the ranker's logits ``r`` and order ``order`` added (copies; the input is unchanged)."""
-    out = []
+    out, score = [], ranker_scorer(weights)
     for g in groups:
-        s, order = ranker_order(g, weights)
+        s, order = ranker_order(g, score)
         out.append({**g, "r": s.tolist(), "order": order})
     return out
 

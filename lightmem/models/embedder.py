@@ -86,6 +86,7 @@ class _QueryCache:
 INT8_SUFFIX = f"+{INT8_ALL}"  # every weight matrix int8
 # int8 but for the matrices onnx_encoder.FP32_MATMULS keeps in fp32: int8_recipe's name for them
 _MIXED = re.compile(rf"\+{INT8_MIX}-[0-9a-f]{{{RECIPE_HASH_LEN}}}$")
+PROJECTION_FILE = "projection.safetensors"  # beside a document encoder's adapter: its pooled -> served-space map
 TRAINED_LENGTH = 256  # the tokens MiniLM reads at most in training; another max_seq_length is named (+len<N>)
 DEFAULT_READ_LENGTH = 128  # measured: LoCoMo/LongMemEval recall unchanged, long turns encode ~2x faster
 _LENGTH = re.compile(r"\+len(\d+)$")
@@ -225,7 +226,26 @@ def _load(path: Path, device: str, max_seq_length: int, adapter: str | None):  #
     model.max_seq_length = max_seq_length
     if adapter:
         merge_adapter(model, adapter)
+        if (Path(adapter) / PROJECTION_FILE).exists():
+            model = with_projection(model, Path(adapter) / PROJECTION_FILE, device)
     return model
+
+
+def with_projection(model, file: Path, device: str):  # -> SentenceTransformer
+    """``model`` with a linear map (``weight``, ``bias`` in a safetensors file) between its mean pooling and its
+    L2 normalisation: how a document encoder distilled into a wider model's space (``train/doc_encoder.py``) serves."""
+    import torch
+    from safetensors.torch import load_file
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize
+
+    state = load_file(str(file))
+    out_dim, in_dim = state["weight"].shape
+    dense = Dense(in_dim, out_dim, activation_function=torch.nn.Identity(), init_weight=state["weight"],
+                  init_bias=state["bias"])
+    projected = SentenceTransformer(modules=[model[0], model[1], dense, Normalize()], device=device)
+    projected.max_seq_length = model.max_seq_length
+    return projected.eval()
 
 
 def resolve_backend(backend: str, device: str) -> str:
@@ -268,7 +288,11 @@ def adapter_fingerprint(folder: str | Path) -> str:
     if not weights.exists():
         raise FileNotFoundError(f"no embedder adapter at {folder} (expected adapter_model.safetensors); "
                                 "train one with `python train/embedder.py` or drop `adapter`")
-    return "lora-" + hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+    h = hashlib.sha256(weights.read_bytes())
+    projection = Path(folder) / PROJECTION_FILE
+    if projection.exists():  # a distilled document encoder's head is part of what makes its vectors
+        h.update(projection.read_bytes())
+    return "lora-" + h.hexdigest()[:12]
 
 
 def merge_adapter(model, adapter: str) -> str:
@@ -311,8 +335,8 @@ def installed_adapters() -> list[str]:
 
 
 def embedder_for(name: str, backend: str | None = None) -> Embedder:
-    """Rebuild the embedder a store records by name: ``hashing-<dim>``, a packaged model, or a packaged
-    model with the trained adapter (``<model>+lora-<fingerprint>``, checked before any model loads),
+    """Rebuild the embedder a store records by name: ``hashing-<dim>``, a ``SplitEmbedder``'s two names joined by
+    ``split.SEPARATOR`` (each rebuilt as below), a packaged model, or a packaged model with the trained adapter (``<model>+lora-<fingerprint>``, checked before any model loads),
     then ``+len<N>`` when it read N tokens per text instead of the trained 256, and ``+int8`` (every weight
     matrix int8) or ``+int8mix-<hash>`` (some kept in fp32, ``onnx_encoder.FP32_MATMULS``) when an int8 ONNX backend wrote it.
 
@@ -332,6 +356,11 @@ def embedder_for(name: str, backend: str | None = None) -> Embedder:
 
     if name.startswith("hashing-") and name[8:].isdigit():
         return HashingEmbedder(int(name[8:]))
+    from lightmem.models.split import SplitEmbedder, split_name
+
+    parts = split_name(name)
+    if parts is not None:  # queries and memories through two encoders of one space (models/split.py)
+        return SplitEmbedder(embedder_for(parts[0], backend), embedder_for(parts[1], backend))
     mixed = _MIXED.search(name)
     suffix = mixed.group(0) if mixed else INT8_SUFFIX if name.endswith(INT8_SUFFIX) else ""
     base = name.removesuffix(suffix) if suffix else name

@@ -112,10 +112,20 @@ def check_mean_pooling(st_model) -> None:
     """The graph pools by mask-weighted mean: refuse a model whose pipeline does something else."""
     kinds = [type(m).__name__ for m in st_model]
     pooling = st_model[1] if len(kinds) > 1 else None
+    rest = kinds[3:] if kinds[2:3] == ["Dense"] and _linear(st_model[2]) is not None else kinds[2:]
     if kinds[0] != "Transformer" or kinds[1:2] != ["Pooling"] or getattr(pooling, "pooling_mode", None) != "mean" \
-            or any(k != "Normalize" for k in kinds[2:]):
-        raise ValueError(f"the ONNX backends export Transformer -> mean Pooling [-> Normalize] models; this one is {kinds} "
-                         f"(pooling {getattr(pooling, 'pooling_mode', None)!r}): use backend='torch'")
+            or any(k != "Normalize" for k in rest):
+        raise ValueError(f"the ONNX backends export Transformer -> mean Pooling [-> linear Dense] [-> Normalize] models; "
+                         f"this one is {kinds} (pooling {getattr(pooling, 'pooling_mode', None)!r}): use backend='torch'")
+
+
+def _linear(module):  # -> torch.nn.Linear | None
+    """The linear map of a sentence-transformers Dense module without an activation, else None."""
+    import torch
+
+    act = getattr(module, "activation_function", None)
+    linear = getattr(module, "linear", None)
+    return linear if isinstance(linear, torch.nn.Linear) and isinstance(act, torch.nn.Identity) else None
 
 
 def export_onnx(st_model, path: Path) -> None:
@@ -128,19 +138,22 @@ def export_onnx(st_model, path: Path) -> None:
         raise ImportError("exporting the encoder to ONNX needs the onnx package: `pip install onnx`") from exc
     check_mean_pooling(st_model)
     transformer = st_model[0].auto_model.eval()
+    projection = _linear(st_model[2]) if len(st_model) > 2 else None
     names = [n for n in INPUTS if n in st_model.tokenizer("a b")]
 
     class Pooled(torch.nn.Module):
-        def __init__(self, model) -> None:
+        def __init__(self, model, projection) -> None:
             super().__init__()
-            self.model = model
+            self.model, self.projection = model, projection
 
         def forward(self, *tensors):
             kw = dict(zip(names, tensors))
             h = self.model(**kw).last_hidden_state
-            # sentence-transformers' Pooling(mean) then Normalize, op for op
+            # sentence-transformers' Pooling(mean) [then a linear Dense] then Normalize, op for op
             mask = kw["attention_mask"].unsqueeze(-1).to(h.dtype)
             pooled = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            if self.projection is not None:
+                pooled = self.projection(pooled)
             return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
     sample = st_model.tokenizer(["a short one", "a somewhat longer example sentence"], padding=True, return_tensors="pt")
@@ -151,7 +164,7 @@ def export_onnx(st_model, path: Path) -> None:
     with torch.no_grad(), warnings.catch_warnings():
         # It is deprecated, and its tracer warns about shape checks that do not affect a BERT encoder.
         warnings.simplefilter("ignore")
-        torch.onnx.export(Pooled(transformer), tuple(sample[n] for n in names), str(path), input_names=names,
+        torch.onnx.export(Pooled(transformer, projection), tuple(sample[n] for n in names), str(path), input_names=names,
                           output_names=["embedding"], dynamic_axes=axes, opset_version=17, **legacy)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-KEEP = ("adapter_config.json", "adapter_model.safetensors", "config.json", "model.safetensors", "ranker.json", "stack.json")
+KEEP = ("adapter_config.json", "adapter_model.safetensors", "projection.safetensors", "config.json", "model.safetensors", "ranker.json", "stack.json")
 
 
 def sha256_files(paths: Sequence[str | Path]) -> str:

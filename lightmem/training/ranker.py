@@ -58,7 +58,8 @@ def groups_key(cfg: Any, embedder_name: str) -> str:
 
     key = {name: to_container(cfg[name]) for name in ("encoder", "store", "retrieval", "controller", "writer", "sensory", "ltm",
                                                       "memory", "llm")}
-    key["encoder"].pop("adapter", None)  # a machine's path; the embedder's name carries the adapter's fingerprint
+    for node in (key["encoder"], key["encoder"].get("query") or {}, key["encoder"].get("documents") or {}):
+        node.pop("adapter", None)  # a machine's path; the embedder's name carries the adapter's fingerprint
     for name in PACKING_SETTINGS:  # they act on Stage 2's order, after the candidates a group holds
         key["retrieval"].pop(name, None)
     key.update(embedder=embedder_name, k=cfg.k, data=[Path(str(p)).name for p in (cfg.locomo_path, cfg.lme_path)],

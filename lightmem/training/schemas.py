@@ -73,6 +73,24 @@ class SLMTrainConfig(RankerTrainConfig):
     export_dir: str | None = "checkpoints/slm"
 
 
+@dataclass
+class DocEncoderTrainConfig(DistillConfig):
+    """train/doc_encoder.py: a small document encoder distilled into the served encoder's space (``encoder`` is
+    the teacher; ``lightmem.training.doc_encoder``)."""
+
+    base_model: str = "all-MiniLM-L6-v2"
+    lme_s_path: str | None = "${paths.data}/longmemeval/longmemeval_s_dev_sample.json.gz"  # its train questions' haystacks too
+    vector_cache: str | None = None  # the teacher's vectors by content (conf/paths: paths.vector_cache)
+    max_texts: int | None = None
+    val_texts: int = 300
+    task: Any = None  # DocEncoderTask
+    optim: Any = None  # TrainSpec
+    lora: Any = None
+    metric: str = "cosine"
+    out_dir: str = "checkpoints/runs/doc_encoder"
+    export_dir: str | None = "checkpoints/embedder_docs"
+
+
 def lora_spec(node: DictConfig | None) -> LoraSpec | None:
     """``conf/lora/*.yaml`` → LoraSpec, or None (full fine-tuning) when ``enabled: false``."""
     from lightmem.training.lora import LoraSpec
@@ -89,7 +107,8 @@ def train_spec(node: DictConfig) -> TrainSpec:
     return TrainSpec(**to_container(node))
 
 
-SCHEMAS = {"schema_distill": DistillConfig, "schema_train_ranker": RankerTrainConfig, "schema_train_slm": SLMTrainConfig}
+SCHEMAS = {"schema_distill": DistillConfig, "schema_train_ranker": RankerTrainConfig, "schema_train_slm": SLMTrainConfig,
+           "schema_train_doc_encoder": DocEncoderTrainConfig}
 
 
 def register_configs() -> None:

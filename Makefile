@@ -76,9 +76,10 @@ train: data  ## reproduce what the default pipeline serves: checkpoints/{embedde
 	$(PY) train/ranker.py       # the linear ranker (SLM-2's base); it mines the candidate groups
 	$(PY) train/ranker.py model=trees out_dir=checkpoints/runs/ranker_trees export_dir=checkpoints/ranker_trees   # the served one, on those groups
 
-train-experimental: data  ## reproduce the checkpoints of options measured and not adopted: embedder_minilm, slm, cross_encoder, complexity
-	rm -rf checkpoints/runs/embedder_minilm checkpoints/runs/slm checkpoints/runs/cross_encoder checkpoints/runs/complexity
+train-experimental: data  ## reproduce the checkpoints of options measured and not adopted: embedder_minilm, embedder_docs, slm, cross_encoder, complexity
+	rm -rf checkpoints/runs/embedder_minilm checkpoints/runs/doc_encoder checkpoints/runs/slm checkpoints/runs/cross_encoder checkpoints/runs/complexity
 	$(PY) train/embedder.py base_model=all-MiniLM-L6-v2 lora=embedder out_dir=checkpoints/runs/embedder_minilm export_dir=checkpoints/embedder_minilm
+	$(PY) train/doc_encoder.py  # distilled into checkpoints/embedder's space
 	$(PY) train/slm.py          # stacked on checkpoints/ranker
 	$(PY) train/cross_encoder.py
 	$(PY) train/complexity.py

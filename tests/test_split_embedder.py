@@ -96,8 +96,92 @@ def test_a_projection_serves_the_same_vectors_on_torch_and_onnx_and_changes_the_
     tv, ov = torch_e.encode(FACTS), onnx_e.encode(FACTS)
     assert tv.shape == ov.shape == (len(FACTS), 768) and torch_e.dim == onnx_e.dim == 768
     assert np.abs(tv - ov).max() < 1e-5 and np.allclose(np.linalg.norm(ov, axis=1), 1.0, atol=1e-5)
-    int8 = SentenceTransformerEmbedder(backend="onnx_int8", **kw).encode(FACTS)
-    assert np.sum(int8 * tv, axis=1).min() > 0.97
+    int8_e = SentenceTransformerEmbedder(backend="onnx_int8", **kw)
+    assert np.sum(int8_e.encode(FACTS) * tv, axis=1).min() > 0.97
+    import onnx  # the projection stays fp32 in the int8 graph (quantized, a trained one's vectors fell to cosine -0.1)
+
+    nodes = onnx.load(str(int8_e.graph)).graph.node
+    assert any(n.op_type == "MatMulInteger" for n in nodes)
+    assert not [n.name for n in nodes if n.name.startswith("/projection/") and n.op_type == "MatMulInteger"]
     # the projection is part of the adapter's fingerprint: the same LoRA without it names other vectors
     assert adapter_fingerprint(folder) != adapter_fingerprint(plain)
     assert adapter_fingerprint(folder) in torch_e.name
+
+
+# -- the distillation recipe (lightmem/training/doc_encoder.py) on a tiny BERT ------------------------------------
+def _student(tiny_models, dim_out=16):
+    from lightmem.training.doc_encoder import DistilledEncoder
+    from lightmem.training.lora import LoraSpec, apply_lora
+
+    bert = tiny_models.bert("sequence", 1).bert  # the encoder without its head
+    return DistilledEncoder(apply_lora(bert, LoraSpec(r=4, alpha=8, dropout=0.0, target_modules=["query", "value"]),
+                                       "FEATURE_EXTRACTION"), 64, dim_out)
+
+
+def test_chunks_hold_texts_of_similar_length_and_every_text_once(tiny_models):
+    from lightmem.training.doc_encoder import DocEncoderTask, length_chunks
+
+    texts = [("word " * n).strip() for n in (30, 2, 17, 5, 29, 3, 16, 4)]
+    targets = np.arange(len(texts) * 3, dtype=np.float32).reshape(len(texts), 3)
+    chunks = length_chunks(tiny_models.tok, texts, targets, DocEncoderTask(chunk=2))
+    assert sorted(t for c in chunks for t, _ in c) == sorted(texts) and all(len(c) == 2 for c in chunks)
+    assert [[len(t.split()) for t, _ in c] for c in chunks] == [[2, 3], [4, 5], [16, 17], [29, 30]]
+    assert all(np.array_equal(v, targets[texts.index(t)]) for c in chunks for t, v in c)  # each target stays with its text
+
+
+TEXTS = [f"{name} likes {thing} on {day}" for name in ("Ava", "Ben", "Cleo", "Dan", "Eve", "Finn")
+         for thing in ("tea", "jazz", "chess", "rain", "maps") for day in ("Monday", "Friday", "noon", "May")]
+
+
+def test_the_projection_starts_at_the_least_squares_map_to_the_targets(tiny_models):
+    import torch
+
+    from lightmem.training.doc_encoder import DocEncoderTask, fidelity, init_projection, tokenize
+
+    task = DocEncoderTask(max_length=32, init_sample=200)
+    model = _student(tiny_models)
+    with torch.no_grad():  # targets a linear map of the student's own pooled output: least squares recovers it
+        g = torch.Generator().manual_seed(1)
+        pooled = model.pooled(**tokenize(tiny_models.tok, TEXTS, 32))
+        targets = torch.nn.functional.normalize(pooled @ torch.randn(64, 16, generator=g) + torch.randn(16, generator=g), dim=1)
+    assert fidelity(model, tiny_models.tok, TEXTS, targets.numpy(), task)["cosine"] < 0.5  # the random start
+    start = init_projection(model, tiny_models.tok, TEXTS, targets.numpy(), task)
+    assert start > 0.99 and fidelity(model, tiny_models.tok, TEXTS, targets.numpy(), task)["cosine"] > 0.99
+
+
+def test_training_on_the_cosine_loss_brings_the_student_to_its_targets(tiny_models, tmp_path):
+    import random
+
+    import torch
+
+    from lightmem.training.doc_encoder import DocEncoderTask, batcher, cosine_loss, fidelity, length_chunks
+
+    tok, task = tiny_models.tok, DocEncoderTask(max_length=32, chunk=8)
+    targets = np.random.default_rng(0).normal(size=(len(TEXTS), 16)).astype(np.float32)
+    targets /= np.linalg.norm(targets, axis=1, keepdims=True)
+    model = _student(tiny_models)
+    before = fidelity(model, tok, TEXTS, targets, task)["cosine"]
+    make, chunks = batcher(tok, task), length_chunks(tok, TEXTS, targets, task)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    rng = random.Random(0)
+    for _ in range(10):
+        rng.shuffle(chunks)
+        for c in chunks:
+            loss = cosine_loss(model, make([c], rng))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert fidelity(model, tok, TEXTS, targets, task)["cosine"] > before + 0.1  # 0.00 -> 0.20 measured
+    model.save_pretrained(str(tmp_path / "best"))
+    assert {"adapter_model.safetensors", "adapter_config.json", PROJECTION_FILE} <= {p.name for p in (tmp_path / "best").iterdir()}
+
+
+def test_recall_counts_a_question_only_when_all_its_evidence_is_in_the_top_k():
+    from lightmem.training.doc_encoder import recall_with, vector_fidelity
+
+    docs = np.eye(4, dtype=np.float32)
+    q = np.array([[1.0, 0.9, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]], dtype=np.float32)
+    assert recall_with(q, docs, [[0, 1], [2, 3]], k=2) == 0.5  # the second misses doc 3 at k=2
+    assert recall_with(q, docs, [[0, 1], [2, 3]], k=4) == 1.0
+    fid = vector_fidelity(docs, docs[[0, 1, 2, 2]])
+    assert fid["cosine"] == 0.75 and fid["cosine_min"] == 0.0

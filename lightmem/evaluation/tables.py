@@ -127,6 +127,10 @@ CARD_METRICS: dict[str, list[tuple[str, str, str]]] = {
                          "test/locomo/tuned_cosine/recall_all@10"),
                         ("LongMemEval test", "test/longmemeval/base_cosine/recall_all@10",
                          "test/longmemeval/tuned_cosine/recall_all@10")],
+    "embedder_docs": [("LoCoMo 3-4 recall_all@10 of the served question vectors, served documents → distilled",
+                       "test/test_locomo/teacher_recall_all@10", "test/test_locomo/student_recall_all@10"),
+                      ("LongMemEval test", "test/test_longmemeval/teacher_recall_all@10",
+                       "test/test_longmemeval/student_recall_all@10")],
     "ranker": [("LoCoMo 3-4 R_all@600 whole memories, Stage-1 order → ranker", "test/locomo/stage1/overall/recall_all@budget",
                 "test/locomo/ranker/overall/recall_all@budget"),
                ("LongMemEval test", "test/longmemeval/stage1/overall/recall_all@budget",
@@ -153,6 +157,8 @@ CARD_METRICS: dict[str, list[tuple[str, str, str]]] = {
 # Extra facts of a card worth a line: (label, metric, formatter).
 CARD_FACTS: dict[str, list[tuple[str, str, Callable[[Any], str]]]] = {
     "slm": [("chosen top N", "stack/top_n", lambda v: f"{int(v)}"), ("alpha", "stack/alpha", lambda v: f"{v:g}")],
+    "embedder_docs": [("mean cosine to the served vectors, LoCoMo 3-4 memories", "test/test_locomo/cosine", lambda v: f"{v:.3f}"),
+                      ("LongMemEval test", "test/test_longmemeval/cosine", lambda v: f"{v:.3f}")],
 }
 
 
@@ -197,6 +203,7 @@ def replace_blocks(text: str, rendered: Mapping[str, str]) -> str:
 CHECKPOINT_ROLES = {
     "embedder": "`SentenceTransformerEmbedder(adapter=...)`: the default encoder of new stores (`encoder=mpnet_tuned`)",
     "embedder_minilm": "`encoder=minilm_tuned`, the default before `embedder/`",
+    "embedder_docs": "`SplitEmbedder`'s document side (`encoder=experimental/mpnet_split`; off: it costs recall)",
     "ranker": "`LearnedRanker`, linear (`selector=experimental/ranker_linear`; the default Stage 2 before `ranker_trees/`; SLM-2's base)",
     "ranker_trees": "`LearnedRanker`, boosted trees: the default Stage 2 (`selector=ranker`)",
     "slm": "`SLMSelector` (`selector=slm`; off: served, it has not beaten the ranker, see docs/results/locomo.md)",

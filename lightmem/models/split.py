@@ -33,9 +33,16 @@ class SplitEmbedder:
         documents: Encodes everything else (memories); must return vectors of the query encoder's dimension.
         vector_cache: A SQLite file of document vectors by content (``lightmem.models.vector_cache``), keyed by the
             document encoder's name.
+        query_cache_size: When set, the query encoder's cache of recent question vectors holds this many (0: none,
+            as the latency benchmark runs).
     """
 
-    def __init__(self, query: Any, documents: Any, vector_cache: str | None = None) -> None:
+    def __init__(self, query: Any, documents: Any, vector_cache: str | None = None,
+                 query_cache_size: int | None = None) -> None:
+        if query_cache_size is not None and hasattr(query, "_cache"):
+            from lightmem.models.embedder import _QueryCache
+
+            query._cache = _QueryCache(query_cache_size)
         if query.dim != documents.dim:
             raise ValueError(f"the document encoder {documents.name!r} makes {documents.dim}-d vectors and the query "
                              f"encoder {query.name!r} {query.dim}-d ones: a split embedder needs one vector space")

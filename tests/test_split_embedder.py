@@ -185,3 +185,15 @@ def test_recall_counts_a_question_only_when_all_its_evidence_is_in_the_top_k():
     assert recall_with(q, docs, [[0, 1], [2, 3]], k=4) == 1.0
     fid = vector_fidelity(docs, docs[[0, 1, 2, 2]])
     assert fid["cosine"] == 0.75 and fid["cosine_min"] == 0.0
+
+
+def test_query_cache_size_reaches_the_query_encoder():
+    class Cached(HashingEmbedder):
+        size = None
+
+        def set_query_cache_size(self, size: int) -> None:
+            self.size = size
+
+    q = Cached(64)
+    SplitEmbedder(q, HashingEmbedder(64), query_cache_size=0)
+    assert q.size == 0

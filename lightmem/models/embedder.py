@@ -169,6 +169,10 @@ class SentenceTransformerEmbedder:
         if backend in INT8_BACKENDS:
             self.name += f"+{int8_recipe(keep_fp32)}"
 
+    def set_query_cache_size(self, size: int) -> None:
+        """Keep the vectors of the last ``size`` questions (0: none); the cache starts empty."""
+        self._cache = _QueryCache(size)
+
     @property
     def graph(self) -> Path | None:
         """The ONNX graph this embedder runs (None on the torch backend)."""

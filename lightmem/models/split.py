@@ -39,10 +39,8 @@ class SplitEmbedder:
 
     def __init__(self, query: Any, documents: Any, vector_cache: str | None = None,
                  query_cache_size: int | None = None) -> None:
-        if query_cache_size is not None and hasattr(query, "_cache"):
-            from lightmem.models.embedder import _QueryCache
-
-            query._cache = _QueryCache(query_cache_size)
+        if query_cache_size is not None and hasattr(query, "set_query_cache_size"):
+            query.set_query_cache_size(query_cache_size)
         if query.dim != documents.dim:
             raise ValueError(f"the document encoder {documents.name!r} makes {documents.dim}-d vectors and the query "
                              f"encoder {query.name!r} {query.dim}-d ones: a split embedder needs one vector space")

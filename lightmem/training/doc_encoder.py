@@ -175,7 +175,8 @@ def held_out_metrics(teacher: Any, student: Any, writer: Any, tests: dict[str, S
 
     out: dict[str, float] = {}
     for source, convs in tests.items():
-        cos_t, cos_s, recall_t, recall_s = [], [], [], []
+        categories = (1, 2, 3, 4) if source.endswith("locomo") else None  # LoCoMo's answerable categories
+        cos_t, cos_s, n, found_t, found_s = [], [], 0, 0.0, 0.0
         for conv in convs:
             items = memory_texts(writer, [conv])
             if not items:
@@ -184,23 +185,23 @@ def held_out_metrics(teacher: Any, student: Any, writer: Any, tests: dict[str, S
             t_vecs, s_vecs = teacher.encode(texts), student.encode(texts)
             cos_t.append(t_vecs)
             cos_s.append(s_vecs)
-            qa = [(q, set(normalize_evidence(q.evidence))) for q in conv.qa if q.evidence and q.category in (1, 2, 3, 4)] \
-                if source.endswith("locomo") else [(q, set(normalize_evidence(q.evidence))) for q in conv.qa if q.evidence]
-            evidence = [[i for i, (_, prov) in enumerate(items) if set(prov) & ev] for _, ev in qa]
-            keep = [j for j, ev in enumerate(evidence) if ev]
-            if not keep:
+            asked = [(q.question, [i for i, (_, prov) in enumerate(items) if set(prov) & set(normalize_evidence(q.evidence))])
+                     for q in conv.qa if q.evidence and (categories is None or q.category in categories)]
+            asked = [(question, ev) for question, ev in asked if ev]
+            if not asked:
                 continue
-            q_vecs = np.stack([teacher.encode([qa[j][0].question], is_query=True)[0] for j in keep])
-            ev = [evidence[j] for j in keep]
-            recall_t.extend([recall_with(q_vecs[i : i + 1], t_vecs, ev[i : i + 1], k) for i in range(len(ev))])
-            recall_s.extend([recall_with(q_vecs[i : i + 1], s_vecs, ev[i : i + 1], k) for i in range(len(ev))])
+            q_vecs = teacher.encode([question for question, _ in asked], is_query=True)
+            ev = [e for _, e in asked]
+            n += len(asked)  # recall_with is a mean over a conversation's questions: summed back per question here
+            found_t += len(asked) * recall_with(q_vecs, t_vecs, ev, k)
+            found_s += len(asked) * recall_with(q_vecs, s_vecs, ev, k)
         if cos_t:
             fid = vector_fidelity(np.concatenate(cos_s), np.concatenate(cos_t))
             out.update({f"test/{source}/{name}": v for name, v in fid.items()})
-        if recall_t:
-            out[f"test/{source}/teacher_recall_all@{k}"] = float(np.mean(recall_t))
-            out[f"test/{source}/student_recall_all@{k}"] = float(np.mean(recall_s))
-            out[f"test/{source}/n_questions"] = float(len(recall_t))
+        if n:
+            out[f"test/{source}/teacher_recall_all@{k}"] = found_t / n
+            out[f"test/{source}/student_recall_all@{k}"] = found_s / n
+            out[f"test/{source}/n_questions"] = float(n)
     return out
 
 

@@ -197,3 +197,23 @@ def test_query_cache_size_reaches_the_query_encoder():
     q = Cached(64)
     SplitEmbedder(q, HashingEmbedder(64), query_cache_size=0)
     assert q.size == 0
+
+
+def test_a_distillation_set_keeps_texts_and_unit_vectors_and_refuses_what_is_not_one(tmp_path):
+    from lightmem.errors import InvalidInputError
+    from lightmem.training.doc_encoder import load_distill_set, save_distill_set
+
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(3, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    path = save_distill_set(tmp_path / "set.npz", teacher="t", texts=["a", "b", "ü c"], targets=vecs, val=["v"],
+                            val_targets=vecs[:1], recipe={"writer": {"k": 1}})
+    data = load_distill_set(path)
+    assert data["texts"] == ["a", "b", "ü c"] and data["val"] == ["v"] and data["teacher"] == "t"
+    assert data["recipe"] == {"writer": {"k": 1}} and data["targets"].dtype == np.float32
+    assert np.allclose(np.linalg.norm(data["targets"], axis=1), 1.0, atol=1e-6)
+    assert np.sum(data["targets"] * vecs, axis=1).min() > 0.9999  # float16 on disk costs nothing a cosine sees
+    assert not list(tmp_path.glob("*.tmp"))
+    (tmp_path / "bad.npz").write_bytes(b"not a set")
+    with pytest.raises(InvalidInputError, match="not a distillation set"):
+        load_distill_set(tmp_path / "bad.npz")

@@ -357,3 +357,57 @@ def test_no_committed_checkpoint_holds_a_path_of_the_machine_it_was_built_on():
     for config in configs:
         base = json.loads(config.read_text())["base_model_name_or_path"]
         assert "/" not in base and "\\" not in base, (config, base)
+
+
+# --- a run fitted elsewhere (a GPU machine) is scored and exported here -----------------------------------------
+def _job(tmp_path, tok, tiny_models, out, *, config, data, fitted=None, export_dir=None):
+    from lightmem.training.job import train_and_export
+
+    data_file = tmp_path / f"{out}-data.json"
+    data_file.write_text(json.dumps(data))
+    task = sel.SelectorTask(group_size=6, max_length=32)
+    model = apply_lora(tiny_models.bert("sequence", 1), LORA, "SEQ_CLS")
+    tested = []
+
+    def test(best):
+        tested.append(best)
+        return {"test/x": 1.0}
+
+    summary = train_and_export(
+        name="t", model=model, train=groups(), make_batch=sel.cross_encoder_batcher(tok, task),
+        loss_fn=sel.cross_encoder_loss(task), evaluate=lambda m: {"x": 0.0}, test=test, metric="x",
+        spec=TrainSpec(max_steps=2, lr=5e-3, batch_size=2, eval_every=1, patience=0, cpu=True), out_dir=tmp_path / out,
+        export_dir=export_dir, logger_cfg=None, config=config, card={"name": "t", "base_model": "tiny"},
+        data_files=[data_file], fitted=fitted)
+    return summary, tested
+
+
+def test_a_fitted_run_is_scored_and_exported_without_training_again(tmp_path, tok, tiny_models):
+    config = {"optim": {"lr": 5e-3, "cpu": True}, "out_dir": "a", "export_dir": None, "held_out": False}
+    first, _ = _job(tmp_path, tok, tiny_models, "a", config=config, data=["t1", "t2"])
+    assert first["device"] == ("cpu") and first["config"] == config
+    again = {**config, "out_dir": "b", "export_dir": "exp", "held_out": True, "fitted": str(tmp_path / "a")}
+    second, tested = _job(tmp_path, tok, tiny_models, "b", config=again, data=["t1", "t2"], fitted=tmp_path / "a",
+                          export_dir=tmp_path / "exp")
+    assert tested == [tmp_path / "a" / "best"]  # the earlier run's weights are what is scored
+    assert second["train"] == first["train"] and not (tmp_path / "b" / "best").exists()  # and nothing was fitted
+    card = json.loads((tmp_path / "exp" / "card.json").read_text())
+    assert card["training"]["steps"] == 2 and card["training"]["device"] == "cpu" and card["metrics"] == {"test/x": 1.0}
+    assert (tmp_path / "exp" / "adapter_model.safetensors").read_bytes() == (tmp_path / "a" / "best" / "adapter_model.safetensors").read_bytes()
+
+
+def test_a_fitted_run_with_other_settings_or_data_is_refused(tmp_path, tok, tiny_models):
+    from lightmem.errors import InvalidInputError
+    from lightmem.training.job import fitted_mismatch
+
+    config = {"optim": {"lr": 5e-3, "cpu": True, "epochs": 2}, "task": {"chunk": 32}, "out_dir": "a"}
+    _job(tmp_path, tok, tiny_models, "a", config=config, data=["t1"])
+    other = {**config, "optim": {**config["optim"], "lr": 1e-3}}
+    assert fitted_mismatch(config, other) == ["optim.lr"]
+    assert fitted_mismatch(config, {**config, "optim": {**config["optim"], "cpu": False}, "out_dir": "z"}) == []
+    with pytest.raises(InvalidInputError, match="optim.lr"):
+        _job(tmp_path, tok, tiny_models, "b", config=other, data=["t1"], fitted=tmp_path / "a")
+    with pytest.raises(InvalidInputError, match="other data"):
+        _job(tmp_path, tok, tiny_models, "c", config=config, data=["t1", "t9"], fitted=tmp_path / "a")
+    with pytest.raises(FileNotFoundError, match="no finished run"):
+        _job(tmp_path, tok, tiny_models, "d", config=config, data=["t1"], fitted=tmp_path / "nowhere")

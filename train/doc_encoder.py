@@ -27,7 +27,7 @@ def run(cfg: DictConfig) -> dict:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_doc_encoder")
 def main(cfg: DictConfig) -> float:
     cfg = per_job(cfg)  # a sweep's jobs neither share state nor overwrite checkpoints/
-    return run(cfg)["train"]["best"].get(cfg.metric, float("nan"))  # what a sweep maximises
+    return run(cfg)["train"].get("best", {}).get(cfg.metric, float("nan"))  # what a sweep maximises
 
 
 if __name__ == "__main__":

@@ -205,9 +205,89 @@ def held_out_metrics(teacher: Any, student: Any, writer: Any, tests: dict[str, S
     return out
 
 
+SET_FORMAT = 1
+
+
+def save_distill_set(path: str | Path, *, teacher: str, texts: Sequence[str], targets: np.ndarray, val: Sequence[str],
+                     val_targets: np.ndarray, recipe: dict[str, Any] | None = None) -> Path:
+    """The teacher's half of the recipe in one file: the training and validation texts and the teacher's vectors of
+    them (float16), so the student can be fitted where the teacher cannot run (a GPU machine the served encoder's
+    weights were not copied to) and a sweep does not re-embed. Written to a temporary file and renamed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = json.dumps({"format": SET_FORMAT, "teacher": teacher, "recipe": recipe or {}, "texts": list(texts), "val": list(val)},
+                      default=str)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        np.savez_compressed(f, meta=np.frombuffer(meta.encode(), dtype=np.uint8),
+                            targets=np.asarray(targets, dtype=np.float16), val_targets=np.asarray(val_targets, dtype=np.float16))
+    tmp.replace(path)
+    return path
+
+
+def load_distill_set(path: str | Path) -> dict[str, Any]:
+    """What ``save_distill_set`` wrote; the vectors back as unit float32 rows.
+
+    Raises:
+        InvalidInputError: Not such a file, another format, or texts and vectors that do not line up.
+    """
+    from lightmem.errors import InvalidInputError
+
+    try:
+        with np.load(path) as z:
+            meta = json.loads(bytes(z["meta"]).decode())
+            targets, val_targets = z["targets"].astype(np.float32), z["val_targets"].astype(np.float32)
+    except (OSError, KeyError, ValueError) as exc:
+        raise InvalidInputError(f"{path} is not a distillation set written by train/doc_encoder.py ({exc})") from exc
+    if meta.get("format") != SET_FORMAT or len(meta["texts"]) != len(targets) or len(meta["val"]) != len(val_targets):
+        raise InvalidInputError(f"{path}: format {meta.get('format')} (expected {SET_FORMAT}) or texts and vectors differ in number")
+    unit = lambda v: v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)  # noqa: E731
+    return {"teacher": meta["teacher"], "recipe": meta.get("recipe", {}), "texts": meta["texts"], "targets": unit(targets),
+            "val": meta["val"], "val_targets": unit(val_targets)}
+
+
+def set_recipe(cfg: Any) -> dict[str, Any]:
+    """What decides a distillation set's texts besides the teacher: the writer, the splits, the data files (by
+    name), the validation sample."""
+    from lightmem.config import to_container
+
+    return {"writer": to_container(cfg.writer), "locomo_train": str(cfg.locomo_train),
+            "data": [Path(str(p)).name for p in (cfg.locomo_path, cfg.lme_path, cfg.lme_s_path) if p],
+            "val_texts": cfg.val_texts, "seed": cfg.optim.seed}
+
+
+def distill_set(cfg: Any, teacher: Any | None, writer: Any | None) -> dict[str, Any]:
+    """The texts and the teacher's vectors: read from ``cfg.distill_set`` when that file exists, else embedded by
+    ``teacher`` from the writer's memories of the training and validation splits (and saved there when it is set)."""
+    if cfg.get("distill_set") and Path(cfg.distill_set).exists():
+        from lightmem.errors import InvalidInputError
+
+        data = load_distill_set(cfg.distill_set)
+        if teacher is not None and data["teacher"] != teacher.name:
+            raise InvalidInputError(f"{cfg.distill_set} holds vectors of {data['teacher']}, not of the configured "
+                                    f"encoder {teacher.name}: delete it or point distill_set elsewhere")
+        if data["recipe"] != json.loads(json.dumps(set_recipe(cfg), default=str)):
+            raise InvalidInputError(f"{cfg.distill_set} was made with another writer, split or data file "
+                                    f"({data['recipe']}): delete it or point distill_set elsewhere")
+        return data
+    if teacher is None or writer is None:
+        raise FileNotFoundError(f"distill_set={cfg.get('distill_set')} does not exist and no teacher was built to make it")
+    splits = corpora(cfg)
+    texts = _unique(memory_texts(writer, splits["train"]))
+    val = _unique(memory_texts(writer, splits["val"]))
+    val = random.Random(cfg.optim.seed).sample(val, min(cfg.val_texts, len(val)))
+    data = {"teacher": teacher.name, "texts": texts, "targets": teacher.encode(texts), "val": val,
+            "val_targets": teacher.encode(val), "recipe": set_recipe(cfg)}
+    if cfg.get("distill_set"):
+        save_distill_set(cfg.distill_set, **data)
+        data = load_distill_set(cfg.distill_set)  # the float16 round trip, so a run from the file fits the same targets
+    return data
+
+
 def train_doc_encoder(cfg: Any) -> dict[str, Any]:
-    """Build the texts and the teacher's vectors, fit the student, score it served (int8) on held-out memories,
-    export adapter + projection + card to ``cfg.export_dir``."""
+    """Build (or read) the texts and the teacher's vectors, fit the student (or take an earlier fitted run's weights,
+    ``cfg.fitted``), score it served (int8) on held-out memories unless ``cfg.held_out`` is false, export adapter +
+    projection + card to ``cfg.export_dir``."""
     from hydra.utils import instantiate
     from transformers import AutoModel, AutoTokenizer
 
@@ -221,27 +301,34 @@ def train_doc_encoder(cfg: Any) -> dict[str, Any]:
 
     seed_everything(cfg.optim.seed)
     task, spec = DocEncoderTask(**to_container(cfg.task)), train_spec(cfg.optim)
-    teacher, writer = build_embedder(cfg), instantiate(cfg.writer)
-    splits = corpora(cfg)
-    texts = _unique(memory_texts(writer, splits["train"]))
+    # The teacher runs only where it must: to make a missing distillation set, or to score held-out memories.
+    have_set = bool(cfg.get("distill_set") and Path(cfg.distill_set).exists())
+    need_teacher = (cfg.held_out and not cfg.get("prepare_only")) or not have_set
+    teacher = build_embedder(cfg) if need_teacher else None
+    writer = instantiate(cfg.writer)
+    data = distill_set(cfg, teacher, writer)
+    if cfg.get("prepare_only"):
+        return {"train": {}, "test": {"n_texts": float(len(data["texts"])), "n_val": float(len(data["val"]))}}
+    texts, targets, val, val_targets = data["texts"], data["targets"], data["val"], data["val_targets"]
     if cfg.max_texts:
-        texts = random.Random(cfg.optim.seed).sample(texts, min(cfg.max_texts, len(texts)))
-    val = _unique(memory_texts(writer, splits["val"]))
-    val = random.Random(cfg.optim.seed).sample(val, min(cfg.val_texts, len(val)))
-    targets, val_targets = teacher.encode(texts), teacher.encode(val)
+        keep = sorted(random.Random(cfg.optim.seed).sample(range(len(texts)), min(cfg.max_texts, len(texts))))
+        texts, targets = [texts[i] for i in keep], targets[keep]
+    dim = targets.shape[1]
 
     base = str(ModelRegistry().embedder_path(cfg.base_model))
     tok = AutoTokenizer.from_pretrained(base)
     encoder = apply_lora(AutoModel.from_pretrained(base), lora_spec(cfg.lora), "FEATURE_EXTRACTION")
-    model = DistilledEncoder(encoder, encoder.config.hidden_size, teacher.dim)
+    model = DistilledEncoder(encoder, encoder.config.hidden_size, dim)
     start = init_projection(model, tok, texts, targets, task, cfg.optim.seed)
 
     def held_out(best: Path) -> dict[str, float]:
+        if not cfg.held_out:
+            return {"test/projection_start_cosine": start}
         student = SentenceTransformerEmbedder(cfg.base_model, adapter=str(best), backend=cfg.encoder.backend,
                                               max_seq_length=cfg.encoder.max_seq_length, query_cache_size=0,
                                               device="cpu" if spec.cpu else cfg.encoder.device)
-        return {"test/projection_start_cosine": start,
-                **held_out_metrics(teacher, student, writer, {k: v for k, v in splits.items() if k.startswith("test_")})}
+        tests = {k: v for k, v in corpora(cfg).items() if k.startswith("test_")}
+        return {"test/projection_start_cosine": start, **held_out_metrics(teacher, student, writer, tests)}
 
     data_file = Path(cfg.out_dir) / "texts.json"  # the training texts, so the card's digest names what was fitted
     data_file.parent.mkdir(parents=True, exist_ok=True)
@@ -250,12 +337,12 @@ def train_doc_encoder(cfg: Any) -> dict[str, Any]:
         name="doc_encoder", model=model, train=length_chunks(tok, texts, targets, task), make_batch=batcher(tok, task),
         loss_fn=cosine_loss, evaluate=lambda m: fidelity(m, tok, val, val_targets, task), test=held_out,
         metric=cfg.metric, spec=spec, out_dir=cfg.out_dir, export_dir=cfg.export_dir, logger_cfg=cfg.logger,
-        config=to_container(cfg), data_files=[data_file],
+        config=to_container(cfg), data_files=[data_file], fitted=cfg.get("fitted"),
         card={"name": "lightmem document encoder", "task": "memory -> the served embedder's vector (distillation)",
               "description": f"A LoRA adapter merged into {cfg.base_model} and a linear map from its mean-pooled output "
-                             f"to the {teacher.dim}-d space of {teacher.name}; SplitEmbedder serves it as the "
+                             f"to the {dim}-d space of {data['teacher']}; SplitEmbedder serves it as the "
                              "document side of encoder=experimental/mpnet_split (conf/encoder/experimental/mpnet_split.yaml), the served encoder "
                              "embedding the questions.",
-              "base_model": cfg.base_model, "teacher": teacher.name,
+              "base_model": cfg.base_model, "teacher": data["teacher"],
               "command": "make train  (python train/doc_encoder.py)"},
     )

@@ -14,7 +14,7 @@ from lightmem.datasets.formats import describe_bad_rows, read_jsonl_rows
 from lightmem.errors import InvalidInputError
 from lightmem.metric_logger import MetricLogger, make_run_logger
 from lightmem.training.export import export, git_commit, sha256_files
-from lightmem.training.loop import TrainSpec, fit
+from lightmem.training.loop import TrainResult, TrainSpec, fit
 from lightmem.training.lora import trainable_summary
 
 
@@ -52,33 +52,98 @@ def train_and_export(
     config: dict[str, Any],
     card: dict[str, Any],
     data_files: Sequence[str | Path],
+    fitted: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Fit, evaluate the best weights on held-out data with ``test(best_dir)``, export adapter + card."""
+    """Fit, evaluate the best weights on held-out data with ``test(best_dir)``, export adapter + card.
+
+    With ``fitted`` (the ``out_dir`` of an earlier run of the same trainer, e.g. one fitted on a GPU machine that
+    cannot score held-out data), nothing is fitted: that run's ``best`` weights and training facts are scored and
+    exported, once its ``summary.json`` shows the same training settings (``fitted_mismatch``) and the same data.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     logger = make_run_logger(logger_cfg, out, f"train-{name}")
     logger.log_config(config)
     params = trainable_summary(model)
-    result = fit(model, train, make_batch, loss_fn, evaluate, metric, out, spec, logger, show_progress=sys.stderr.isatty())
-    metrics = test(out / "best")
+    digest = sha256_files(data_files)
+    if fitted:
+        result, best, device = load_fitted(Path(fitted), config, digest)
+    else:
+        result = fit(model, train, make_batch, loss_fn, evaluate, metric, out, spec, logger, show_progress=sys.stderr.isatty())
+        best, device = out / "best", device_name(spec)
+    metrics = test(best)
     logger.log_metrics(metrics)
-    summary = {"train": asdict(result), "test": metrics, "params": params, "n_train": len(train)}
-    training = {k: v for k, v in summary["train"].items() if k != "history"}
+    summary = {"train": asdict(result), "test": metrics, "params": params, "n_train": len(train), "config": config,
+               "data_sha256": digest, "device": device}
+    if fitted:
+        summary["fitted"] = str(fitted)
+    training = {**{k: v for k, v in summary["train"].items() if k != "history"}, "device": device}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     finish_run(out, export_dir, card, params=params, data_files=data_files, metrics=metrics, training=training,
-               config=config, logger=logger)
+               config=config, logger=logger, best=best)
     return summary
+
+
+# Settings that may differ between the run that fitted the weights and the one that scores and exports them: where
+# files go and come from, whether held-out data is scored, the logger, and the device switches.
+FITTED_FREE = ("out_dir", "export_dir", "fitted", "held_out", "distill_set", "vector_cache", "logger", "paths", "hydra",
+               "locomo_path", "lme_path", "lme_s_path", "optim.cpu", "optim.resume")
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def fitted_mismatch(prior: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """The training settings (flattened keys) on which two runs' configs differ, ``FITTED_FREE`` aside."""
+    free = lambda key: any(key == f or key.startswith(f + ".") for f in FITTED_FREE)  # noqa: E731
+    a, b = _flat(prior), _flat(config)
+    return sorted(k for k in set(a) | set(b) if not free(k) and a.get(k) != b.get(k))
+
+
+def load_fitted(run: Path, config: dict[str, Any], digest: str) -> tuple[TrainResult, Path, str]:
+    """An earlier run's training result, best weights and device, refused unless it was fitted with these settings
+    on this data.
+
+    Raises:
+        FileNotFoundError: ``run`` has no ``summary.json`` or no ``best`` weights.
+        InvalidInputError: Its settings or its data differ from this run's.
+    """
+    if not (run / "summary.json").exists() or not (run / "best").is_dir():
+        raise FileNotFoundError(f"fitted={run} holds no finished run (summary.json and best/ are what a trainer leaves)")
+    prior = json.loads((run / "summary.json").read_text())
+    if "config" not in prior:
+        raise InvalidInputError(f"{run}/summary.json records no config: it was written before fitted runs could be checked")
+    bad = fitted_mismatch(prior["config"], config)
+    if bad:
+        shown = ", ".join(f"{k}" for k in bad[:8])
+        raise InvalidInputError(f"fitted={run} was trained with other settings ({shown}); pass the same overrides")
+    if prior.get("data_sha256") != digest:
+        raise InvalidInputError(f"fitted={run} was trained on other data (sha256 {prior.get('data_sha256')} against {digest})")
+    return TrainResult(**prior["train"]), run / "best", str(prior.get("device", "unknown"))
+
+
+def device_name(spec: TrainSpec) -> str:
+    """What the loop trains on: the CUDA device's name, or ``cpu``."""
+    if torch.cuda.is_available() and not spec.cpu:
+        return f"cuda ({torch.cuda.get_device_name(0)})"
+    return "cpu"
 
 
 def finish_run(out: Path, export_dir: str | None, card: dict[str, Any], *, params: dict[str, Any],
                data_files: Sequence[str | Path], metrics: dict[str, float], training: dict[str, Any],
-               config: dict[str, Any], logger: MetricLogger) -> None:
+               config: dict[str, Any], logger: MetricLogger, best: Path | None = None) -> None:
     """How every trainer ends: with ``export_dir``, ``out/best`` goes there with its card (the trainer's own
     fields, then the trainable parameters, the training data's digest, the commit, the held-out metrics,
     the training facts and the config); then the logger is closed."""
     if export_dir:
         full = {**card, "params": params, "data_sha256": sha256_files(data_files), "commit": git_commit(), "metrics": metrics,
                 "training": training, "config": config}
-        export(out / "best", export_dir, full)
+        export(best or out / "best", export_dir, full)
         logger.log_artifact(Path(export_dir) / "card.json")
     logger.finish()

@@ -81,6 +81,10 @@ class DocEncoderTrainConfig(DistillConfig):
     base_model: str = "all-MiniLM-L6-v2"
     lme_s_path: str | None = "${paths.data}/longmemeval/longmemeval_s_dev_sample.json.gz"  # its train questions' haystacks too
     vector_cache: str | None = None  # the teacher's vectors by content (conf/paths: paths.vector_cache)
+    distill_set: str | None = None  # the texts and the teacher's vectors in one file: read when it exists, else made
+    held_out: bool = True  # score the student served on held-out memories (needs the teacher; off on a GPU machine)
+    fitted: str | None = None  # an earlier run's out_dir fitted with the same settings: score and export it, fit nothing
+    prepare_only: bool = False  # make the distillation set and stop
     max_texts: int | None = None
     val_texts: int = 300
     task: Any = None  # DocEncoderTask

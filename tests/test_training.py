@@ -405,6 +405,9 @@ def test_a_fitted_run_with_other_settings_or_data_is_refused(tmp_path, tok, tiny
     other = {**config, "optim": {**config["optim"], "lr": 1e-3}}
     assert fitted_mismatch(config, other) == ["optim.lr"]
     assert fitted_mismatch(config, {**config, "optim": {**config["optim"], "cpu": False}, "out_dir": "z"}) == []
+    where = lambda root: {**config, "encoder": {"adapter": f"{root}/checkpoints/embedder"}}  # noqa: E731
+    assert fitted_mismatch(where("/work/repo"), where("/tmp/worktree")) == []  # another machine's source tree
+    assert fitted_mismatch(where("/a"), {**config, "encoder": {"adapter": "/a/checkpoints/embedder_minilm"}}) == ["encoder.adapter"]
     with pytest.raises(InvalidInputError, match="optim.lr"):
         _job(tmp_path, tok, tiny_models, "b", config=other, data=["t1"], fitted=tmp_path / "a")
     with pytest.raises(InvalidInputError, match="other data"):

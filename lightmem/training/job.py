@@ -99,11 +99,19 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _same(x: Any, y: Any) -> bool:
+    """Equal settings; two absolute paths count as one when they name the same file (the final component): the
+    machines hold the source tree in different places."""
+    if isinstance(x, str) and isinstance(y, str) and x.startswith("/") and y.startswith("/"):
+        return Path(x).name == Path(y).name
+    return x == y
+
+
 def fitted_mismatch(prior: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """The training settings (flattened keys) on which two runs' configs differ, ``FITTED_FREE`` aside."""
     free = lambda key: any(key == f or key.startswith(f + ".") for f in FITTED_FREE)  # noqa: E731
     a, b = _flat(prior), _flat(config)
-    return sorted(k for k in set(a) | set(b) if not free(k) and a.get(k) != b.get(k))
+    return sorted(k for k in set(a) | set(b) if not free(k) and not _same(a.get(k), b.get(k)))
 
 
 def load_fitted(run: Path, config: dict[str, Any], digest: str) -> tuple[TrainResult, Path, str]:

@@ -217,3 +217,29 @@ def test_a_distillation_set_keeps_texts_and_unit_vectors_and_refuses_what_is_not
     (tmp_path / "bad.npz").write_bytes(b"not a set")
     with pytest.raises(InvalidInputError, match="not a distillation set"):
         load_distill_set(tmp_path / "bad.npz")
+
+
+def test_a_distillation_set_made_another_way_or_by_another_teacher_is_refused(tmp_path):
+    from omegaconf import OmegaConf
+
+    from lightmem.errors import InvalidInputError
+    from lightmem.training.doc_encoder import distill_set, save_distill_set, set_recipe
+
+    data = tmp_path / "conv.json"
+    data.write_text("[]")
+    cfg = OmegaConf.create({"writer": {"_target_": "lightmem.roles.writer.TurnWriter", "compact": True}, "locomo_train": "0-2",
+                            "locomo_path": str(data), "lme_path": str(data), "lme_s_path": None, "val_texts": 3,
+                            "optim": {"seed": 0}, "distill_set": str(tmp_path / "set.npz")})
+    vec = np.eye(2, dtype=np.float32)
+    save_distill_set(cfg.distill_set, teacher="t", texts=["a", "b"], targets=vec, val=["v"], val_targets=vec[:1],
+                     recipe=set_recipe(cfg))
+    assert distill_set(cfg, None, None)["texts"] == ["a", "b"]  # no teacher needed once the set exists
+
+    class Teacher:
+        name = "another"
+
+    with pytest.raises(InvalidInputError, match="vectors of t"):
+        distill_set(cfg, Teacher(), None)
+    data.write_text("[ ]")  # the data file changed: the texts it would give may differ
+    with pytest.raises(InvalidInputError, match="another writer, split or data file"):
+        distill_set(cfg, None, None)

@@ -248,11 +248,13 @@ def load_distill_set(path: str | Path) -> dict[str, Any]:
 
 def set_recipe(cfg: Any) -> dict[str, Any]:
     """What decides a distillation set's texts besides the teacher: the writer, the splits, the data files (by
-    name), the validation sample."""
+    name and content), the validation sample."""
     from lightmem.config import to_container
+    from lightmem.training.export import sha256_files
 
+    files = [Path(str(p)) for p in (cfg.locomo_path, cfg.lme_path, cfg.lme_s_path) if p]
     return {"writer": to_container(cfg.writer), "locomo_train": str(cfg.locomo_train),
-            "data": [Path(str(p)).name for p in (cfg.locomo_path, cfg.lme_path, cfg.lme_s_path) if p],
+            "data": {f.name: sha256_files([f]) if f.exists() else None for f in files},
             "val_texts": cfg.val_texts, "seed": cfg.optim.seed}
 
 

@@ -87,7 +87,7 @@ def train_and_export(
 # Settings that may differ between the run that fitted the weights and the one that scores and exports them: where
 # files go and come from, whether held-out data is scored, the logger, and the device switches.
 FITTED_FREE = ("out_dir", "export_dir", "fitted", "held_out", "distill_set", "vector_cache", "logger", "paths", "hydra",
-               "locomo_path", "lme_path", "lme_s_path", "optim.cpu", "optim.resume")
+               "prepare_only", "locomo_path", "lme_path", "lme_s_path", "optim.cpu", "optim.resume")
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:

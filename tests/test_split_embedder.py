@@ -217,6 +217,9 @@ def test_a_distillation_set_keeps_texts_and_unit_vectors_and_refuses_what_is_not
     (tmp_path / "bad.npz").write_bytes(b"not a set")
     with pytest.raises(InvalidInputError, match="not a distillation set"):
         load_distill_set(tmp_path / "bad.npz")
+    (tmp_path / "cut.npz").write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a copy cut short
+    with pytest.raises(InvalidInputError, match="not a distillation set"):
+        load_distill_set(tmp_path / "cut.npz")
 
 
 def test_a_distillation_set_made_another_way_or_by_another_teacher_is_refused(tmp_path):

@@ -393,6 +393,7 @@ def test_a_fitted_run_is_scored_and_exported_without_training_again(tmp_path, to
     assert second["train"] == first["train"] and not (tmp_path / "b" / "best").exists()  # and nothing was fitted
     card = json.loads((tmp_path / "exp" / "card.json").read_text())
     assert card["training"]["steps"] == 2 and card["training"]["device"] == "cpu" and card["metrics"] == {"test/x": 1.0}
+    assert card["training"]["commit"] == first["commit"]  # the commit that fitted the weights, beside the exporting one
     assert (tmp_path / "exp" / "adapter_model.safetensors").read_bytes() == (tmp_path / "a" / "best" / "adapter_model.safetensors").read_bytes()
 
 
@@ -404,6 +405,7 @@ def test_a_fitted_run_with_other_settings_or_data_is_refused(tmp_path, tok, tiny
     _job(tmp_path, tok, tiny_models, "a", config=config, data=["t1"])
     other = {**config, "optim": {**config["optim"], "lr": 1e-3}}
     assert fitted_mismatch(config, other) == ["optim.lr"]
+    assert fitted_mismatch({"t": [1, 2], "p": "x"}, {"t": (1, 2), "p": Path("x")}) == []  # as summary.json holds them
     assert fitted_mismatch(config, {**config, "optim": {**config["optim"], "cpu": False}, "out_dir": "z"}) == []
     where = lambda root: {**config, "encoder": {"adapter": f"{root}/checkpoints/embedder"}}  # noqa: E731
     assert fitted_mismatch(where("/work/repo"), where("/tmp/worktree")) == []  # another machine's source tree
@@ -414,3 +416,10 @@ def test_a_fitted_run_with_other_settings_or_data_is_refused(tmp_path, tok, tiny
         _job(tmp_path, tok, tiny_models, "c", config=config, data=["t1", "t9"], fitted=tmp_path / "a")
     with pytest.raises(FileNotFoundError, match="no finished run"):
         _job(tmp_path, tok, tiny_models, "d", config=config, data=["t1"], fitted=tmp_path / "nowhere")
+    best = tmp_path / "a" / "best" / "metrics.json"  # best/ replaced by a later run in the same folder
+    best.write_text(json.dumps({**json.loads(best.read_text()), "step": 99}))
+    with pytest.raises(InvalidInputError, match="another evaluation"):
+        _job(tmp_path, tok, tiny_models, "e", config=config, data=["t1"], fitted=tmp_path / "a")
+    (tmp_path / "a" / "summary.json").write_text('{"train": {"best"')  # a summary cut short in a copy
+    with pytest.raises(InvalidInputError, match="not a finished run's summary"):
+        _job(tmp_path, tok, tiny_models, "f", config=config, data=["t1"], fitted=tmp_path / "a")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,11 +218,17 @@ def save_distill_set(path: str | Path, *, teacher: str, texts: Sequence[str], ta
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = json.dumps({"format": SET_FORMAT, "teacher": teacher, "recipe": recipe or {}, "texts": list(texts), "val": list(val)},
                       default=str)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        np.savez_compressed(f, meta=np.frombuffer(meta.encode(), dtype=np.uint8),
-                            targets=np.asarray(targets, dtype=np.float16), val_targets=np.asarray(val_targets, dtype=np.float16))
-    tmp.replace(path)
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)  # two sweep jobs: two files
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez_compressed(f, meta=np.frombuffer(meta.encode(), dtype=np.uint8),
+                                targets=np.asarray(targets, dtype=np.float16), val_targets=np.asarray(val_targets, dtype=np.float16))
+        Path(tmp).replace(path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return path
 
 
@@ -237,7 +244,7 @@ def load_distill_set(path: str | Path) -> dict[str, Any]:
         with np.load(path) as z:
             meta = json.loads(bytes(z["meta"]).decode())
             targets, val_targets = z["targets"].astype(np.float32), z["val_targets"].astype(np.float32)
-    except (OSError, KeyError, ValueError) as exc:
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise InvalidInputError(f"{path} is not a distillation set written by train/doc_encoder.py ({exc})") from exc
     if meta.get("format") != SET_FORMAT or len(meta["texts"]) != len(targets) or len(meta["val"]) != len(val_targets):
         raise InvalidInputError(f"{path}: format {meta.get('format')} (expected {SET_FORMAT}) or texts and vectors differ in number")

@@ -1,6 +1,7 @@
 """What every training entry point does around the loop: log, fit, test the best weights, export."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -67,18 +68,21 @@ def train_and_export(
     params = trainable_summary(model)
     digest = sha256_files(data_files)
     if fitted:
-        result, best, device = load_fitted(Path(fitted), config, digest)
+        result, best, device, fitted_at = load_fitted(Path(fitted), config, digest)
     else:
+        (out / "summary.json").unlink(missing_ok=True)  # a summary describes the weights beside it, not a run before them
         result = fit(model, train, make_batch, loss_fn, evaluate, metric, out, spec, logger, show_progress=sys.stderr.isatty())
-        best, device = out / "best", device_name(spec)
+        best, device, fitted_at = out / "best", device_name(spec), git_commit()
     metrics = test(best)
     logger.log_metrics(metrics)
     summary = {"train": asdict(result), "test": metrics, "params": params, "n_train": len(train), "config": config,
-               "data_sha256": digest, "device": device}
+               "data_sha256": digest, "device": device, "commit": fitted_at}
     if fitted:
         summary["fitted"] = str(fitted)
-    training = {**{k: v for k, v in summary["train"].items() if k != "history"}, "device": device}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    training = {**{k: v for k, v in summary["train"].items() if k != "history"}, "device": device, "commit": fitted_at}
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    tmp.replace(out / "summary.json")
     finish_run(out, export_dir, card, params=params, data_files=data_files, metrics=metrics, training=training,
                config=config, logger=logger, best=best)
     return summary
@@ -100,40 +104,51 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _same(x: Any, y: Any) -> bool:
-    """Equal settings; two absolute paths count as one when they name the same file (the final component): the
-    machines hold the source tree in different places."""
+    """Equal settings; two absolute paths count as one when they end in the same two components
+    (``checkpoints/embedder``): the machines hold the source tree in different places."""
     if isinstance(x, str) and isinstance(y, str) and x.startswith("/") and y.startswith("/"):
-        return Path(x).name == Path(y).name
+        return Path(x).parts[-2:] == Path(y).parts[-2:]
     return x == y
 
 
 def fitted_mismatch(prior: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """The training settings (flattened keys) on which two runs' configs differ, ``FITTED_FREE`` aside."""
     free = lambda key: any(key == f or key.startswith(f + ".") for f in FITTED_FREE)  # noqa: E731
-    a, b = _flat(prior), _flat(config)
+    as_saved = lambda c: json.loads(json.dumps(c, default=str))  # noqa: E731  (what summary.json holds: lists, strings)
+    a, b = _flat(as_saved(prior)), _flat(as_saved(config))
     return sorted(k for k in set(a) | set(b) if not free(k) and not _same(a.get(k), b.get(k)))
 
 
-def load_fitted(run: Path, config: dict[str, Any], digest: str) -> tuple[TrainResult, Path, str]:
-    """An earlier run's training result, best weights and device, refused unless it was fitted with these settings
-    on this data.
+def load_fitted(run: Path, config: dict[str, Any], digest: str) -> tuple[TrainResult, Path, str, str]:
+    """An earlier run's training result, best weights, device and commit, refused unless it was fitted with these
+    settings on this data and its ``best/`` is the one its summary describes.
 
     Raises:
         FileNotFoundError: ``run`` has no ``summary.json`` or no ``best`` weights.
-        InvalidInputError: Its settings or its data differ from this run's.
+        InvalidInputError: An unreadable summary, other settings or data than this run's, or ``best/`` weights from
+            another evaluation than the summary's best.
     """
     if not (run / "summary.json").exists() or not (run / "best").is_dir():
         raise FileNotFoundError(f"fitted={run} holds no finished run (summary.json and best/ are what a trainer leaves)")
-    prior = json.loads((run / "summary.json").read_text())
+    try:
+        prior = json.loads((run / "summary.json").read_text())
+        fields = {f.name for f in dataclasses.fields(TrainResult)}
+        result = TrainResult(**{k: v for k, v in prior["train"].items() if k in fields})
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InvalidInputError(f"{run}/summary.json is not a finished run's summary ({type(exc).__name__}: {exc})") from exc
     if "config" not in prior:
         raise InvalidInputError(f"{run}/summary.json records no config: it was written before fitted runs could be checked")
+    kept = run / "best" / "metrics.json"
+    if kept.exists() and json.loads(kept.read_text()).get("step") != result.best.get("step"):
+        raise InvalidInputError(f"{run}/best holds the weights of another evaluation than its summary's best "
+                                "(a run restarted in that folder?)")
     bad = fitted_mismatch(prior["config"], config)
     if bad:
         shown = ", ".join(f"{k}" for k in bad[:8])
         raise InvalidInputError(f"fitted={run} was trained with other settings ({shown}); pass the same overrides")
     if prior.get("data_sha256") != digest:
         raise InvalidInputError(f"fitted={run} was trained on other data (sha256 {prior.get('data_sha256')} against {digest})")
-    return TrainResult(**prior["train"]), run / "best", str(prior.get("device", "unknown"))
+    return result, run / "best", str(prior.get("device", "unknown")), str(prior.get("commit", "unknown"))
 
 
 def device_name(spec: TrainSpec) -> str:

@@ -270,12 +270,13 @@ def distill_set(cfg: Any, teacher: Any | None, writer: Any | None) -> dict[str, 
     ``teacher`` from the writer's memories of the training and validation splits (and saved there when it is set)."""
     if cfg.get("distill_set") and Path(cfg.distill_set).exists():
         from lightmem.errors import InvalidInputError
+        from lightmem.training.job import as_json
 
         data = load_distill_set(cfg.distill_set)
         if teacher is not None and data["teacher"] != teacher.name:
             raise InvalidInputError(f"{cfg.distill_set} holds vectors of {data['teacher']}, not of the configured "
                                     f"encoder {teacher.name}: delete it or point distill_set elsewhere")
-        if data["recipe"] != json.loads(json.dumps(set_recipe(cfg), default=str)):
+        if data["recipe"] != as_json(set_recipe(cfg)):
             raise InvalidInputError(f"{cfg.distill_set} was made with another writer, split or data file "
                                     f"({data['recipe']}): delete it or point distill_set elsewhere")
         return data

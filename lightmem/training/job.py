@@ -94,6 +94,12 @@ FITTED_FREE = ("out_dir", "export_dir", "fitted", "held_out", "distill_set", "ve
                "prepare_only", "locomo_path", "lme_path", "lme_s_path", "optim.cpu", "optim.resume")
 
 
+def as_json(value: Any) -> Any:
+    """``value`` as a JSON file gives it back (tuples as lists, other objects as their ``str``): how a setting
+    written by one run compares with the live one of another."""
+    return json.loads(json.dumps(value, default=str))
+
+
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     if not isinstance(d, dict):
         return {prefix: d}
@@ -114,8 +120,7 @@ def _same(x: Any, y: Any) -> bool:
 def fitted_mismatch(prior: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """The training settings (flattened keys) on which two runs' configs differ, ``FITTED_FREE`` aside."""
     free = lambda key: any(key == f or key.startswith(f + ".") for f in FITTED_FREE)  # noqa: E731
-    as_saved = lambda c: json.loads(json.dumps(c, default=str))  # noqa: E731  (what summary.json holds: lists, strings)
-    a, b = _flat(as_saved(prior)), _flat(as_saved(config))
+    a, b = _flat(as_json(prior)), _flat(as_json(config))
     return sorted(k for k in set(a) | set(b) if not free(k) and not _same(a.get(k), b.get(k)))
 
 

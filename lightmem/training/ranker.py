@@ -50,6 +50,13 @@ def mine_groups(make_memory: Callable[[str], Memory], convs: Sequence[Any], sour
     return groups
 
 
+def _without(node: Any, name: str) -> Any:
+    """``node`` with every ``name`` key removed, at any depth (a split encoder nests two encoder nodes)."""
+    if isinstance(node, dict):
+        return {k: _without(v, name) for k, v in node.items() if k != name}
+    return node
+
+
 def groups_key(cfg: Any, embedder_name: str) -> str:
     """The cache folder name of the groups ``cfg`` mines: a hash of everything that shapes them (pipeline, data,
     splits, embedder, the feature code), less the machine's adapter path and the engine's ``PACKING_SETTINGS``."""
@@ -58,8 +65,7 @@ def groups_key(cfg: Any, embedder_name: str) -> str:
 
     key = {name: to_container(cfg[name]) for name in ("encoder", "store", "retrieval", "controller", "writer", "sensory", "ltm",
                                                       "memory", "llm")}
-    for node in (key["encoder"], key["encoder"].get("query") or {}, key["encoder"].get("documents") or {}):
-        node.pop("adapter", None)  # a machine's path; the embedder's name carries the adapter's fingerprint
+    key["encoder"] = _without(key["encoder"], "adapter")  # a machine's path; the embedder's name carries its fingerprint
     for name in PACKING_SETTINGS:  # they act on Stage 2's order, after the candidates a group holds
         key["retrieval"].pop(name, None)
     key.update(embedder=embedder_name, k=cfg.k, data=[Path(str(p)).name for p in (cfg.locomo_path, cfg.lme_path)],

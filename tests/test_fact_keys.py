@@ -65,3 +65,52 @@ def test_the_entry_point_writes_its_numbers_and_refuses_a_file_without_observati
     except SystemExit as e:
         code = e.code
     assert code == 2 and "no `observation`" in capsys.readouterr().err
+
+
+def test_a_fact_keyed_writer_stores_each_memory_under_its_facts_and_remembers_what_it_wrote(tmp_path, embedder):
+    from lightmem.evaluation.fact_keys import FactKeyedWriter, facts_by_turn, shown
+    from lightmem.memory import Memory
+    from lightmem.roles.writer import TurnWriter
+
+    conv, raw = load_locomo(TINY_LOCOMO)[0], json.loads(TINY_LOCOMO.read_text())[0]
+    raw = {**raw, "observation": {"s": {"Ava": [["Ava owns a dachshund.", "D1:1"], ["Ava owns a dachshund.", "D1:1"]]}}}
+    facts = facts_by_turn(raw, conv)
+    assert facts == {"D1:1": ["Ava owns a dachshund.", "Ava owns a dachshund."]}
+    writer = FactKeyedWriter(TurnWriter(), facts)
+    mem = Memory.open(tmp_path / "store", embedder=embedder, writer=writer, background_index=False)
+    try:
+        for s in conv.sessions:
+            mem.add_turns("u", s.turns)
+        keyed = [m for m in mem.get_all("u") if m.provenance == ["D1:1"]]
+        assert len(keyed) == 1 and keyed[0].text.endswith(" Ava owns a dachshund.")  # each fact once
+        written = writer.written[keyed[0].text]
+        assert keyed[0].text == f"{written} Ava owns a dachshund." and "dachshund" not in written
+        assert set(writer.written) == {keyed[0].text}  # the memories of turns no fact cites are stored as written
+        hits = mem.retrieve("dachshund", "u").candidates  # a word of the fact alone finds the memory (BM25 on its key)
+        assert hits and hits[0].item.provenance == ["D1:1"]
+    finally:
+        mem.close()
+    group = {"texts": [f"[2023-05-08] {keyed[0].text}", "[2023-05-08] Ben: hi", keyed[0].text]}
+    assert shown([group], writer.written)[0]["texts"] == [f"[2023-05-08] {written}", "[2023-05-08] Ben: hi", written]
+
+
+def test_the_pipeline_ceiling_scores_both_keys_of_every_question(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "fk.json"
+    monkeypatch.setattr(sys, "argv", ["fact_keys.py", "--data", str(TINY_LOCOMO), "--pipeline", "--resamples", "50",
+                                      "--set", "encoder=hashing", "--set", "vector_cache=null", "--json", str(out)])
+    try:
+        runpy.run_path(str(ROOT / "eval" / "fact_keys.py"), run_name="__main__")
+    except SystemExit as e:
+        assert e.code == 0
+    from lightmem.evaluation.metrics import normalize_evidence
+
+    got = json.loads(out.read_text())
+    convs = load_locomo(TINY_LOCOMO)
+    asked = [q for c in convs for q in c.qa if str(q.category) in ("1", "2", "3", "4") and normalize_evidence(q.evidence)]
+    assert got["n"] == len(got["rows"]) == len(asked) > 0
+    for row in got["rows"]:
+        for key in ("text", "text+facts"):
+            assert set(row[key]) == {"pool", "strict"} and row[key]["pool"] in (0.0, 1.0)
+            assert row[key]["strict"] <= row[key]["pool"]  # packed whole implies found by Stage 1
+    printed = capsys.readouterr().out
+    assert "strict@600" in printed and "text+facts − text, all strict" in printed

@@ -130,10 +130,10 @@ def ltm_options(node: DictConfig | None, shared: SharedRuntime) -> Any:
 
 
 def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None,
-                 shared: SharedRuntime | None = None) -> Memory:
-    """A Memory built from a PipelineConfig (pass ``embedder`` / ``shared`` to reuse them). The ``store``
-    node names its backend as ``_target_``: the embedded one is made in ``path``; a server node names
-    its own database (``uri``) instead."""
+                 shared: SharedRuntime | None = None, writer: Any = None) -> Memory:
+    """A Memory built from a PipelineConfig (pass ``embedder`` / ``shared`` to reuse them; ``writer`` replaces the
+    config's writer). The ``store`` node names its backend as ``_target_``: the embedded one is made in ``path``; a
+    server node names its own database (``uri``) instead."""
     shared = shared or SharedRuntime(cfg)
     embedder = embedder or build_embedder(cfg)
     where = {} if "uri" in cfg.store else {"path": str(path)}
@@ -143,7 +143,7 @@ def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = 
         embedder=embedder,
         selector=shared.selector(cfg.selector),
         controller=shared.role(cfg.controller),
-        writer=shared.role(cfg.writer),
+        writer=shared.role(cfg.writer) if writer is None else writer,
         maintainer=Maintainer(dup_threshold=cfg.memory.dup_threshold) if cfg.memory.maintenance else None,
         k=cfg.memory.k,
         budget=cfg.memory.budget,

@@ -11,10 +11,18 @@ Dense first hop only: a question's evidence turns are ranked by cosine to the qu
 
 ``recall_all@N``: every evidence turn among the N closest. Gold facts are the best an SLM could write, so a key
 that does not gain here will not gain with generated facts either.
+
+``pipeline_ceiling`` takes the same facts through the whole read path: each memory is stored and indexed (vector
+and BM25 terms) under ``text + facts`` (``FactKeyedWriter``), Stage 1 and the served Stage 2 rank it as they rank
+any memory, and the prompt packs the memory as written, without the facts (strict recall of the composed prompt,
+as the ranker's trainer scores it: ``training.ranker.ServedPacking``).
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import tempfile
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from lightmem.datasets.formats import Conversation
+from lightmem.types import Turn
 
 KEYS = ("text", "text+facts", "facts+text", "text|fact items")
 CATEGORIES = ("1", "2", "3", "4")  # LoCoMo's answerable categories (5 is adversarial)
@@ -99,3 +108,93 @@ def recall_table(rows: Sequence[Mapping[str, Any]], ns: Sequence[int]) -> dict[s
                 out[k][row["category"]][n].append(hit)
                 out[k]["all"][n].append(hit)
     return out
+
+
+def facts_by_turn(raw: Mapping[str, Any], conv: Conversation) -> dict[str, list[str]]:
+    """Turn id → the facts of ``raw``'s ``observation`` that cite it, in the file's order."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for fact, ids in cited_facts(raw, [t.turn_id for s in conv.sessions for t in s.turns]):
+        for i in ids:
+            out[i].append(fact)
+    return dict(out)
+
+
+class FactKeyedWriter:
+    """Wraps a writer so that each entry it writes is stored under its text followed by the facts citing the
+    entry's source turns (each fact once): the key the store embeds and indexes for BM25. ``written`` maps
+    each such key back to the text the wrapped writer wrote, which a prompt of the memory would show."""
+
+    def __init__(self, inner: Any, facts: Mapping[str, Sequence[str]]) -> None:
+        self.inner, self.facts = inner, facts
+        self.written: dict[str, str] = {}
+
+    def write(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[Any]:
+        out = []
+        for d in self.inner.write(turns, context):
+            facts = list(dict.fromkeys(f for p in d.provenance for f in self.facts.get(p, ())))
+            if facts:
+                key = " ".join([d.text, *facts])
+                self.written[key] = d.text
+                d = dataclasses.replace(d, text=key)
+            out.append(d)
+        return out
+
+
+def shown(groups: Sequence[dict[str, Any]], written: Mapping[str, str]) -> list[dict[str, Any]]:
+    """``groups`` with each candidate's text as the prompt shows it: a fact-keyed memory's text as written."""
+    from lightmem.training.selector import split_dated
+
+    out = []
+    for g in groups:
+        texts = []
+        for t in g["texts"]:
+            day, text = split_dated(t)
+            texts.append(f"[{day}] {written[text]}" if day and text in written else written.get(t, t))
+        out.append({**g, "texts": texts})
+    return out
+
+
+def _holds(group: dict[str, Any], idx: Sequence[int]) -> float:
+    """1.0 when the candidates ``idx`` of ``group`` cite every evidence turn."""
+    return float(set(group["evidence"]) <= {p for i in idx for p in group["provenance"][i]})
+
+
+def pipeline_ceiling(cfg: Any, convs: Sequence[Conversation], raws: Sequence[Mapping[str, Any]], budget: int = 600,
+                     show_progress: bool = False) -> list[dict[str, Any]]:
+    """Per answerable question of ``convs`` (their raw samples ``raws``), for the keys ``text`` and ``text+facts``:
+    whether every evidence turn is among the Stage-1 candidates (``pool``) and packed whole into a ``budget``-token
+    prompt in the order of ``cfg``'s ranker (``strict``). ``cfg`` is an evaluation config (conf/locomo.yaml) whose
+    selector is a learned ranker."""
+    from pathlib import Path
+
+    from lightmem.config import SharedRuntime, build_embedder, build_memory
+    from lightmem.retrieval.trees import ranker_scorer
+    from lightmem.training.ranker import mine_groups, ranker_order, served_packing
+
+    checkpoint = cfg.selector.get("checkpoint")
+    if not checkpoint:
+        raise ValueError("pipeline_ceiling ranks with a learned ranker: use selector=ranker or another with a checkpoint")
+    score = ranker_scorer(json.loads((Path(checkpoint) / "ranker.json").read_text()))
+    embedder, shared = build_embedder(cfg), SharedRuntime(cfg)
+    packing = served_packing(cfg)
+    k = int(cfg.memory.k)
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for conv, raw in zip(convs, raws):
+        facts = facts_by_turn(raw, conv)
+        for key in ("text", "text+facts"):
+            writer = FactKeyedWriter(shared.role(cfg.writer), facts if key == "text+facts" else {})
+            with tempfile.TemporaryDirectory(prefix="lightmem-facts-") as scratch:
+                def make_memory(conv_id: str, scratch: str = scratch, writer: FactKeyedWriter = writer) -> Any:
+                    return build_memory(cfg, Path(scratch) / conv_id, embedder=embedder, shared=shared, writer=writer)
+
+                groups = mine_groups(make_memory, [conv], "locomo", k, [int(c) for c in CATEGORIES], show_progress)
+            seen: dict[tuple[str, ...], int] = defaultdict(int)
+            for g in shown(groups, writer.written):
+                _, order = ranker_order(g, score)
+                evidence = set(g["evidence"])
+                ask = (g["query"], *sorted(evidence))
+                seen[ask] += 1  # a question asked twice with the same evidence is two rows
+                row = rows.setdefault((conv.conv_id, *ask, str(seen[ask])),
+                                      {"question": g["query"], "category": str(g["category"])})
+                row[key] = {"pool": _holds(g, order), "strict": _holds(g, packing.kept(g, order, budget))}
+    return list(rows.values())

@@ -56,8 +56,8 @@ class QuestionRecord:
     qa: dict[str, Any] = field(default_factory=dict)  # prediction, f1, bleu1, rouge_l, judge, generate_ms, e2e_ms
     # answer coverage of the packed memories' text, date prefixes left out (None: no gold answer)
     coverage: float | None = None
-    # evidence recall of Stage 1's candidate pool at max K (3K candidates by default): what Stage 2 could
-    # at best keep; None for a system without a candidate stage (full context)
+    # evidence recall of the Stage-1 candidate pool that build_context's Stage 2 ranks (the Memory's own K times
+    # candidate_factor, ``n``): what the prompt could at best hold; None for a system without a candidate stage
     candidate_recall: dict[str, float] | None = None
     packed: list[dict[str, Any]] = field(default_factory=list)  # the prompt's memory lines, each whole or excerpt
     context_ms: float = 0.0  # build_context's milliseconds
@@ -109,6 +109,7 @@ def evaluate_conversation(
     injected = after_ingest(memory, conv) if after_ingest is not None else {}
     contexts: list[str] = []
     kmax = max(ks)
+    served_k = getattr(memory, "k", None)  # the K of build_context's search (a system without one: None)
     # Questions are asked after the last session: relative time in them is anchored there.
     asked_at = max((s.timestamp for s in conv.sessions), default=None)
     turns = {t.turn_id: t for s in conv.sessions for t in s.turns if t.text.strip()}
@@ -126,12 +127,15 @@ def evaluate_conversation(
             if k == kmax:
                 search_ms, stage_ms, top_hits = elapsed, dict(result.timings_ms), hits
                 queries = [hq.text for hq in result.plan.hqs] if result.plan is not None else []
+            if k == served_k:
                 pool = result.candidates
-                candidate_recall = ({**asdict(evidence_recall([h.item.provenance for h in pool], evidence)),
-                                     "n": float(len(pool))} if pool else None)
             recall[f"@{k}"] = asdict(evidence_recall([h.item.provenance for h in hits], evidence))
             recall[f"@{k}"]["precision"] = evidence_precision([h.item.provenance for h in hits], evidence)
             tokens[f"@{k}"] = sum(h.item.n_tokens for h in hits)
+        if served_k not in ks:  # build_context searches with the Memory's own K: its pool is the one that counts
+            pool = memory.retrieve(qa.question, user, now=asked_at).candidates
+        candidate_recall = ({**asdict(evidence_recall([h.item.provenance for h in pool], evidence)),
+                             "n": float(len(pool))} if pool else None)
         recall = {f"@{k}": recall[f"@{k}"] for k in sorted(ks)}
         tokens = {f"@{k}": tokens[f"@{k}"] for k in sorted(ks)}
         # What a reader gets: the prompt build_context returns, scored as it is.

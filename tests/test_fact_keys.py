@@ -114,3 +114,14 @@ def test_the_pipeline_ceiling_scores_both_keys_of_every_question(tmp_path, monke
             assert row[key]["strict"] <= row[key]["pool"]  # packed whole implies found by Stage 1
     printed = capsys.readouterr().out
     assert "strict@600" in printed and "text+facts − text, all strict" in printed
+
+
+def test_the_pipeline_ceiling_refuses_a_selector_without_a_trained_ranker(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["fact_keys.py", "--data", str(TINY_LOCOMO), "--pipeline", "--set", "encoder=hashing",
+                                      "--set", "vector_cache=null", "--set", "selector=none"])
+    try:
+        runpy.run_path(str(ROOT / "eval" / "fact_keys.py"), run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    assert code == 2 and "learned ranker" in capsys.readouterr().err

@@ -84,7 +84,7 @@ def fmt(value: Any, digits: int = 3) -> str:
 def reader_table(runs: Sequence[Mapping[str, Any]]) -> str:
     """Reader F1 per LoCoMo category, F1 and strict recall of each run (rows in the file's order), then the
     control contexts' rows from the first run that answered them (a run marked ``controls_only`` gives only those)."""
-    header = ["same reader, 600-token prompts", "F1 multi-hop", "temporal", "open-domain", "single-hop", "F1 (1-4)",
+    header = ["600-token prompts; the 0.5B reader unless a row names another", "F1 multi-hop", "temporal", "open-domain", "single-hop", "F1 (1-4)",
               "BLEU-1", "strict R_all@600", "s per question (P50)"]
     rows = []
     for run in runs:

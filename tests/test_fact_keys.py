@@ -13,6 +13,16 @@ from lightmem.evaluation.fact_keys import KEYS, cited_facts, conversation_ranks,
 from lightmem.models.embedder import HashingEmbedder
 
 
+def run_entry_point(monkeypatch, argv: list[str]) -> int:
+    """eval/fact_keys.py run as a script with ``argv``; its exit code (0 when it returns)."""
+    monkeypatch.setattr(sys, "argv", ["fact_keys.py", *argv])
+    try:
+        runpy.run_path(str(ROOT / "eval" / "fact_keys.py"), run_name="__main__")
+    except SystemExit as e:
+        return e.code
+    return 0
+
+
 def test_cited_facts_split_citations_and_drop_turns_that_do_not_exist():
     raw = {"observation": {"s1": {"Ava": [["Ava has a puppy.", "D1:1; D2:2"], ["Nothing cited.", "D9:9"]],
                                   "Ben": [["Ben plays violin.", ["D1:4"]]]}}}
@@ -46,24 +56,15 @@ def test_a_fact_that_says_what_the_question_asks_brings_its_turn_first_as_a_key_
 
 def test_the_entry_point_writes_its_numbers_and_refuses_a_file_without_observations(tmp_path, monkeypatch, capsys):
     out = tmp_path / "fk.json"
-    monkeypatch.setattr(sys, "argv", ["fact_keys.py", "--data", str(TINY_LOCOMO), "--encoder", "hashing", "--ns", "1,5",
-                                      "--resamples", "50", "--json", str(out)])
-    try:
-        runpy.run_path(str(ROOT / "eval" / "fact_keys.py"), run_name="__main__")
-    except SystemExit as e:
-        assert e.code == 0
+    assert run_entry_point(monkeypatch, ["--data", str(TINY_LOCOMO), "--encoder", "hashing", "--ns", "1,5",
+                                         "--resamples", "50", "--json", str(out)]) == 0
     got = json.loads(out.read_text())
     assert got["n"] > 0 and set(got["recall_all"]) == set(KEYS)
     assert all(0.0 <= v <= 1.0 for by in got["recall_all"].values() for c in by.values() for v in c.values())
     assert "text+facts − text" in capsys.readouterr().out
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps([{k: v for k, v in s.items() if k != "observation"} for s in json.loads(TINY_LOCOMO.read_text())]))
-    monkeypatch.setattr(sys, "argv", ["fact_keys.py", "--data", str(bare), "--encoder", "hashing"])
-    try:
-        runpy.run_path(str(ROOT / "eval" / "fact_keys.py"), run_name="__main__")
-        code = 0
-    except SystemExit as e:
-        code = e.code
+    code = run_entry_point(monkeypatch, ["--data", str(bare), "--encoder", "hashing"])
     assert code == 2 and "no `observation`" in capsys.readouterr().err
 
 
@@ -96,12 +97,8 @@ def test_a_fact_keyed_writer_stores_each_memory_under_its_facts_and_remembers_wh
 
 def test_the_pipeline_ceiling_scores_both_keys_of_every_question(tmp_path, monkeypatch, capsys):
     out = tmp_path / "fk.json"
-    monkeypatch.setattr(sys, "argv", ["fact_keys.py", "--data", str(TINY_LOCOMO), "--pipeline", "--resamples", "50",
-                                      "--set", "encoder=hashing", "--set", "vector_cache=null", "--json", str(out)])
-    try:
-        runpy.run_path(str(ROOT / "eval" / "fact_keys.py"), run_name="__main__")
-    except SystemExit as e:
-        assert e.code == 0
+    assert run_entry_point(monkeypatch, ["--data", str(TINY_LOCOMO), "--pipeline", "--resamples", "50", "--set",
+                                         "encoder=hashing", "--set", "vector_cache=null", "--json", str(out)]) == 0
     from lightmem.evaluation.metrics import normalize_evidence
 
     got = json.loads(out.read_text())
@@ -117,11 +114,6 @@ def test_the_pipeline_ceiling_scores_both_keys_of_every_question(tmp_path, monke
 
 
 def test_the_pipeline_ceiling_refuses_a_selector_without_a_trained_ranker(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["fact_keys.py", "--data", str(TINY_LOCOMO), "--pipeline", "--set", "encoder=hashing",
-                                      "--set", "vector_cache=null", "--set", "selector=none"])
-    try:
-        runpy.run_path(str(ROOT / "eval" / "fact_keys.py"), run_name="__main__")
-        code = 0
-    except SystemExit as e:
-        code = e.code
+    code = run_entry_point(monkeypatch, ["--data", str(TINY_LOCOMO), "--pipeline", "--set", "encoder=hashing",
+                                         "--set", "vector_cache=null", "--set", "selector=none"])
     assert code == 2 and "learned ranker" in capsys.readouterr().err

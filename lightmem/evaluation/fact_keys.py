@@ -53,10 +53,7 @@ def cited_facts(raw: Mapping[str, Any], turn_ids: Sequence[str]) -> list[tuple[s
 
 def turn_keys(texts: Sequence[str], turn_ids: Sequence[str], facts: Sequence[tuple[str, list[str]]]) -> dict[str, list[str]]:
     """The merged keys of each turn (``text``, ``text+facts``, ``facts+text``)."""
-    by_turn: dict[str, list[str]] = defaultdict(list)
-    for fact, ids in facts:
-        for i in ids:
-            by_turn[i].append(fact)
+    by_turn = defaultdict(list, _by_turn(facts))
     return {
         "text": list(texts),
         "text+facts": [" ".join([t, *by_turn[i]]) for t, i in zip(texts, turn_ids)],
@@ -110,13 +107,18 @@ def recall_table(rows: Sequence[Mapping[str, Any]], ns: Sequence[int]) -> dict[s
     return out
 
 
-def facts_by_turn(raw: Mapping[str, Any], conv: Conversation) -> dict[str, list[str]]:
-    """Turn id → the facts of ``raw``'s ``observation`` that cite it, in the file's order."""
+def _by_turn(facts: Sequence[tuple[str, list[str]]]) -> dict[str, list[str]]:
+    """Turn id → the facts citing it, in their order."""
     out: dict[str, list[str]] = defaultdict(list)
-    for fact, ids in cited_facts(raw, [t.turn_id for s in conv.sessions for t in s.turns]):
+    for fact, ids in facts:
         for i in ids:
             out[i].append(fact)
     return dict(out)
+
+
+def facts_by_turn(raw: Mapping[str, Any], conv: Conversation) -> dict[str, list[str]]:
+    """Turn id → the facts of ``raw``'s ``observation`` that cite it, in the file's order."""
+    return _by_turn(cited_facts(raw, [t.turn_id for s in conv.sessions for t in s.turns]))
 
 
 class FactKeyedWriter:
@@ -154,11 +156,6 @@ def shown(groups: Sequence[dict[str, Any]], written: Mapping[str, str]) -> list[
     return out
 
 
-def _holds(group: dict[str, Any], idx: Sequence[int]) -> float:
-    """1.0 when the candidates ``idx`` of ``group`` cite every evidence turn."""
-    return float(set(group["evidence"]) <= {p for i in idx for p in group["provenance"][i]})
-
-
 def pipeline_ceiling(cfg: Any, convs: Sequence[Conversation], raws: Sequence[Mapping[str, Any]], budget: int = 600,
                      show_progress: bool = False) -> list[dict[str, Any]]:
     """Per answerable question of ``convs`` (their raw samples ``raws``), for the keys ``text`` and ``text+facts``:
@@ -169,7 +166,7 @@ def pipeline_ceiling(cfg: Any, convs: Sequence[Conversation], raws: Sequence[Map
 
     from lightmem.config import SharedRuntime, build_embedder, build_memory
     from lightmem.retrieval.trees import ranker_scorer
-    from lightmem.training.ranker import mine_groups, ranker_order, served_packing
+    from lightmem.training.ranker import _found, mine_groups, ranker_order, served_packing
 
     checkpoint = cfg.selector.get("checkpoint")
     if not checkpoint:
@@ -196,5 +193,5 @@ def pipeline_ceiling(cfg: Any, convs: Sequence[Conversation], raws: Sequence[Map
                 seen[ask] += 1  # a question asked twice with the same evidence is two rows
                 row = rows.setdefault((conv.conv_id, *ask, str(seen[ask])),
                                       {"question": g["query"], "category": str(g["category"])})
-                row[key] = {"pool": _holds(g, order), "strict": _holds(g, packing.kept(g, order, budget))}
+                row[key] = {"pool": _found(g, order), "strict": _found(g, packing.kept(g, order, budget))}
     return list(rows.values())

@@ -79,3 +79,19 @@ def test_cached_count_makes_its_counter_once_and_stays_bounded():
     assert made == []  # nothing is made before the first count
     assert [count("a b"), count("a b c"), count("a b"), count("x")] == [2, 3, 2, 1]
     assert made == [1] and len(count._counts) == 2  # the oldest text went
+
+
+def test_a_control_of_a_question_without_evidence_is_scored_for_coverage_alone():
+    import numpy as np
+
+    from lightmem.evaluation.packed import control_contexts, control_scores
+    from lightmem.types import Turn
+
+    turns = {f"s:{i}": Turn(f"s:{i}", "user", text, timestamp=1.7e9 + i)
+             for i, text in enumerate(["I adopted a cat named Miso.", "The weather was grey all week."])}
+    ctxs = control_contexts(ContextComposer(WhitespaceTokenCounter(), budget=100), "u", turns, "What is my cat called?", [],
+                            100, np.random.default_rng(0))
+    assert "Miso" not in ctxs["gold"].prompt and "Miso" in ctxs["random"].prompt  # no evidence: an empty gold context
+    gold, rand = (control_scores(ctxs[n], [], "Miso") for n in ("gold", "random"))
+    assert (gold["recall_all"], gold["coverage"]) == (None, 0.0)
+    assert (rand["recall_all"], rand["coverage"]) == (None, 1.0)

@@ -164,6 +164,32 @@ def test_longmemeval_runner_scores_sessions_and_turns(tmp_path):
     assert (tmp_path / "out" / "results.md").exists() and (tmp_path / "out" / "recall.png").stat().st_size > 0
 
 
+def test_longmemeval_controls_stand_beside_each_prompt_and_the_reader_answers_them(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("eval_lme", ROOT / "eval" / "longmemeval.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    path = _lme_file(tmp_path / "lme.json")
+    # the gold control is the has_answer turn alone; the random one packs the whole small haystack in some order
+    base = [f"data.path={path}", "encoder=hashing", "selector=none", "ks=[1,4]", "qa.enabled=true", "qa.controls=true",
+            "llm._target_=fakes.ScriptedLLM", "+llm.script=[a golden retriever]"]
+    results = mod.run(compose("longmemeval", [*base, f"out_dir={tmp_path}/a"]), quiet=True)
+    overall = results["retrieval"]["overall"]
+    assert overall["gold_recall_all"] == 1.0 and overall["gold_coverage"] == 1.0
+    assert overall["random_recall_all"] == 1.0  # four turns fit 600 tokens whatever the order
+    assert overall["qa_f1"] == overall["qa_gold_f1"] == overall["qa_random_f1"] == 1.0  # three prompts answered per question
+    rows = [json.loads(line) for line in (tmp_path / "a" / "questions.jsonl").read_text().splitlines()]
+    gold = rows[0]["controls"]["gold"]["prompt"]
+    assert "golden retriever" in gold and "lentil" not in gold and gold.endswith("What breed is my dog Biscuit?")
+    assert all(set(r["controls"]) == {"gold", "random"} and r["controls"]["random"]["qa"]["prediction"] for r in rows)
+    assert "cov. gold ctx" in (tmp_path / "a" / "results.md").read_text()
+    # the random context is drawn by the seed: the same seed composes the same prompt
+    mod.run(compose("longmemeval", [*base, f"out_dir={tmp_path}/b"]), quiet=True)
+    again = [json.loads(line) for line in (tmp_path / "b" / "questions.jsonl").read_text().splitlines()]
+    assert [r["controls"]["random"]["prompt"] for r in again] == [r["controls"]["random"]["prompt"] for r in rows]
+
+
 def test_ranked_metrics_map_turns_to_sessions():
     m = ranked_metrics(["s2:0", "s2:1", "s1:3"], ["s1:3"], ["s1"], [1, 2])
     assert m["turn_recall_any@1"] == 0.0 and m["turn_recall_any@2"] == 0.0  # the gold turn is third

@@ -13,7 +13,6 @@ not a ``Memory`` (``lightmem.evaluation.baselines``) run through it unchanged.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 import zlib
@@ -27,7 +26,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lightmem.datasets.formats import Conversation
 from lightmem.evaluation.metrics import answer_coverage, evidence_precision, evidence_recall, normalize_evidence, percentile
-from lightmem.evaluation.packed import CONTROLS, control_contexts, control_scores, memory_text, packed_lines, packed_recall
+from lightmem.evaluation.packed import (
+    answer_controls,
+    control_contexts,
+    control_f1,
+    control_means,
+    control_scores,
+    memory_text,
+    packed_lines,
+    packed_recall,
+)
 from lightmem.evaluation.qa import LOCOMO_JUDGE_PROMPT, QAOptions, answer_questions, locomo_scores, parse_locomo_label, qa_summary
 from lightmem.evaluation.stats import spread
 from lightmem.evaluation.system import System
@@ -186,11 +194,8 @@ def _answer(records: Sequence[QuestionRecord], contexts: Sequence[str], opts: QA
     run(records, contexts)
     for r in records:
         r.qa["context_tokens"] = int(r.tokens["@budget"])
-    for name in (CONTROLS if opts.controls else ()):
-        copies = [dataclasses.replace(r, qa={}) for r in records]
-        run(copies, [r.controls[name]["prompt"] for r in records])
-        for r, c in zip(records, copies):
-            r.controls[name]["qa"] = c.qa
+    if opts.controls:
+        answer_controls(records, run)
     after = {}
     for m in meters.values():
         after.update(m.summary())
@@ -202,12 +207,7 @@ def qa_aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
     done = [r.qa for r in records if r.qa]
     if not done:
         return {"n": 0}
-    out = qa_summary(done, ("f1", "bleu1", "rouge_l"))
-    for name in CONTROLS:
-        ctl = [r.controls[name]["qa"] for r in records if r.qa and "qa" in r.controls.get(name, {})]
-        if ctl:
-            out[f"{name}_f1"] = float(np.mean([c["f1"] for c in ctl]))
-    return out
+    return {**qa_summary(done, ("f1", "bleu1", "rouge_l")), **control_f1(records)}
 
 
 def aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
@@ -225,12 +225,7 @@ def aggregate(records: Sequence[QuestionRecord]) -> dict[str, Any]:
     out["answer_coverage@budget"] = float(np.mean(cov)) if cov else float("nan")
     out["memories@budget"] = float(np.mean([len(r.packed) for r in records]))
     out["excerpts@budget"] = float(np.mean([sum(not p["whole"] for p in r.packed) for r in records]))
-    for name in CONTROLS:
-        ctl = [r.controls[name] for r in records if name in r.controls]
-        if ctl:
-            out[f"{name}_recall_all"] = float(np.mean([c["recall_all"] for c in ctl]))
-            ccov = [c["coverage"] for c in ctl if c["coverage"] is not None]
-            out[f"{name}_coverage"] = float(np.mean(ccov)) if ccov else float("nan")
+    out.update(control_means(records))
     pools = [r.candidate_recall for r in records if r.candidate_recall is not None]
     out["pool_recall_all"] = float(np.mean([c["all"] for c in pools])) if pools else float("nan")
     out["pool_size"] = float(np.mean([c["n"] for c in pools])) if pools else float("nan")

@@ -4,13 +4,17 @@ Retrieval: the hits of one search at max K, flattened to their provenance turns 
 sessions are ranked by their first turn. Turn level scores against the ``has_answer`` turns,
 session level against ``answer_session_ids``: recall_any@k, recall_all@k and NDCG@k (binary).
 QA: the generator answers from the memories packed within the budget; accuracy needs a judge
-LLM (the benchmark's per-type answer checks), overlap F1 is reported always. The QA pass and its
+LLM (the benchmark's per-type answer checks), overlap F1 is reported always. Beside each prompt stand the
+two controls LoCoMo's harness has (``evaluation.packed``): the ``has_answer`` turns alone and a random
+context of the same haystack, composed within the same budget; ``qa.controls=true`` has the reader answer
+them too. The QA pass and its
 aggregate are ``lightmem.evaluation.qa``'s, shared with LoCoMo; ``lightmem.evaluation.runs.longmemeval``
 builds the systems from a config and writes the results.
 """
 from __future__ import annotations
 
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lightmem.datasets.formats import Conversation
 from lightmem.evaluation.metrics import answer_coverage, dedupe, ndcg_at_k, percentile, recall_at_k, token_f1
-from lightmem.evaluation.packed import memory_text
+from lightmem.evaluation.packed import answer_controls, control_contexts, control_f1, control_means, control_scores, memory_text
 from lightmem.evaluation.qa import QAOptions, answer_questions, longmemeval_judge_prompt, parse_yes_no, qa_summary
 from lightmem.evaluation.system import System, is_whole
 from lightmem.models import vector_cache
@@ -80,10 +84,14 @@ class LMERecord:
     ingest_s: float
     turns: int
     qa: dict[str, Any] = field(default_factory=dict)
+    # the controls (packed.CONTROLS) composed within the same budget: recall_all, coverage, tokens, prompt, qa
+    controls: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def evaluate_instance(memory: System, inst: Conversation, ks: Sequence[int], budget: int) -> tuple[LMERecord, str]:
-    """Ingest one haystack, search once at max K, compose the budgeted prompt; returns the record and that prompt."""
+def evaluate_instance(memory: System, inst: Conversation, ks: Sequence[int], budget: int,
+                      seed: int = 0) -> tuple[LMERecord, str]:
+    """Ingest one haystack, search once at max K, compose the budgeted prompt and the control prompts; returns
+    the record and the prompt. ``seed`` (with the question id) draws the random control context."""
     qa = inst.qa[0]
     t0 = time.perf_counter()
     for session in inst.sessions:
@@ -107,15 +115,26 @@ def evaluate_instance(memory: System, inst: Conversation, ks: Sequence[int], bud
     context = ctx.prompt if ctx is not None else f"### Question\n{qa.question}"
     metrics.update(budget_metrics(ctx, qa.evidence, qa.answer))
     rec = LMERecord(inst.conv_id, str(qa.category), qa.question, qa.answer, metrics, ranked, search_ms, ingest_s, turns)
+    said = {t.turn_id: t for s in inst.sessions for t in s.turns if t.text.strip()}
+    if said:
+        rng = np.random.default_rng([seed, zlib.crc32(inst.conv_id.encode())])
+        rec.controls = {name: control_scores(c, qa.evidence, qa.answer) for name, c in
+                        control_contexts(memory.composer, inst.conv_id, said, qa.question, qa.evidence, budget, rng).items()}
     return rec, context
 
 
 def answer(records: Sequence[LMERecord], contexts: Sequence[str], opts: QAOptions) -> None:
-    """Answer, score (overlap F1) and (with a judge) judge every record in place."""
-    answer_questions(records, contexts, opts, scores=lambda r, p: {"f1": token_f1(p, r.answer)},
-                     judge_prompt=lambda r, p: longmemeval_judge_prompt(r.question_type, r.question_id).format(
-                         question=r.question, gold=r.answer, prediction=p),
-                     parse_verdict=parse_yes_no)
+    """Answer, score (overlap F1) and (with a judge) judge every record in place; with ``opts.controls`` the
+    control prompts are answered too (``record.controls[name]["qa"]``)."""
+    def run(recs: Sequence[LMERecord], prompts: Sequence[str]) -> None:
+        answer_questions(recs, prompts, opts, scores=lambda r, p: {"f1": token_f1(p, r.answer)},
+                         judge_prompt=lambda r, p: longmemeval_judge_prompt(r.question_type, r.question_id).format(
+                             question=r.question, gold=r.answer, prediction=p),
+                         parse_verdict=parse_yes_no)
+
+    run(records, contexts)
+    if opts.controls:
+        answer_controls(records, run)
 
 
 def aggregate(records: Sequence[LMERecord]) -> dict[str, Any]:
@@ -125,17 +144,20 @@ def aggregate(records: Sequence[LMERecord]) -> dict[str, Any]:
     for key in records[0].metrics:
         vals = [r.metrics[key] for r in records if not np.isnan(r.metrics[key])]
         out[key] = float(np.mean(vals)) if vals else None
+    out.update(control_means(records))
     answered = [r.qa for r in records if r.qa]
     if answered:
         qa = qa_summary(answered, ("f1",))
         out["qa_f1"], out["qa_accuracy"] = qa["f1"], qa["judge_accuracy"]
+        out.update({f"qa_{k}": v for k, v in control_f1(records).items()})
     return out
 
 
 def evaluate_longmemeval(make_memory: Callable[[str], System], instances: Sequence[Conversation], ks: Sequence[int] = (5, 10, 20),
                     budget: int = 600, qa_options: QAOptions | None = None,
-                    show_progress: bool = True) -> tuple[dict[str, Any], list[LMERecord]]:
-    """Evaluate each instance in a fresh system from ``make_memory(question_id)`` (closed after)."""
+                    show_progress: bool = True, seed: int = 0) -> tuple[dict[str, Any], list[LMERecord]]:
+    """Evaluate each instance in a fresh system from ``make_memory(question_id)`` (closed after); ``seed`` draws
+    the random control contexts."""
     if not ks or min(ks) <= 0:
         raise ValueError("ks must be positive integers")
     cache_before = vector_cache.totals()
@@ -146,7 +168,7 @@ def evaluate_longmemeval(make_memory: Callable[[str], System], instances: Sequen
         for inst in instances:
             memory = make_memory(inst.conv_id)
             try:
-                rec, ctx = evaluate_instance(memory, inst, ks, budget)
+                rec, ctx = evaluate_instance(memory, inst, ks, budget, seed)
             finally:
                 memory.close()
             records.append(rec)

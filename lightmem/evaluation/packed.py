@@ -10,7 +10,8 @@ composer within the same budget.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -56,7 +57,41 @@ def control_contexts(composer: ContextComposer, user_id: str, turns: Mapping[str
 
 
 def control_scores(ctx: ComposedContext, evidence: Sequence[str], answer: object) -> dict[str, Any]:
-    """Recall, coverage and tokens of a control context; its prompt rides along for the reader."""
-    rec = evidence_recall([m.provenance for m in ctx.memories], evidence)
-    return {"recall_all": rec.all, "coverage": answer_coverage(answer, memory_text(ctx)), "tokens": ctx.n_tokens,
+    """Recall, coverage and tokens of a control context; its prompt rides along for the reader. A question
+    without evidence turns (LongMemEval's abstentions) has no recall (None)."""
+    recall = evidence_recall([m.provenance for m in ctx.memories], evidence).all if evidence else None
+    return {"recall_all": recall, "coverage": answer_coverage(answer, memory_text(ctx)), "tokens": ctx.n_tokens,
             "prompt": ctx.prompt}
+
+
+def answer_controls(records: Sequence[Any], run: Callable[[Sequence[Any], Sequence[str]], None]) -> None:
+    """Answer every record's control prompts with ``run`` (the harness's answer-and-score pass over records and
+    their prompts), each into ``record.controls[name]["qa"]``; the records' own answers are left as they are."""
+    for name in CONTROLS:
+        copies = [dataclasses.replace(r, qa={}) for r in records]
+        run(copies, [r.controls[name]["prompt"] for r in records])
+        for r, c in zip(records, copies):
+            r.controls[name]["qa"] = c.qa
+
+
+def control_means(records: Sequence[Any]) -> dict[str, float]:
+    """Over records with controls: each control's mean ``recall_all`` (questions that have evidence) and
+    ``coverage`` (questions whose answer has words to cover): ``gold_recall_all``, ``random_coverage``, ..."""
+    out: dict[str, float] = {}
+    for name in CONTROLS:
+        ctl = [r.controls[name] for r in records if name in r.controls]
+        for key in ("recall_all", "coverage") if ctl else ():
+            vals = [c[key] for c in ctl if c.get(key) is not None]
+            out[f"{name}_{key}"] = float(np.mean(vals)) if vals else float("nan")
+    return out
+
+
+def control_f1(records: Sequence[Any]) -> dict[str, float]:
+    """Mean reader F1 of each control context over the answered records whose control was answered too
+    (``answer_controls``): ``gold_f1``, ``random_f1``."""
+    out: dict[str, float] = {}
+    for name in CONTROLS:
+        ctl = [r.controls[name]["qa"]["f1"] for r in records if r.qa and r.controls.get(name, {}).get("qa")]
+        if ctl:
+            out[f"{name}_f1"] = float(np.mean(ctl))
+    return out

@@ -76,7 +76,9 @@ def longmemeval_table(results: dict[str, Any], ks: list[int]) -> str:
     cols += [(f"T R_any@{k}", f"turn_recall_any@{k}") for k in ks] + [(f"T NDCG@{ks[-1]}", f"turn_ndcg@{ks[-1]}")]
     cols += [("T R_all@budget (strict)", "turn_recall_all@budget"), ("T R_any@budget", "turn_recall_any@budget"),
              ("T R_all credited", "turn_recall_all@budget_credited"), ("answer cov. (no dates)", "answer_coverage@budget"),
-             ("prompt tokens", "tokens@budget"), ("QA F1", "qa_f1"), ("QA acc (judge)", "qa_accuracy")]
+             ("cov. gold ctx", "gold_coverage"), ("cov. random ctx", "random_coverage"),
+             ("prompt tokens", "tokens@budget"), ("QA F1", "qa_f1"), ("QA F1 gold ctx", "qa_gold_f1"),
+             ("QA F1 random ctx", "qa_random_f1"), ("QA acc (judge)", "qa_accuracy")]
     lines = ["| type | n | " + " | ".join(c for c, _ in cols) + " |", "|---" * (len(cols) + 2) + "|"]
     for name, agg in list(ret["by_type"].items()) + [("**overall**", ret["overall"])]:
         if agg.get("n"):

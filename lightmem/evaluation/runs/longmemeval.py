@@ -64,7 +64,8 @@ def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
     opts = qa_options(cfg, shared)
     before = qa_usage(opts)
     try:
-        results, records = evaluate_longmemeval(make, instances, ks, int(cfg.budget), opts, show_progress=sys.stderr.isatty())
+        results, records = evaluate_longmemeval(make, instances, ks, int(cfg.budget), opts, show_progress=sys.stderr.isatty(),
+                                                seed=int(cfg.seed))
     finally:
         shutil.rmtree(stores, ignore_errors=True)
     if opts is not None:

@@ -16,6 +16,7 @@ from lightmem.evaluation.tables import (
     reader_table,
     render_tables,
     replace_blocks,
+    retrieval_table,
     run_summary,
 )
 
@@ -65,6 +66,21 @@ def test_a_longmemeval_run_is_summarised_by_its_turn_recall():
                              "by_type": {}}, "latency": {"search_ms_p50": 70.0}}
     s = run_summary(results)
     assert (s["benchmark"], s["strict"], s["session_recall_all@10"], "qa" in s) == ("longmemeval", 0.8, 1.0, False)
+
+
+def test_the_retrieval_table_puts_the_controls_and_the_reader_beside_each_run():
+    lme = {"retrieval": {"overall": {"n": 52, "turn_recall_all@budget": 0.8, "answer_coverage@budget": 0.6,
+                                     "gold_coverage": 0.7, "random_coverage": 0.2, "qa_f1": 0.25, "qa_gold_f1": 0.4,
+                                     "qa_random_f1": 0.05}, "by_type": {}},
+           "latency": {"search_ms_p50": 70.4, "e2e_ms_p50": 5100.0}}
+    s = run_summary(lme)
+    assert s["coverage_controls"] == {"gold": 0.7, "random": 0.2}
+    assert s["qa"] == {"n": 52, "f1": 0.25, "e2e_ms_p50": 5100.0, "controls": {"gold": {"f1": 0.4}, "random": {"f1": 0.05}}}
+    plain = run_summary(locomo_results(0.3, 0.8))  # no controls' coverage and no reader in it: blank cells
+    lines = retrieval_table([{"name": "lme", "summary": s}, {"name": "locomo", "summary": plain}]).splitlines()
+    assert "coverage: gold / random context" in lines[0]
+    assert "| 0.600 | 0.700 / 0.200 | 0.250 | 0.400 / 0.050 | 70.4 |" in lines[2]
+    assert lines[3].endswith("| 0.500 |  | 0.300 |  | 12.5 |")  # the LoCoMo run answered, without its controls
 
 
 def test_the_reader_table_lists_runs_in_order_then_the_controls_of_the_first_run_that_has_them():

@@ -66,11 +66,13 @@ def control_scores(ctx: ComposedContext, evidence: Sequence[str], answer: object
 
 def answer_controls(records: Sequence[Any], run: Callable[[Sequence[Any], Sequence[str]], None]) -> None:
     """Answer every record's control prompts with ``run`` (the harness's answer-and-score pass over records and
-    their prompts), each into ``record.controls[name]["qa"]``; the records' own answers are left as they are."""
+    their prompts), each into ``record.controls[name]["qa"]``; the records' own answers are left as they are, and
+    a record without controls (nothing was said to compose them from) is passed over."""
     for name in CONTROLS:
-        copies = [dataclasses.replace(r, qa={}) for r in records]
-        run(copies, [r.controls[name]["prompt"] for r in records])
-        for r, c in zip(records, copies):
+        having = [r for r in records if name in r.controls]
+        copies = [dataclasses.replace(r, qa={}) for r in having]
+        run(copies, [r.controls[name]["prompt"] for r in having])
+        for r, c in zip(having, copies):
             r.controls[name]["qa"] = c.qa
 
 

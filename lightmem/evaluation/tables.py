@@ -50,6 +50,14 @@ def run_summary(results: Mapping[str, Any]) -> dict[str, Any]:
             "coverage": overall.get("answer_coverage@budget"),
             "strict_by_category": {c: v["recall_all@budget"] for c, v in retrieval.get("by_category", {}).items()},
         }
+    # answer coverage of the two control contexts (the gold evidence alone, a random context), where the run has them
+    cov = {name: overall[f"{name}_coverage"] for name in CONTROLS if overall.get(f"{name}_coverage") is not None}
+    if cov:
+        out["coverage_controls"] = cov
+    if "by_type" in retrieval and overall.get("qa_f1") is not None:  # LongMemEval's reader scores sit in its overall
+        out["qa"] = {"n": out["n"], "f1": overall["qa_f1"], "e2e_ms_p50": latency.get("e2e_ms_p50"),
+                     "controls": {name: {"f1": overall[f"qa_{name}_f1"]} for name in CONTROLS
+                                  if overall.get(f"qa_{name}_f1") is not None}}
     out["search_ms_p50"] = latency.get("search_ms_p50")
     out["ingest_turns_per_s"] = latency.get("ingest_turns_per_s")
     if latency.get("ingest_vectors_from_cache"):  # that rate is partly reading vectors back, not embedding
@@ -104,17 +112,24 @@ def reader_table(runs: Sequence[Mapping[str, Any]]) -> str:
     return markdown_table(header, rows, bold_first=True)
 
 
+def _pair(values: Mapping[str, Any]) -> str:
+    """``gold / random`` of a control mapping, blank when the run has neither."""
+    return " / ".join(fmt(values.get(name)) for name in CONTROLS) if values else ""
+
+
 def retrieval_table(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Strict and credited recall within the budget, answer coverage and search latency of each run."""
+    """Strict and credited recall within the budget, answer coverage beside that of the two control contexts, the
+    reader's F1 where the run answered (and its controls' F1), and search latency of each run."""
     header = ["data", "questions", "strict R_all@600", "multi-hop / temporal / open-domain / single-hop", "credited",
-              "answer coverage", "search P50 ms"]
+              "answer coverage", "coverage: gold / random context", "reader F1", "F1: gold / random context", "search P50 ms"]
     rows = []
     for run in runs:
-        s = run["summary"]
+        s, qa = run["summary"], run["summary"].get("qa") or {}
         by = s.get("strict_by_category") or {}
         cats = " / ".join(fmt(by.get(c)) for c in LOCOMO_CATEGORIES) if by else ""
+        f1s = {name: c["f1"] for name, c in (qa.get("controls") or {}).items()}
         rows.append([run["name"], fmt(s.get("n")), fmt(s.get("strict")), cats, fmt(s.get("credited")), fmt(s.get("coverage")),
-                     fmt(s.get("search_ms_p50"), 1)])
+                     _pair(s.get("coverage_controls") or {}), fmt(qa.get("f1")), _pair(f1s), fmt(s.get("search_ms_p50"), 1)])
     return markdown_table(header, rows)
 
 

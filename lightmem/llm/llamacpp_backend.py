@@ -8,6 +8,7 @@ every prompt is evaluated once.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
 import time
@@ -43,11 +44,17 @@ def requantized(path: Path, kind: str) -> Path:
     params.allow_requantize = True
     params.nthread = _cores()
     tmp = out.with_name(out.name + ".tmp")
+    # llama.cpp logs a line for each of the model's tensors while it converts them, through the Python logger that
+    # llama-cpp-python installs: errors only, for this call.
+    log = logging.getLogger("llama-cpp-python")
+    level = log.level
+    log.setLevel(logging.ERROR)
     try:
         if llama_cpp.llama_model_quantize(str(path).encode(), str(tmp).encode(), ctypes.byref(params)) != 0:
             raise GenerationError(f"llama.cpp could not requantize {path.name} to {kind}")
         tmp.replace(out)
     finally:
+        log.setLevel(level)
         tmp.unlink(missing_ok=True)
     return out
 

@@ -145,12 +145,18 @@ def _lme_file(path: Path) -> Path:
     return path
 
 
-def test_longmemeval_runner_scores_sessions_and_turns(tmp_path):
+def _lme_entry_point():
+    """eval/longmemeval.py loaded as a module (its ``run`` takes a composed config)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("eval_lme", ROOT / "eval" / "longmemeval.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_longmemeval_runner_scores_sessions_and_turns(tmp_path):
+    mod = _lme_entry_point()
     path = _lme_file(tmp_path / "lme.json")
     cfg = compose("longmemeval", [f"data.path={path}", "encoder=hashing", "selector=none", "ks=[1,4]", *SCRIPTED, "qa.enabled=true",
                                   "+qa.judge={_target_: fakes.ScriptedLLM, script: ['yes']}", f"out_dir={tmp_path}/out"])
@@ -165,11 +171,7 @@ def test_longmemeval_runner_scores_sessions_and_turns(tmp_path):
 
 
 def test_longmemeval_controls_stand_beside_each_prompt_and_the_reader_answers_them(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("eval_lme", ROOT / "eval" / "longmemeval.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _lme_entry_point()
     path = _lme_file(tmp_path / "lme.json")
     # the gold control is the has_answer turn alone; the random one packs the whole small haystack in some order
     base = [f"data.path={path}", "encoder=hashing", "selector=none", "ks=[1,4]", "qa.enabled=true", "qa.controls=true",

@@ -53,11 +53,11 @@ def cited_facts(raw: Mapping[str, Any], turn_ids: Sequence[str]) -> list[tuple[s
 
 def turn_keys(texts: Sequence[str], turn_ids: Sequence[str], facts: Sequence[tuple[str, list[str]]]) -> dict[str, list[str]]:
     """The merged keys of each turn (``text``, ``text+facts``, ``facts+text``)."""
-    by_turn = defaultdict(list, _by_turn(facts))
+    by_turn = _by_turn(facts)
     return {
         "text": list(texts),
-        "text+facts": [" ".join([t, *by_turn[i]]) for t, i in zip(texts, turn_ids)],
-        "facts+text": [" ".join([*by_turn[i], t]) for t, i in zip(texts, turn_ids)],
+        "text+facts": [" ".join([t, *by_turn.get(i, ())]) for t, i in zip(texts, turn_ids)],
+        "facts+text": [" ".join([*by_turn.get(i, ()), t]) for t, i in zip(texts, turn_ids)],
     }
 
 
@@ -166,7 +166,7 @@ def pipeline_ceiling(cfg: Any, convs: Sequence[Conversation], raws: Sequence[Map
 
     from lightmem.config import SharedRuntime, build_embedder, build_memory
     from lightmem.retrieval.trees import ranker_scorer
-    from lightmem.training.ranker import _found, mine_groups, ranker_order, served_packing
+    from lightmem.training.ranker import holds_evidence, mine_groups, ranker_order, served_packing
 
     checkpoint = cfg.selector.get("checkpoint")
     if not checkpoint:
@@ -193,5 +193,5 @@ def pipeline_ceiling(cfg: Any, convs: Sequence[Conversation], raws: Sequence[Map
                 seen[ask] += 1  # a question asked twice with the same evidence is two rows
                 row = rows.setdefault((conv.conv_id, *ask, str(seen[ask])),
                                       {"question": g["query"], "category": str(g["category"])})
-                row[key] = {"pool": _found(g, order), "strict": _found(g, packing.kept(g, order, budget))}
+                row[key] = {"pool": holds_evidence(g, order), "strict": holds_evidence(g, packing.kept(g, order, budget))}
     return list(rows.values())

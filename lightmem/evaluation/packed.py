@@ -82,7 +82,9 @@ def control_means(records: Sequence[Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for name in CONTROLS:
         ctl = [r.controls[name] for r in records if name in r.controls]
-        for key in ("recall_all", "coverage") if ctl else ():
+        if not ctl:
+            continue
+        for key in ("recall_all", "coverage"):
             vals = [c[key] for c in ctl if c.get(key) is not None]
             out[f"{name}_{key}"] = float(np.mean(vals)) if vals else float("nan")
     return out

@@ -151,7 +151,7 @@ def fit_linear(groups: Sequence[dict[str, Any]], loss: str = "both", l2: float =
             "intercept": float(b.detach()), "loss": loss, "l2": l2}
 
 
-def _found(group: dict[str, Any], idx: Sequence[int]) -> float:
+def holds_evidence(group: dict[str, Any], idx: Sequence[int]) -> float:
     """1.0 when the candidates ``idx`` of ``group`` hold every evidence turn."""
     return float(set(group["evidence"]) <= {p for i in idx for p in group["provenance"][i]})
 
@@ -319,7 +319,7 @@ def evaluate_orders(groups: Sequence[dict[str, Any]], orders: Sequence[Sequence[
             kept = packing.kept(g, pool, budget)
         else:
             kept = [pool[i] for i in pack_by_budget([g["tokens"][i] for i in pool], budget)]
-        scores = tuple(_found(g, idx) for idx in (top, kept))
+        scores = tuple(holds_evidence(g, idx) for idx in (top, kept))
         if per_group is not None:
             per_group.append(scores[1])
         for key in ("overall", f"category_{g['category']}"):

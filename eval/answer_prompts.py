@@ -9,6 +9,7 @@ the GGUF is dequantized to bf16 on a GPU, fp32 on the CPU (``--quant nf4``: then
     python eval/answer_prompts.py outputs/prompts/defaults.jsonl --gguf ~/.cache/lightmem/gguf/Qwen2.5-Coder-0.5B-Instruct.gguf \\
         --out outputs/prompts/defaults.answers.jsonl
     python eval/answer_prompts.py prompts.jsonl.gz --parts /root/g --sha256 1d96...c4ff32 --out answers.jsonl   # a GGUF split in parts
+    python eval/answer_prompts.py a.jsonl.gz b.jsonl.gz --gguf model.gguf --out answers/   # answers/a.answers.jsonl, ...
 """
 from __future__ import annotations
 
@@ -66,14 +67,51 @@ def load(gguf: Path, quant: str, device: str):
     return tok, model.eval()
 
 
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".jsonl"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def answer_file(tok, model, rows: list[dict], batch_size: int, out: Path) -> None:
+    """Answer ``rows`` (recorded prompts) in batches sorted by length and write ``out`` (one {id, answer} a line)."""
+    import torch
+
+    texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True)
+             for r in rows]
+    order = sorted(range(len(rows)), key=lambda i: -len(texts[i]))
+    answers: dict[str, str] = {}
+    t1, n_in = time.perf_counter(), 0
+    for s in range(0, len(order), batch_size):
+        idx = order[s : s + batch_size]
+        enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        n_in += int(enc["attention_mask"].sum())
+        new = max(int(rows[i].get("max_new_tokens") or 32) for i in idx)
+        with torch.no_grad():
+            out_ids = model.generate(**enc, max_new_tokens=new, do_sample=False, pad_token_id=tok.pad_token_id or tok.eos_token_id)
+        for j, i in enumerate(idx):
+            answers[rows[i]["id"]] = tok.decode(out_ids[j, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    took = time.perf_counter() - t1
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w") as f:
+        for r in rows:
+            f.write(json.dumps({"id": r["id"], "answer": answers[r["id"]]}) + "\n")
+    print(f"answered {len(rows)} prompts in {took:.1f} s ({1000 * took / max(1, len(rows)):.0f} ms each, batches of "
+          f"{batch_size}; {n_in / max(1, len(rows)):.0f} prompt tokens each); wrote {out}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("prompts", type=Path, help="a prompts file written by llm=record (.jsonl or .jsonl.gz)")
+    ap.add_argument("prompts", type=Path, nargs="+",
+                    help="prompt files written by llm=record (.jsonl or .jsonl.gz); the model is loaded once for all")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--gguf", type=Path, help="the reader's GGUF file")
     src.add_argument("--parts", type=Path, help="a folder of part* files that join into the GGUF")
     ap.add_argument("--sha256", default="", help="refuse a GGUF whose sha256 differs (the pinned reader's, say)")
-    ap.add_argument("--out", type=Path, required=True, help="answers, one {id, answer} line per prompt")
+    ap.add_argument("--out", type=Path, required=True,
+                    help="answers, one {id, answer} line per prompt; with several prompt files a folder, where each "
+                         "file's answers are written as NAME.answers.jsonl as soon as they are done")
     ap.add_argument("--quant", choices=("bf16", "nf4"), default="bf16")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--limit", type=int, default=0, help="answer the first N prompts only")
@@ -96,29 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     footprint = model.get_memory_footprint() / 2**30
     kind = "nf4" if args.quant == "nf4" else ("bf16" if device == "cuda" else "fp32")
     print(f"loaded {gguf.name} ({kind}, {device}) in {time.perf_counter() - t0:.1f} s, {footprint:.3f} GiB", flush=True)
-    rows = read_jsonl(args.prompts)
-    rows = rows[: args.limit] if args.limit else rows
-    texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True)
-             for r in rows]
-    order = sorted(range(len(rows)), key=lambda i: -len(texts[i]))
-    answers: dict[str, str] = {}
-    t1, n_in = time.perf_counter(), 0
-    for s in range(0, len(order), args.batch_size):
-        idx = order[s : s + args.batch_size]
-        enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-        n_in += int(enc["attention_mask"].sum())
-        new = max(int(rows[i].get("max_new_tokens") or 32) for i in idx)
-        with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=new, do_sample=False, pad_token_id=tok.pad_token_id or tok.eos_token_id)
-        for j, i in enumerate(idx):
-            answers[rows[i]["id"]] = tok.decode(out[j, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    took = time.perf_counter() - t1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as f:
-        for r in rows:
-            f.write(json.dumps({"id": r["id"], "answer": answers[r["id"]]}) + "\n")
-    print(f"answered {len(rows)} prompts in {took:.1f} s ({1000 * took / max(1, len(rows)):.0f} ms each, batches of "
-          f"{args.batch_size}; {n_in / max(1, len(rows)):.0f} prompt tokens each); wrote {args.out}", flush=True)
+    outs = [args.out] if len(args.prompts) == 1 else [args.out / f"{_stem(f)}.answers.jsonl" for f in args.prompts]
+    if len(set(outs)) < len(outs):
+        ap.error("two prompt files share a name; their answers would overwrite each other")
+    for prompts, out in zip(args.prompts, outs):
+        rows = read_jsonl(prompts)
+        rows = rows[: args.limit] if args.limit else rows
+        answer_file(tok, model, rows, args.batch_size, out)
     return 0
 
 

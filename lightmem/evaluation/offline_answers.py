@@ -1,7 +1,7 @@
-"""Scoring answers produced away from the run: a LoCoMo run recorded with ``llm=record`` holds an id where each
-prediction would be (``questions.jsonl``); ``eval/answer_prompts.py`` answered the recorded prompts elsewhere. These
+"""Scoring answers produced away from the run: a LoCoMo or LongMemEval run recorded with ``llm=record`` holds an id
+where each prediction would be (``questions.jsonl``); ``eval/answer_prompts.py`` answered the recorded prompts elsewhere. These
 pure functions join the two and score each question as the harness scores a prediction (``clean_answer``, then
-LoCoMo's per-category F1 and BLEU-1)."""
+LoCoMo's per-category F1 or LongMemEval's token F1, and BLEU-1)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -12,7 +12,7 @@ import numpy as np
 
 from lightmem.datasets.formats import read_json
 from lightmem.evaluation.locomo import CATEGORY_NAMES
-from lightmem.evaluation.metrics import bleu1, locomo_f1
+from lightmem.evaluation.metrics import bleu1, locomo_f1, token_f1
 from lightmem.evaluation.qa import clean_answer
 from lightmem.evaluation.stats import paired_bootstrap
 
@@ -34,35 +34,76 @@ def answers_by_id(paths: Sequence[str | Path]) -> dict[str, str]:
     return out
 
 
+def _recorded_answer(q: Mapping[str, Any], answers: Mapping[str, str], control: str | None) -> str | None:
+    """The cleaned answer to a question's recorded prompt (``control``: to that control's prompt), or None when no
+    prompt was recorded for it.
+
+    Raises:
+        KeyError: the recorded id has no answer (the answers belong to another recording).
+    """
+    qa = q.get("qa") or {}
+    if control is not None:
+        qa = ((q.get("controls") or {}).get(control) or {}).get("qa") or {}
+    pid = qa.get("prediction")
+    if not pid:
+        return None
+    if pid not in answers:
+        raise KeyError(f"no answer for the recorded prompt {pid!r} of {q.get('conv_id') or q.get('question_id')}: "
+                       f"{q['question']!r}")
+    return clean_answer(answers[pid])
+
+
 def score_locomo_run(questions: Sequence[Mapping[str, Any]], answers: Mapping[str, str],
-                     control: str | None = None) -> dict[tuple[str, str], dict[str, float]]:
-    """Per question (``(conv_id, question)``): the F1 and BLEU-1 of the answer to its recorded prompt, and its
-    category; ``control`` scores a control context's prompt instead (``gold`` or ``random``, from ``qa.controls``).
+                     control: str | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per question (``(conv_id, question)``): the F1 and BLEU-1 of the answer to its recorded prompt, its category
+    and whether it counts in the mean (categories 1-4); ``control`` scores a control context's prompt instead
+    (``gold`` or ``random``, from ``qa.controls``).
 
     Raises:
         KeyError: a recorded id has no answer (the answers belong to another recording).
     """
-    out: dict[tuple[str, str], dict[str, float]] = {}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
     for q in questions:
-        qa = q.get("qa") or {}
-        if control is not None:
-            qa = ((q.get("controls") or {}).get(control) or {}).get("qa") or {}
-        pid = qa.get("prediction")
-        if not pid:
+        pred = _recorded_answer(q, answers, control)
+        if pred is None:
             continue
-        if pid not in answers:
-            raise KeyError(f"no answer for the recorded prompt {pid!r} of {q['conv_id']}: {q['question']!r}")
-        pred = clean_answer(answers[pid])
-        out[(q["conv_id"], q["question"])] = {"f1": locomo_f1(pred, q["answer"], int(q["category"])),
-                                              "bleu1": bleu1(pred, str(q["answer"])), "category": int(q["category"])}
+        c = int(q["category"])
+        out[(q["conv_id"], q["question"])] = {"f1": locomo_f1(pred, q["answer"], c), "bleu1": bleu1(pred, str(q["answer"])),
+                                              "category": f"{c}-{CATEGORY_NAMES.get(c, c)}",
+                                              "counted": c in CATEGORIES}
     return out
 
 
-def summarize(scored: Mapping[Any, Mapping[str, float]]) -> dict[str, Any]:
-    """Mean F1 and BLEU-1 over categories 1-4, and F1 per category."""
-    rows = [r for r in scored.values() if r["category"] in CATEGORIES]
-    by_cat = {f"{c}-{name}": float(np.mean([r["f1"] for r in rows if r["category"] == c]))
-              for c, name in CATEGORIES.items() if any(r["category"] == c for r in rows)}
+def score_longmemeval_run(questions: Sequence[Mapping[str, Any]], answers: Mapping[str, str],
+                          control: str | None = None) -> dict[str, dict[str, Any]]:
+    """Per question (``question_id``): the token F1 of the answer to its recorded prompt, as ``eval/longmemeval.py``
+    scores a prediction, BLEU-1 and the question type; every type counts. ``control`` as in ``score_locomo_run``.
+
+    Raises:
+        KeyError: a recorded id has no answer.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for q in questions:
+        pred = _recorded_answer(q, answers, control)
+        if pred is not None:
+            out[str(q["question_id"])] = {"f1": token_f1(pred, str(q["answer"])), "bleu1": bleu1(pred, str(q["answer"])),
+                                          "category": str(q["question_type"]), "counted": True}
+    return out
+
+
+def score_run(questions: Sequence[Mapping[str, Any]], answers: Mapping[str, str],
+              control: str | None = None) -> dict[Any, dict[str, Any]]:
+    """``score_longmemeval_run`` for a LongMemEval run's questions (they carry ``question_id``), else
+    ``score_locomo_run``."""
+    if questions and "question_id" in questions[0]:
+        return score_longmemeval_run(questions, answers, control)
+    return score_locomo_run(questions, answers, control)
+
+
+def summarize(scored: Mapping[Any, Mapping[str, Any]]) -> dict[str, Any]:
+    """Mean F1 and BLEU-1 over the questions that count (LoCoMo: categories 1-4), and F1 per category."""
+    rows = [r for r in scored.values() if r["counted"]]
+    by_cat = {c: float(np.mean([r["f1"] for r in rows if r["category"] == c])) for c in sorted({r["category"] for r in rows})}
     return {"n": len(rows), "f1": float(np.mean([r["f1"] for r in rows])) if rows else float("nan"),
             "bleu1": float(np.mean([r["bleu1"] for r in rows])) if rows else float("nan"), "f1_by_category": by_cat}
 
@@ -73,7 +114,7 @@ def compare(a: Mapping[Any, Mapping[str, float]], b: Mapping[Any, Mapping[str, f
     Raises:
         ValueError: the two share no question.
     """
-    keys = [k for k in a if k in b and a[k]["category"] in CATEGORIES]
+    keys = [k for k in a if k in b and a[k]["counted"]]
     if not keys:
         raise ValueError("the two runs share no scored question")
     r = paired_bootstrap([a[k]["f1"] for k in keys], [b[k]["f1"] for k in keys], resamples)

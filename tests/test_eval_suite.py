@@ -124,6 +124,19 @@ def test_injection_runs_are_seeded_and_saturation_is_counted(tmp_path):
     assert a["cost"]["items"] == 14 and b["retrieval"] == a["retrieval"]
 
 
+def test_the_reader_instruction_is_a_setting_and_an_unknown_one_is_refused():
+    from lightmem.evaluation.qa import READER_INSTRUCTIONS
+
+    llm = ScriptedLLM(script=["Answer: Lisbon\nbecause"])
+    for name in ("decline", "guess"):
+        gens = generate_answers(llm, ["- [1 May 2023] Ann: I moved to Lisbon.\n### Question\nWhere?"], instruction=name)
+        assert gens[0].text == "Lisbon"
+        assert llm.prompts[-1].startswith(READER_INSTRUCTIONS[name]) and llm.prompts[-1].endswith("Where?\nAnswer:")
+    assert "Not mentioned" in llm.prompts[0] and "Not mentioned" not in llm.prompts[1]
+    with pytest.raises(ValueError, match="choose one of"):
+        generate_answers(llm, ["### Question\nWhere?"], instruction="verbose")
+
+
 def test_generation_failures_answer_empty():
     llm = ScriptedLLM(script=[GenerationError("down")])
     gens = generate_answers(llm, ["c1\n### Question\nq1", "c2\n### Question\nq2"], batch_size=2)

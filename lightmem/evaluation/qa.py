@@ -30,12 +30,22 @@ class QAOptions:
     batch_size: int = 8
     max_new_tokens: int = 32
     controls: bool = False  # also answer from the control contexts (gold evidence, random)
+    instruction: str = "decline"  # the reader's instruction, a name in READER_INSTRUCTIONS
 
 
-# The reader's instruction, put before the prompt ``build_context`` returns (memories, then the question).
-READER_INSTRUCTION = """You answer a question about a long conversation between two people, using only the memories below.
+# The reader's instructions (``qa.instruction`` names one), put before the prompt ``build_context`` returns (memories,
+# then the question). ``decline`` lets the reader refuse when it finds no answer; ``guess`` asks for its best guess and
+# does not assume a conversation between two people (LongMemEval's are a user's chats with an assistant).
+READER_INSTRUCTIONS = {
+    "decline": """You answer a question about a long conversation between two people, using only the memories below.
 Each memory starts with the date it was said. Answer with a short phrase, using words from the memories when you can.
-For a question about time, give the date. If the memories do not hold the answer, reply: Not mentioned."""
+For a question about time, give the date. If the memories do not hold the answer, reply: Not mentioned.""",
+    "guess": """You answer a question from the memories below, taken from earlier conversations.
+Each memory starts with the date it was said. Answer with a short phrase, using words from the memories when you can.
+For a question about time, give the date. If the memories do not settle the question, give your best guess from them.""",
+}
+READER_INSTRUCTION = READER_INSTRUCTIONS["decline"]  # the default
+
 
 # LightMem / mem0's LoCoMo judge (mem0 evaluation/metrics/llm_judge.py ACCURACY_PROMPT).
 LOCOMO_JUDGE_PROMPT = """Your task is to label an answer to a question as 'CORRECT' or 'WRONG'. You will be given the following data:
@@ -99,9 +109,16 @@ def longmemeval_judge_prompt(question_type: str, question_id: str = "") -> str:
     return LONGMEMEVAL_JUDGE_PROMPTS.get(question_type, LONGMEMEVAL_JUDGE_PROMPTS["default"])
 
 
-def answer_prompt(context: str) -> str:
-    """The reader's input: its instruction, the context prompt as composed (it ends with the question), the cue."""
-    return f"{READER_INSTRUCTION}\n\n{context.strip()}\nAnswer:"
+def answer_prompt(context: str, instruction: str = "decline") -> str:
+    """The reader's input: its instruction (a name in ``READER_INSTRUCTIONS``), the context prompt as composed (it ends
+    with the question), the cue.
+
+    Raises:
+        ValueError: an instruction of another name.
+    """
+    if instruction not in READER_INSTRUCTIONS:
+        raise ValueError(f"qa.instruction={instruction!r}: choose one of {sorted(READER_INSTRUCTIONS)}")
+    return f"{READER_INSTRUCTIONS[instruction]}\n\n{context.strip()}\nAnswer:"
 
 
 def clean_answer(text: str) -> str:
@@ -147,11 +164,12 @@ class Generation:
 
 
 def generate_answers(llm: LLM, contexts: Sequence[str], batch_size: int = 8, max_new_tokens: int = 32,
-                     role: str = "generator") -> list[Generation]:
-    """Answer from each context prompt (it holds its question); a failed batch answers "" and is counted by the meter."""
+                     role: str = "generator", instruction: str = "decline") -> list[Generation]:
+    """Answer from each context prompt (it holds its question) under the named reader instruction; a failed batch
+    answers "" and is counted by the meter."""
     out: list[Generation] = []
     for i in range(0, len(contexts), max(1, batch_size)):
-        prompts = [answer_prompt(c) for c in contexts[i : i + batch_size]]
+        prompts = [answer_prompt(c, instruction) for c in contexts[i : i + batch_size]]
         t = time.perf_counter()
         try:
             texts = llm.generate(prompts, role=role, max_new_tokens=max_new_tokens)
@@ -203,7 +221,7 @@ def answer_questions(records: Sequence[R], contexts: Sequence[str], opts: QAOpti
     """
     if len(records) != len(contexts):
         raise ValueError("one context per question")
-    gens = generate_answers(opts.llm, contexts, opts.batch_size, opts.max_new_tokens)
+    gens = generate_answers(opts.llm, contexts, opts.batch_size, opts.max_new_tokens, instruction=opts.instruction)
     verdicts: list[float | None] = [None] * len(records)
     if opts.judge is not None:
         prompts = [judge_prompt(r, g.text) for r, g in zip(records, gens)]

@@ -20,7 +20,7 @@ def qa_options(cfg: DictConfig, shared: SharedRuntime) -> QAOptions | None:
         return None
     judge = instantiate(qa.judge) if qa.get("judge") else None
     return QAOptions(llm=shared.llm(), judge=judge, batch_size=int(qa.batch_size), max_new_tokens=int(qa.max_new_tokens),
-                     controls=bool(qa.get("controls", False)))
+                     controls=bool(qa.get("controls", False)), instruction=str(qa.get("instruction", "decline")))
 
 
 def optimized_metric(metrics: Mapping[str, float | None], cfg: DictConfig) -> float | None:

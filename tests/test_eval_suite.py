@@ -137,6 +137,16 @@ def test_the_reader_instruction_is_a_setting_and_an_unknown_one_is_refused():
         generate_answers(llm, ["### Question\nWhere?"], instruction="verbose")
 
 
+def test_the_harness_passes_qa_instruction_to_the_reader(tmp_path):
+    from lightmem.evaluation.qa import READER_INSTRUCTIONS
+
+    cfg = compose("locomo", [*TINY, "llm=record", f"llm.path={tmp_path}/p.jsonl", "data.conversations=0", "qa.enabled=true",
+                             "qa.instruction=guess", f"out_dir={tmp_path}"])
+    run_locomo(cfg, quiet=True)
+    prompts = [json.loads(line)["prompt"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert len(prompts) == 4 and all(p.startswith(READER_INSTRUCTIONS["guess"] + "\n\n") for p in prompts)
+
+
 def test_generation_failures_answer_empty():
     llm = ScriptedLLM(script=[GenerationError("down")])
     gens = generate_answers(llm, ["c1\n### Question\nq1", "c2\n### Question\nq2"], batch_size=2)

@@ -119,6 +119,16 @@ def tiny_models() -> TinyModels:
     return TinyModels(AutoTokenizer.from_pretrained(str(ModelRegistry().embedder_path())))
 
 
+def entry_point(name: str):
+    """``eval/<name>.py`` loaded as a module (an entry point's ``run``/``main`` called in-process)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"eval_{name}", ROOT / "eval" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def compose(config_name: str, overrides: list[str]):
     """The real config from conf/, composed as @hydra.main would, with overrides."""
     from hydra import compose as hydra_compose

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, entry_point
 
 from lightmem.evaluation.tables import (
     DOCS_WITH_TABLES,
@@ -22,10 +21,7 @@ from lightmem.evaluation.tables import (
 
 
 def _docs_cli():
-    spec = importlib.util.spec_from_file_location("eval_docs", ROOT / "eval" / "docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return entry_point("docs")
 
 
 def locomo_results(f1: float, strict: float, controls: bool = False) -> dict:

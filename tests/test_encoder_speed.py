@@ -1,11 +1,10 @@
 """The encoder speed benchmark: every backend measured, interleaved, against the first one's vectors."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
-from conftest import ROOT, TINY_LOCOMO, compose
+from conftest import TINY_LOCOMO, compose, entry_point
 
 from lightmem.evaluation.encoder_speed import compare_backends
 from lightmem.models.embedder import HashingEmbedder
@@ -29,9 +28,7 @@ def test_compare_backends_times_each_backend_and_compares_vectors():
 
 @pytest.mark.slow
 def test_encoder_speed_runs_the_three_minilm_backends(tmp_path):
-    spec = importlib.util.spec_from_file_location("eval_encoder_speed", ROOT / "eval" / "encoder_speed.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = entry_point("encoder_speed")
     cfg = compose("encoder_speed", ["encoder=minilm_tuned", f"corpus={TINY_LOCOMO}", "n_queries=3", "n_texts=8", "rounds=1", f"out_dir={tmp_path}",
                                     f"+encoder.cache_dir={tmp_path / 'cache'}"])
     rows = {r["backend"]: r for r in mod.run(cfg)["encoder_speed"]}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, TINY_LOCOMO, compose
+from conftest import ROOT, TINY_LOCOMO, compose, entry_point
 from fakes import ScriptedLLM
 from omegaconf import OmegaConf
 
@@ -170,12 +170,7 @@ def _lme_file(path: Path) -> Path:
 
 def _lme_entry_point():
     """eval/longmemeval.py loaded as a module (its ``run`` takes a composed config)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("eval_lme", ROOT / "eval" / "longmemeval.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return entry_point("longmemeval")
 
 
 def test_longmemeval_runner_scores_sessions_and_turns(tmp_path):
@@ -445,12 +440,7 @@ def test_suite_reruns_a_run_that_recorded_failures_and_reports_reused_ones(tmp_p
 
 
 def _entry(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"eval_{name}", ROOT / "eval" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return entry_point(name)
 
 
 def test_a_skipped_role_setting_is_a_failure_and_an_unknown_sensory_part_an_error(tmp_path, monkeypatch):

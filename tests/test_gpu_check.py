@@ -1,18 +1,14 @@
 """eval/gpu_check.py: refuses clearly without CUDA, names its checks, and on a GPU its checks pass."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
-from conftest import ROOT
+from conftest import entry_point
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("eval_gpu_check", ROOT / "eval" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return entry_point("gpu_check")
 
 
 def test_without_cuda_it_says_so_and_exits_non_zero(capsys, monkeypatch):

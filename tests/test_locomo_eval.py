@@ -1,21 +1,17 @@
 """The LoCoMo retrieval evaluation end to end on a tiny LoCoMo-format file."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
-from conftest import ROOT, TINY_LOCOMO, compose
+from conftest import ROOT, TINY_LOCOMO, compose, entry_point
 
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.errors import InvalidInputError
 
 
 def _load_entry(name: str):
-    spec = importlib.util.spec_from_file_location(f"eval_{name}", ROOT / "eval" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return entry_point(name)
 
 
 def test_loader_reads_sessions_captions_and_qa():

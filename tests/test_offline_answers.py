@@ -93,14 +93,9 @@ def test_answer_prompts_joins_split_parts_and_refuses_a_file_of_another_digest(t
 
 
 def _answer_prompts():
-    import importlib.util
+    from conftest import entry_point
 
-    from conftest import ROOT
-
-    spec = importlib.util.spec_from_file_location("answer_prompts", ROOT / "eval" / "answer_prompts.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return entry_point("answer_prompts")
 
 
 def test_answer_prompts_answers_each_file_in_batches_and_writes_every_id(tmp_path):

@@ -137,14 +137,21 @@ def test_the_reader_instruction_is_a_setting_and_an_unknown_one_is_refused():
         generate_answers(llm, ["### Question\nWhere?"], instruction="verbose")
 
 
-def test_the_harness_passes_qa_instruction_to_the_reader(tmp_path):
+def test_the_harness_passes_qa_instruction_to_the_reader_and_leaves_recorded_prompts_unscored(tmp_path):
     from lightmem.evaluation.qa import READER_INSTRUCTIONS
+    from lightmem.evaluation.tables import run_summary
 
     cfg = compose("locomo", [*TINY, "llm=record", f"llm.path={tmp_path}/p.jsonl", "data.conversations=0", "qa.enabled=true",
                              "qa.instruction=guess", f"out_dir={tmp_path}"])
-    run_locomo(cfg, quiet=True)
+    results = run_locomo(cfg, quiet=True)
     prompts = [json.loads(line)["prompt"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert len(prompts) == 4 and all(p.startswith(READER_INSTRUCTIONS["guess"] + "\n\n") for p in prompts)
+    # the ids the recorder answers with are not answers: no F1 of 0 is reported for them
+    overall = results["qa"]["overall"]
+    assert overall["n"] == 4 and overall["recorded"] == 4 and overall["f1"] is None and overall["bleu1"] is None
+    assert all(r["qa"]["recorded"] and r["qa"]["f1"] is None for r in _rows(tmp_path))
+    assert "4 reader prompts were recorded" in (tmp_path / "results.md").read_text()
+    assert "qa" not in run_summary(results)
 
 
 def test_generation_failures_answer_empty():
@@ -208,6 +215,12 @@ def test_longmemeval_controls_stand_beside_each_prompt_and_the_reader_answers_th
     mod.run(compose("longmemeval", [*base, f"out_dir={tmp_path}/b"]), quiet=True)
     again = [json.loads(line) for line in (tmp_path / "b" / "questions.jsonl").read_text().splitlines()]
     assert [r["controls"]["random"]["prompt"] for r in again] == [r["controls"]["random"]["prompt"] for r in rows]
+    # recorded, not answered: the prompts and their controls' are written, and no F1 is reported
+    rec = [*base[:-2], "llm=record", f"llm.path={tmp_path}/p.jsonl", f"out_dir={tmp_path}/c"]
+    overall = mod.run(compose("longmemeval", rec), quiet=True)["retrieval"]["overall"]
+    assert overall["qa_f1"] is None and overall["qa_recorded"] == 2 and "qa_gold_f1" not in overall
+    assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 6  # two questions, three prompts each
+    assert "2 reader prompts were recorded" in (tmp_path / "c" / "results.md").read_text()
 
 
 def test_ranked_metrics_map_turns_to_sessions():

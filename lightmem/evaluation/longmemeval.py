@@ -149,6 +149,8 @@ def aggregate(records: Sequence[LMERecord]) -> dict[str, Any]:
     if answered:
         qa = qa_summary(answered, ("f1",))
         out["qa_f1"], out["qa_accuracy"] = qa["f1"], qa["judge_accuracy"]
+        if qa.get("recorded"):
+            out["qa_recorded"] = qa["recorded"]
         out.update({f"qa_{k}": v for k, v in control_f1(records).items()})
     return out
 

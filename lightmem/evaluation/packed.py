@@ -95,7 +95,8 @@ def control_f1(records: Sequence[Any]) -> dict[str, float]:
     (``answer_controls``): ``gold_f1``, ``random_f1``."""
     out: dict[str, float] = {}
     for name in CONTROLS:
-        ctl = [r.controls[name]["qa"]["f1"] for r in records if r.qa and r.controls.get(name, {}).get("qa")]
+        ctl = [r.controls[name]["qa"]["f1"] for r in records
+               if r.qa and r.controls.get(name, {}).get("qa") and r.controls[name]["qa"].get("f1") is not None]
         if ctl:
             out[f"{name}_f1"] = float(np.mean(ctl))
     return out

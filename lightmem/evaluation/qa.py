@@ -217,7 +217,9 @@ def answer_questions(records: Sequence[R], contexts: Sequence[str], opts: QAOpti
         judge_prompt: The benchmark's judge prompt for a record and its prediction.
         parse_verdict: Reads the judge's verdict (1.0, 0.0, or None when unparseable).
 
-    Each record's ``qa`` becomes ``{"prediction", **scores, "judge", "generate_ms", "e2e_ms"}``.
+    Each record's ``qa`` becomes ``{"prediction", **scores, "judge", "generate_ms", "e2e_ms"}``. A generator that
+    only records its prompts (``llm=record``: its ``records_prompts`` is true) answers with ids: those are not scored
+    (each score None) and ``qa["recorded"]`` is set, for ``eval/score_answers.py`` to score once they are answered.
     """
     if len(records) != len(contexts):
         raise ValueError("one context per question")
@@ -226,16 +228,25 @@ def answer_questions(records: Sequence[R], contexts: Sequence[str], opts: QAOpti
     if opts.judge is not None:
         prompts = [judge_prompt(r, g.text) for r, g in zip(records, gens)]
         verdicts = judge(opts.judge, prompts, parse_verdict, opts.batch_size)
+    recorded = bool(getattr(opts.llm, "records_prompts", False))
     for r, g, v in zip(records, gens, verdicts):
-        r.qa = {"prediction": g.text, **scores(r, g.text), "judge": v, "generate_ms": g.ms, "e2e_ms": r.search_ms + g.ms}
+        scored = {k: None for k in scores(r, "")} if recorded else scores(r, g.text)
+        r.qa = {"prediction": g.text, **scored, "judge": v, "generate_ms": g.ms, "e2e_ms": r.search_ms + g.ms}
+        if recorded:
+            r.qa["recorded"] = True
 
 
 def qa_summary(answers: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any]:
-    """Over answered questions' ``qa`` dicts: ``n``, the mean of each score in ``keys``, ``judge_accuracy``
-    (over the judged ones; None when none was judged) and ``judged``."""
+    """Over answered questions' ``qa`` dicts: ``n``, the mean of each score in ``keys`` (None when no answer was
+    scored: prompts recorded with ``llm=record``, counted in ``recorded``), ``judge_accuracy`` (over the judged ones;
+    None when none was judged) and ``judged``."""
     out: dict[str, Any] = {"n": len(answers)}
     for key in keys:
-        out[key] = float(np.mean([a[key] for a in answers]))
+        vals = [a[key] for a in answers if a.get(key) is not None]
+        out[key] = float(np.mean(vals)) if vals else None
+    n_recorded = sum(1 for a in answers if a.get("recorded"))
+    if n_recorded:
+        out["recorded"] = n_recorded
     judged = [a["judge"] for a in answers if a.get("judge") is not None]
     out["judge_accuracy"] = float(np.mean(judged)) if judged else None
     out["judged"] = len(judged)

@@ -52,6 +52,14 @@ def _cached(lat: dict[str, Any]) -> str:
     return f" ({share:.0%} of the vectors read from the vector cache)" if share else ""
 
 
+def recorded_note(n: int | None) -> str:
+    """The line a run recorded with ``llm=record`` shows where its reader scores would be ("" otherwise)."""
+    if not n:
+        return ""
+    return (f"\n{n} reader prompts were recorded (`llm=record`), not answered, so no answer is scored here: answer them "
+            "with `eval/answer_prompts.py` and score them with `eval/score_answers.py`.")
+
+
 def qa_table(results: dict[str, Any]) -> str:
     """LoCoMo QA per category (adversarial apart), with end-to-end latency and context cost."""
     qa = results["qa"]
@@ -66,7 +74,8 @@ def qa_table(results: dict[str, Any]) -> str:
     lines += ["", f"end-to-end latency P50 {lat.get('e2e_ms_p50', float('nan')):.0f} ms, P95 {lat.get('e2e_ms_p95', float('nan')):.0f} ms "
               f"(generation P50 {lat.get('generate_ms_p50', float('nan')):.0f} ms, amortised over its batch); "
               f"context {cost.get('context_tokens_per_question', float('nan')):.0f} tokens per question"]
-    return "\n".join(lines)
+    note = recorded_note(qa["overall"].get("recorded"))
+    return "\n".join(lines + [note] if note else lines)
 
 
 def longmemeval_table(results: dict[str, Any], ks: list[int]) -> str:
@@ -85,7 +94,8 @@ def longmemeval_table(results: dict[str, Any], ks: list[int]) -> str:
             lines.append(f"| {name} | {agg['n']} | " + " | ".join("-" if agg.get(k) is None else _fmt(agg[k]) for _, k in cols) + " |")
     lat = results["latency"]
     lines += ["", f"search P50 {lat['search_ms_p50']:.1f} ms, P95 {lat['search_ms_p95']:.1f} ms; ingest {lat['ingest_turns_per_s']:.1f} turns/s{_cached(lat)}"]
-    return "\n".join(lines)
+    note = recorded_note(ret["overall"].get("qa_recorded"))
+    return "\n".join(lines + [note] if note else lines)
 
 
 def plot_recall(results: dict[str, Any], ks: list[int], path: str | Path) -> Path:

@@ -63,7 +63,7 @@ def run_summary(results: Mapping[str, Any]) -> dict[str, Any]:
     if latency.get("ingest_vectors_from_cache"):  # that rate is partly reading vectors back, not embedding
         out["ingest_vectors_from_cache"] = latency["ingest_vectors_from_cache"]
     qa = results.get("qa") or {}
-    if qa.get("overall", {}).get("n"):
+    if qa.get("overall", {}).get("n") and qa["overall"].get("f1") is not None:  # None: prompts recorded, not answered
         by = {c: v for c, v in qa.get("by_category", {}).items() if v.get("n")}
         out["qa"] = {"n": qa["overall"]["n"], "f1": qa["overall"]["f1"], "bleu1": qa["overall"].get("bleu1"),
                      "f1_by_category": {c: v["f1"] for c, v in by.items()},

@@ -19,6 +19,7 @@ class PromptRecorder:
     answers each prompt with its id, ``<prefix><n>x``."""
 
     name = "recorder"
+    records_prompts = True  # the harnesses leave its answers (ids) unscored
 
     def __init__(self, path: str, prefix: str = "pid", **_backend_options: object) -> None:
         self.path, self.prefix, self.meter = Path(path), prefix, UsageMeter()

@@ -12,6 +12,7 @@ from lightmem.evaluation.tables import (
     DOCS_WITH_TABLES,
     blocks,
     card_result,
+    gpu_reader_table,
     reader_table,
     render_tables,
     replace_blocks,
@@ -46,6 +47,23 @@ def test_every_committed_generated_table_is_what_its_files_render():
         assert found, f"{doc} has no generated table"
         for name, body in found.items():
             assert body == rendered[name], f"{doc}: the {name!r} table differs from its files; run `make docs`"
+
+
+def test_the_gpu_reader_table_sets_both_readers_side_by_side_with_the_bigger_ones_paired_differences():
+    cats = ("1-multi-hop", "2-temporal", "3-open-domain", "4-single-hop")
+
+    def scores(f1s):
+        return {"summaries": {k: {"n": 3, "f1": v, "bleu1": v, "f1_by_category": dict.fromkeys(cats, v)} for k, v in f1s.items()},
+                "versus_first": {k: {"diff": f1s["defaults"] - v, "ci_low": -0.01, "ci_high": 0.2, "n": 3}
+                                 for k, v in f1s.items() if k != "defaults"}}
+
+    small = scores({"defaults": 0.3, "bm25": 0.2})
+    big = scores({"defaults": 0.4, "bm25": 0.25, "defaults/gold context": 0.5})
+    rows = gpu_reader_table(small, big).splitlines()[2:]
+    assert rows[0].startswith("| **lightmem defaults** | **0.300** | **0.400** |")
+    assert rows[1] == "| BM25 over raw turns, packed whole | 0.200 | 0.250 | 0.250 / 0.250 / 0.250 / 0.250 | +0.150 [-0.010, +0.200] |"
+    # a row only the bigger reader answered keeps an empty cell for the other; rows neither has are left out
+    assert rows[2].startswith("| control: the gold evidence turns alone |  | 0.500 |") and len(rows) == 3
 
 
 def test_a_locomo_run_is_summarised_with_its_reader_and_control_scores():

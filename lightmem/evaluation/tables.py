@@ -112,6 +112,31 @@ def reader_table(runs: Sequence[Mapping[str, Any]]) -> str:
     return markdown_table(header, rows, bold_first=True)
 
 
+# The rows of the GPU reader table: a run's name in eval/score_answers.py's scores, and its label.
+GPU_READER_ROWS = {"defaults": "lightmem defaults", "linear_ranker": "linear ranker (`selector=experimental/ranker_linear`)",
+                   "bm25": "BM25 over raw turns, packed whole", "dense": "dense over raw turns, packed whole",
+                   "rrf": "RRF of BM25 and dense, packed whole", "full_context": "full context: the most recent turns that fit",
+                   "defaults/gold context": CONTROLS["gold"], "defaults/random context": CONTROLS["random"]}
+
+
+def gpu_reader_table(small: Mapping[str, Any], big: Mapping[str, Any]) -> str:
+    """The same recorded runs answered on a GPU by two readers (``eval/score_answers.py --out`` files: ``summaries``
+    and ``versus_first``, the first run being the defaults): each reader's F1, the bigger one's F1 per category, and
+    the defaults minus each row with the bigger reader (paired bootstrap)."""
+    header = ["LoCoMo 3-4, all questions, 600-token prompts, answered in bf16 on a GPU", "F1, 0.5B reader", "F1, 1.5B reader",
+              "1.5B: multi-hop / temporal / open-domain / single-hop", "defaults − row, 1.5B [95% CI]"]
+    rows = []
+    for key, label in GPU_READER_ROWS.items():
+        b = big["summaries"].get(key)
+        if b is None:
+            continue
+        s, d = small["summaries"].get(key, {}), big["versus_first"].get(key)
+        by = " / ".join(fmt(b["f1_by_category"].get(c)) for c in LOCOMO_CATEGORIES)
+        diff = f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d else ""
+        rows.append([label, fmt(s.get("f1")), fmt(b["f1"]), by, diff])
+    return markdown_table(header, rows, bold_first=True)
+
+
 def _pair(values: Mapping[str, Any]) -> str:
     """``gold / random`` of a control mapping, blank when the run has neither."""
     return " / ".join(fmt(values.get(name)) for name in CONTROLS) if values else ""
@@ -227,6 +252,8 @@ CHECKPOINT_ROLES = {
     "compressor": "`TokenClassifierCompressor` (squeezed excerpts, `memory.word_scores`; the sensory stage)",
 }
 RUN_TABLES = {"reader": reader_table, "retrieval": retrieval_table}
+# The scores of the 0.5B and 1.5B readers on all of LoCoMo 3-4 (docs/results/gpu.md), rendered by gpu_reader_table
+GPU_READER_FILES = ("gpu_reader_scores.json", "gpu_reader15_scores.json")
 DOCS_WITH_TABLES = ("README.md", "checkpoints/README.md")
 
 
@@ -242,6 +269,9 @@ def render_tables(root: Any) -> dict[str, str]:
         path = root / "docs" / "results" / "runs" / f"{name}.json"
         if path.exists():
             out[name] = render(json.loads(path.read_text())["runs"])
+    small, big = (root / "docs" / "results" / "runs" / f for f in GPU_READER_FILES)
+    if small.exists() and big.exists():
+        out["gpu_reader"] = gpu_reader_table(json.loads(small.read_text()), json.loads(big.read_text())["test_locomo_decline"])
     cards = {p.parent.name: json.loads(p.read_text()) for p in sorted((root / "checkpoints").glob("*/card.json"))}
     out["checkpoints"] = checkpoints_table(cards, CHECKPOINT_ROLES)
     return out

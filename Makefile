@@ -74,7 +74,7 @@ train: data  ## reproduce what the default pipeline serves: checkpoints/{embedde
 	$(PY) train/embedder.py
 	$(PY) train/compressor.py   # before the ranker: its mining scores the candidates' words as the served packing may
 	$(PY) train/ranker.py       # the linear ranker (SLM-2's base); it mines the candidate groups
-	$(PY) train/ranker.py model=trees out_dir=checkpoints/runs/ranker_trees export_dir=checkpoints/ranker_trees   # the served one, on those groups
+	$(PY) train/ranker.py model=trees   # the served one, on those groups (checkpoints/ranker_trees)
 
 train-experimental: data  ## reproduce the checkpoints of options measured and not adopted: embedder_minilm, embedder_docs, slm, cross_encoder, complexity
 	rm -rf checkpoints/runs/embedder_minilm checkpoints/runs/doc_encoder checkpoints/runs/slm checkpoints/runs/cross_encoder checkpoints/runs/complexity

@@ -236,3 +236,14 @@ def test_the_groups_cache_key_ignores_packing_only_settings_and_follows_the_cand
     assert key("retrieval.anchor_dates=never", "retrieval.whole_share=0.5", "retrieval.session_spread=1") == base
     assert key("retrieval.candidate_factor=4") != base and key("retrieval.hop_seeds=3") != base
     assert groups_key(compose("train_ranker", []), "another-embedder") != base
+
+
+def test_each_ranker_kind_trains_into_its_own_folders():
+    """`model=trees` alone must not overwrite the linear ranker that SLM-2 is stacked on."""
+    from conftest import compose
+
+    linear, trees = compose("train_ranker", []), compose("train_ranker", ["model=trees"])
+    assert (linear.out_dir, linear.export_dir) == ("checkpoints/runs/ranker", "checkpoints/ranker")
+    assert (trees.out_dir, trees.export_dir) == ("checkpoints/runs/ranker_trees", "checkpoints/ranker_trees")
+    assert compose("train_ranker", ["model=trees", "export_dir=null"]).export_dir is None
+    assert compose("train_slm", []).export_dir == "checkpoints/slm"

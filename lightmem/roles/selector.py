@@ -1,4 +1,4 @@
-"""Selector (SLM-2): Stage 2 keeps at most K of the Stage-1 candidates (3K by default).
+"""Selector (SLM-2): Stage 2 keeps at most K of the Stage-1 candidates (5K by default, ``retrieval.candidate_factor``).
 
 It only selects: scores decide which candidates stay, the memory text is never changed.
 """
@@ -141,9 +141,14 @@ def weights_digest(weights: dict) -> str:
     return hashlib.sha256(json.dumps({k: weights[k] for k in keys}, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# How a ranker checkpoint is made: each kind exports to its own folder (lightmem.training.schemas.RankerTrainConfig)
+RETRAIN = ("`python train/ranker.py model=trees` (checkpoints/ranker_trees, the default Stage 2) or `python train/ranker.py` "
+           "(checkpoints/ranker, the linear one); `make train` makes both")
+
+
 class LearnedRanker:
     """A ranker over cheap candidate features (``retrieval/features.py``), fitted by ``train/ranker.py`` on
-    Stage-1 candidate groups: linear and listwise (ranking 3K = 60 candidates takes ~0.5 ms on 2 CPU cores), or
+    Stage-1 candidate groups: linear and listwise (ranking 60 candidates takes ~0.5 ms on 2 CPU cores), or
     boosted trees (``model=trees``, ``retrieval/trees.py``; ~3 ms for 100 candidates).
 
     Args:
@@ -159,11 +164,11 @@ class LearnedRanker:
 
         path = Path(checkpoint) / "ranker.json"
         if not path.exists():
-            raise FileNotFoundError(f"no trained ranker at {path}; train one with `python train/ranker.py` (make train)")
+            raise FileNotFoundError(f"no trained ranker at {path}; train one with {RETRAIN}")
         w = json.loads(path.read_text())
         if tuple(w.get("features", ())) != FEATURES:
             raise ValueError(f"{path} was trained on features {w.get('features')}, this version computes {list(FEATURES)}: "
-                             "retrain it with `python train/ranker.py`")
+                             f"retrain it with {RETRAIN}")
         self.kind, self.digest = w.get("kind", "linear"), weights_digest(w)  # what it is, and which fit
         self._scores = ranker_scorer(w)
 

@@ -337,8 +337,7 @@ MODEL_CARDS = {
     "linear": ("linear listwise ranker of Stage-1 candidates",
                "conf/selector/experimental/ranker_linear.yaml; SLM-2 is stacked on it", "make train  (python train/ranker.py)"),
     "trees": ("boosted trees ({n_trees}) ranking Stage-1 candidates", "conf/selector/ranker.yaml, the default Stage 2",
-              "make train  (python train/ranker.py model=trees out_dir=checkpoints/runs/ranker_trees "
-              "export_dir=checkpoints/ranker_trees)"),
+              "make train  (python train/ranker.py model=trees)"),
 }
 
 

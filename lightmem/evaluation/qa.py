@@ -44,8 +44,6 @@ For a question about time, give the date. If the memories do not hold the answer
 Each memory starts with the date it was said. Answer with a short phrase, using words from the memories when you can.
 For a question about time, give the date. If the memories do not settle the question, give your best guess from them.""",
 }
-READER_INSTRUCTION = READER_INSTRUCTIONS["decline"]  # the default
-
 
 # LightMem / mem0's LoCoMo judge (mem0 evaluation/metrics/llm_judge.py ACCURACY_PROMPT).
 LOCOMO_JUDGE_PROMPT = """Your task is to label an answer to a question as 'CORRECT' or 'WRONG'. You will be given the following data:

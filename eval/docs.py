@@ -19,7 +19,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lightmem.evaluation.tables import DOCS_WITH_TABLES, RUN_TABLES, render_tables, replace_blocks, run_summary  # noqa: E402
+from lightmem.evaluation.tables import (  # noqa: E402
+    DOCS_WITH_TABLES,
+    GPU_READER_FIGURE,
+    RUN_TABLES,
+    gpu_reader_figure,
+    gpu_reader_scores,
+    render_tables,
+    replace_blocks,
+    run_summary,
+)
 
 
 def regenerate(check: bool, root: Path = ROOT) -> int:
@@ -33,6 +42,13 @@ def regenerate(check: bool, root: Path = ROOT) -> int:
             stale.append(doc)
             if not check:
                 path.write_text(new)
+    scores = gpu_reader_scores(root)
+    if scores is not None:
+        figure = root / GPU_READER_FIGURE
+        if not check:
+            gpu_reader_figure(*scores, figure)
+        elif not figure.exists():
+            stale.append(GPU_READER_FIGURE)
     verb = "differ from their files (run `make docs`)" if check else "rewritten"
     print(f"{', '.join(stale)}: {verb}" if stale else "every generated table is up to date")
     return 1 if check and stale else 0

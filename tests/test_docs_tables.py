@@ -12,6 +12,7 @@ from lightmem.evaluation.tables import (
     DOCS_WITH_TABLES,
     blocks,
     card_result,
+    gpu_reader_figure,
     gpu_reader_table,
     reader_table,
     render_tables,
@@ -64,6 +65,30 @@ def test_the_gpu_reader_table_sets_both_readers_side_by_side_with_the_bigger_one
     assert rows[1] == "| BM25 over raw turns, packed whole | 0.200 | 0.250 | 0.250 / 0.250 / 0.250 / 0.250 | +0.150 [-0.010, +0.200] |"
     # a row only the bigger reader answered keeps an empty cell for the other; rows neither has are left out
     assert rows[2].startswith("| control: the gold evidence turns alone |  | 0.500 |") and len(rows) == 3
+
+
+def test_the_gpu_reader_figure_is_drawn_from_the_same_scores(tmp_path):
+    cats = ("1-multi-hop", "2-temporal", "3-open-domain", "4-single-hop")
+    scores = {"summaries": {k: {"n": 3, "f1": 0.3, "bleu1": 0.3, "f1_by_category": dict.fromkeys(cats, 0.3)}
+                            for k in ("defaults", "bm25")}, "versus_first": {}}
+    path = gpu_reader_figure(scores, scores, tmp_path / "figs" / "reader.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5_000
+
+
+def test_docs_check_fails_when_the_gpu_reader_figure_is_missing(tmp_path, capsys):
+    import shutil
+
+    for rel in ("README.md", "checkpoints/README.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    shutil.copytree(ROOT / "docs" / "results" / "runs", tmp_path / "docs" / "results" / "runs")
+    for card in (ROOT / "checkpoints").glob("*/card.json"):
+        (tmp_path / "checkpoints" / card.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(card, tmp_path / "checkpoints" / card.parent.name / "card.json")
+    docs = _docs_cli()
+    assert docs.regenerate(check=True, root=tmp_path) == 1 and "reader_f1.png" in capsys.readouterr().out
+    assert docs.regenerate(check=False, root=tmp_path) == 0 and (tmp_path / "docs" / "figures" / "reader_f1.png").exists()
+    assert docs.regenerate(check=True, root=tmp_path) == 0
 
 
 def test_a_locomo_run_is_summarised_with_its_reader_and_control_scores():

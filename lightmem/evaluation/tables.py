@@ -137,6 +137,43 @@ def gpu_reader_table(small: Mapping[str, Any], big: Mapping[str, Any]) -> str:
     return markdown_table(header, rows, bold_first=True)
 
 
+def gpu_reader_figure(small: Mapping[str, Any], big: Mapping[str, Any], path: Any) -> Any:
+    """The GPU reader table as a picture (PNG at ``path``): for each run and control, the 0.5B and the 1.5B reader's
+    F1 side by side, with the 1.5B's per category as dots."""
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in GPU_READER_ROWS if k in big["summaries"]]
+    short = {"defaults": "lightmem\ndefaults", "linear_ranker": "linear\nranker", "bm25": "BM25", "dense": "dense",
+             "rrf": "RRF", "full_context": "full\ncontext", "defaults/gold context": "gold\nevidence",
+             "defaults/random context": "random\ncontext"}
+    x = list(range(len(keys)))
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    for dx, (name, scores, color) in zip((-0.2, 0.2), (("0.5B reader", small, "#9ecae1"), ("1.5B reader", big, "#3182bd"))):
+        ax.bar([i + dx for i in x], [scores["summaries"].get(k, {}).get("f1", 0.0) for k in keys], width=0.38,
+               label=name, color=color)
+    for c, marker in zip(LOCOMO_CATEGORIES, "o^sD"):
+        ax.scatter([i + 0.2 for i in x], [big["summaries"][k]["f1_by_category"].get(c, float("nan")) for k in keys],
+                   s=14, marker=marker, color="#08306b", zorder=3, label=f"1.5B, {c}")
+    ax.set_xticks(x, [short.get(k, k) for k in keys], fontsize=8)
+    ax.set_ylabel("F1 (LoCoMo 3-4, all questions)")
+    top = max(max(big["summaries"][k]["f1_by_category"].values(), default=0.0) for k in keys)
+    ax.set_ylim(0, top + 0.22)  # room for the legend above the tallest dot
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=3, loc="upper center")
+    ax.set_title("Reader F1 from 600-token prompts, answered in bf16 on a GPU", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
 def _pair(values: Mapping[str, Any]) -> str:
     """``gold / random`` of a control mapping, blank when the run has neither."""
     return " / ".join(fmt(values.get(name)) for name in CONTROLS) if values else ""
@@ -254,7 +291,19 @@ CHECKPOINT_ROLES = {
 RUN_TABLES = {"reader": reader_table, "retrieval": retrieval_table}
 # The scores of the 0.5B and 1.5B readers on all of LoCoMo 3-4 (docs/results/gpu.md), rendered by gpu_reader_table
 GPU_READER_FILES = ("gpu_reader_scores.json", "gpu_reader15_scores.json")
+GPU_READER_FIGURE = "docs/figures/reader_f1.png"  # gpu_reader_figure, written by `make docs`
 DOCS_WITH_TABLES = ("README.md", "checkpoints/README.md")
+
+
+def gpu_reader_scores(root: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The 0.5B and 1.5B readers' scores on LoCoMo 3-4 from ``GPU_READER_FILES`` (None when either is missing)."""
+    import json
+    from pathlib import Path
+
+    small, big = (Path(root) / "docs" / "results" / "runs" / f for f in GPU_READER_FILES)
+    if not (small.exists() and big.exists()):
+        return None
+    return json.loads(small.read_text()), json.loads(big.read_text())["test_locomo_decline"]
 
 
 def render_tables(root: Any) -> dict[str, str]:
@@ -269,9 +318,9 @@ def render_tables(root: Any) -> dict[str, str]:
         path = root / "docs" / "results" / "runs" / f"{name}.json"
         if path.exists():
             out[name] = render(json.loads(path.read_text())["runs"])
-    small, big = (root / "docs" / "results" / "runs" / f for f in GPU_READER_FILES)
-    if small.exists() and big.exists():
-        out["gpu_reader"] = gpu_reader_table(json.loads(small.read_text()), json.loads(big.read_text())["test_locomo_decline"])
+    scores = gpu_reader_scores(root)
+    if scores is not None:
+        out["gpu_reader"] = gpu_reader_table(*scores)
     cards = {p.parent.name: json.loads(p.read_text()) for p in sorted((root / "checkpoints").glob("*/card.json"))}
     out["checkpoints"] = checkpoints_table(cards, CHECKPOINT_ROLES)
     return out

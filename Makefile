@@ -51,7 +51,7 @@ test-fast: install  ## tests without the slow (real-model) ones
 lint: install  ## ruff (pyflakes, bugbear, import order)
 	$(VENV)/bin/ruff check lightmem eval train data_gen tests
 
-docs: install  ## regenerate the results tables of README.md and checkpoints/README.md from docs/results/runs/ and the model cards
+docs: install  ## regenerate the results tables of README.md and checkpoints/README.md, and docs/figures/, from docs/results/runs/ and the model cards
 	$(PY) eval/docs.py
 
 demo: reader  ## the evaluation suite, small: LoCoMo conversation 0 (retrieval + QA by the Qwen reader), a baseline, an ablation, growth, LongMemEval

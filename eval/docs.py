@@ -1,4 +1,5 @@
-"""Regenerate the results tables of the README and checkpoints/README.md, or record a run for them.
+"""Regenerate the results tables of the README and checkpoints/README.md (and the figure of docs/figures/), or record a
+run for them.
 
     python eval/docs.py                 # = make docs: rewrite every generated block from the committed files
     python eval/docs.py --check         # exit 1 when a committed block differs from what the files render

@@ -95,8 +95,8 @@ def control_f1(records: Sequence[Any]) -> dict[str, float]:
     (``answer_controls``): ``gold_f1``, ``random_f1``."""
     out: dict[str, float] = {}
     for name in CONTROLS:
-        ctl = [r.controls[name]["qa"]["f1"] for r in records
-               if r.qa and r.controls.get(name, {}).get("qa") and r.controls[name]["qa"].get("f1") is not None]
+        answered = [r.controls[name].get("qa") or {} for r in records if r.qa and name in r.controls]
+        ctl = [a["f1"] for a in answered if a.get("f1") is not None]
         if ctl:
             out[f"{name}_f1"] = float(np.mean(ctl))
     return out

@@ -228,10 +228,10 @@ def answer_questions(records: Sequence[R], contexts: Sequence[str], opts: QAOpti
         verdicts = judge(opts.judge, prompts, parse_verdict, opts.batch_size)
     recorded = bool(getattr(opts.llm, "records_prompts", False))
     for r, g, v in zip(records, gens, verdicts):
-        scored = {k: None for k in scores(r, "")} if recorded else scores(r, g.text)
+        scored = scores(r, g.text)
         r.qa = {"prediction": g.text, **scored, "judge": v, "generate_ms": g.ms, "e2e_ms": r.search_ms + g.ms}
-        if recorded:
-            r.qa["recorded"] = True
+        if recorded:  # an id, not an answer: the same keys, none scored
+            r.qa.update(dict.fromkeys(scored), recorded=True)
 
 
 def qa_summary(answers: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any]:

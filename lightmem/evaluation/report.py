@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import Any
 
 
-def _save(plt, fig, path: str | Path) -> Path:
+def save_figure(plt, fig, path: str | Path) -> Path:
+    """Lay out ``fig``, write it as a PNG at ``path`` (its folder made if missing) and close it."""
     fig.tight_layout()
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -100,7 +102,7 @@ def longmemeval_table(results: dict[str, Any], ks: list[int]) -> str:
 
 def plot_recall(results: dict[str, Any], ks: list[int], path: str | Path) -> Path:
     """Recall_all against K per category (PNG)."""
-    plt = _plt()
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7.5, 4))
     series = list(results["retrieval"]["by_category"].items()) + [("overall", results["retrieval"]["overall"])]
@@ -114,7 +116,7 @@ def plot_recall(results: dict[str, Any], ks: list[int], path: str | Path) -> Pat
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.set_title("LoCoMo evidence recall")
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], bold_first: bool = False) -> str:
@@ -151,7 +153,7 @@ def plot_segmentation(rows: list[dict[str, Any]], path: str | Path) -> Path:
     """Boundary recall / precision / F1 per segmentation setting (PNG)."""
     import numpy as np
 
-    plt = _plt()
+    plt = pyplot()
 
     labels = [f"{r['method']}\nr={r['rate']}" + (f" τ={r['tau']}" if r.get("tau") is not None else "") for r in rows]
     x = np.arange(len(rows))
@@ -165,7 +167,7 @@ def plot_segmentation(rows: list[dict[str, Any]], path: str | Path) -> Path:
     ax.set_title("Topic segmentation vs LongMemEval sessions")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def growth_table(rows: list[dict[str, Any]]) -> str:
@@ -187,7 +189,8 @@ def growth_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines + [f"\n{n}" for n in notes])
 
 
-def _plt():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -198,7 +201,7 @@ def _plt():
 
 def plot_growth(rows: list[dict[str, Any]], path: str | Path) -> Path:
     """Recall (left) and search latency (right) against MTM size, one line per variant (PNG)."""
-    plt = _plt()
+    plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for variant in ("vector_only", "reranking"):
         pts = sorted((r["entries"], r) for r in rows if r.get("variant") == variant)
@@ -215,14 +218,14 @@ def plot_growth(rows: list[dict[str, Any]], path: str | Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("MTM growth along one trajectory")
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def plot_bars(names: list[str], series: dict[str, list[tuple[float, float]]], path: str | Path, title: str) -> Path:
     """Grouped bars (mean with std error bars) of several metrics per run (PNG)."""
     import numpy as np
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(names) * max(1, len(series)) / 1.5), 4))
     width = 0.8 / max(1, len(series))
     x = np.arange(len(names))
@@ -235,12 +238,12 @@ def plot_bars(names: list[str], series: dict[str, list[tuple[float, float]]], pa
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def plot_budget_curves(curves: dict[str, list[tuple[float, float]]], path: str | Path) -> Path:
     """Recall_all against context tokens (one point per K and the budget cut) for each run (PNG)."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4))
     for name, pts in curves.items():
         pts = sorted(pts)
@@ -251,12 +254,12 @@ def plot_budget_curves(curves: dict[str, list[tuple[float, float]]], path: str |
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.set_title("Evidence recall against token budget")
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def plot_longmemeval(results: dict[str, Any], ks: list[int], path: str | Path) -> Path:
     """Session-level recall_all@k (solid) and turn-level recall_any@k (dashed) per question type (PNG)."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4))
     series = list(results["retrieval"]["by_type"].items()) + [("overall", results["retrieval"]["overall"])]
     for i, (name, agg) in enumerate(series):
@@ -273,4 +276,4 @@ def plot_longmemeval(results: dict[str, Any], ks: list[int], path: str | Path) -
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.set_title("LongMemEval retrieval")
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from lightmem.evaluation.report import markdown_table
+from lightmem.evaluation.report import markdown_table, pyplot, save_figure
 
 LOCOMO_CATEGORIES = ("1-multi-hop", "2-temporal", "3-open-domain", "4-single-hop")
 CONTROLS = {"gold": "control: the gold evidence turns alone", "random": "control: a random context of the conversation"}
@@ -112,11 +112,18 @@ def reader_table(runs: Sequence[Mapping[str, Any]]) -> str:
     return markdown_table(header, rows, bold_first=True)
 
 
-# The rows of the GPU reader table: a run's name in eval/score_answers.py's scores, and its label.
-GPU_READER_ROWS = {"defaults": "lightmem defaults", "linear_ranker": "linear ranker (`selector=experimental/ranker_linear`)",
-                   "bm25": "BM25 over raw turns, packed whole", "dense": "dense over raw turns, packed whole",
-                   "rrf": "RRF of BM25 and dense, packed whole", "full_context": "full context: the most recent turns that fit",
-                   "defaults/gold context": CONTROLS["gold"], "defaults/random context": CONTROLS["random"]}
+# The rows of the GPU reader table and figure: a run's name in eval/score_answers.py's scores, its label in the
+# table and its short label under the figure's bars.
+GPU_READER_ROWS = {
+    "defaults": ("lightmem defaults", "lightmem\ndefaults"),
+    "linear_ranker": ("linear ranker (`selector=experimental/ranker_linear`)", "linear\nranker"),
+    "bm25": ("BM25 over raw turns, packed whole", "BM25"),
+    "dense": ("dense over raw turns, packed whole", "dense"),
+    "rrf": ("RRF of BM25 and dense, packed whole", "RRF"),
+    "full_context": ("full context: the most recent turns that fit", "full\ncontext"),
+    "defaults/gold context": (CONTROLS["gold"], "gold\nevidence"),
+    "defaults/random context": (CONTROLS["random"], "random\ncontext"),
+}
 
 
 def gpu_reader_table(small: Mapping[str, Any], big: Mapping[str, Any]) -> str:
@@ -126,7 +133,7 @@ def gpu_reader_table(small: Mapping[str, Any], big: Mapping[str, Any]) -> str:
     header = ["LoCoMo 3-4, all questions, 600-token prompts, answered in bf16 on a GPU", "F1, 0.5B reader", "F1, 1.5B reader",
               "1.5B: multi-hop / temporal / open-domain / single-hop", "defaults − row, 1.5B [95% CI]"]
     rows = []
-    for key, label in GPU_READER_ROWS.items():
+    for key, (label, _) in GPU_READER_ROWS.items():
         b = big["summaries"].get(key)
         if b is None:
             continue
@@ -140,17 +147,8 @@ def gpu_reader_table(small: Mapping[str, Any], big: Mapping[str, Any]) -> str:
 def gpu_reader_figure(small: Mapping[str, Any], big: Mapping[str, Any], path: Any) -> Any:
     """The GPU reader table as a picture (PNG at ``path``): for each run and control, the 0.5B and the 1.5B reader's
     F1 side by side, with the 1.5B's per category as dots."""
-    from pathlib import Path
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     keys = [k for k in GPU_READER_ROWS if k in big["summaries"]]
-    short = {"defaults": "lightmem\ndefaults", "linear_ranker": "linear\nranker", "bm25": "BM25", "dense": "dense",
-             "rrf": "RRF", "full_context": "full\ncontext", "defaults/gold context": "gold\nevidence",
-             "defaults/random context": "random\ncontext"}
     x = list(range(len(keys)))
     fig, ax = plt.subplots(figsize=(9, 3.6))
     for dx, (name, scores, color) in zip((-0.2, 0.2), (("0.5B reader", small, "#9ecae1"), ("1.5B reader", big, "#3182bd"))):
@@ -159,19 +157,14 @@ def gpu_reader_figure(small: Mapping[str, Any], big: Mapping[str, Any], path: An
     for c, marker in zip(LOCOMO_CATEGORIES, "o^sD"):
         ax.scatter([i + 0.2 for i in x], [big["summaries"][k]["f1_by_category"].get(c, float("nan")) for k in keys],
                    s=14, marker=marker, color="#08306b", zorder=3, label=f"1.5B, {c}")
-    ax.set_xticks(x, [short.get(k, k) for k in keys], fontsize=8)
+    ax.set_xticks(x, [GPU_READER_ROWS[k][1] for k in keys], fontsize=8)
     ax.set_ylabel("F1 (LoCoMo 3-4, all questions)")
     top = max(max(big["summaries"][k]["f1_by_category"].values(), default=0.0) for k in keys)
     ax.set_ylim(0, top + 0.22)  # room for the legend above the tallest dot
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=3, loc="upper center")
     ax.set_title("Reader F1 from 600-token prompts, answered in bf16 on a GPU", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 def _pair(values: Mapping[str, Any]) -> str:

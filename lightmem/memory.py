@@ -284,7 +284,8 @@ class Memory:
 
         A new text replaces the old one for good unless ``keep_history=True``: then the old text
         stays readable in ``history``. Without it, no earlier text of the item stays in its
-        history (the events do), so an update can redact a memory.
+        history (the events do), so an update can redact a memory. A new text also deletes the fact
+        keys that cite the item, as a deletion does.
         """
         user_id, fields = check_user_id(user_id), check_item_fields(fields, text)
         item_id = check_id(item_id, "item_id")
@@ -301,7 +302,7 @@ class Memory:
                 meta["keep"] = keep_codes(scorer, [text])[0]
             fields["metadata"] = meta
             return self.store.update(user_id, item_id, self.clock(), vector=self.embedder.encode([text])[0],
-                                     keep_history=keep_history, **fields)
+                                     keep_history=keep_history, encode=self.embedder.encode, **fields)
         return self.store.update(user_id, item_id, self.clock(), keep_history=keep_history, **fields)
 
     def archive(self, item_id: str, user_id: str) -> MemoryItem:
@@ -314,10 +315,12 @@ class Memory:
     def delete(self, item_id: str, user_id: str) -> dict[str, int]:
         """Erase one item: it is never returned again and its text is gone from the store.
 
-        Removes the item (row, vector, terms), the texts of its history (the events stay) and
-        the turns it was written from that no other item cites. Returns ``{"items": 1, "turns": n}``.
+        Removes the item (row, vector, terms), the texts of its history (the events stay), the turns
+        it was written from that no other item cites, and the fact keys that cite it (other memories those
+        facts keyed are re-embedded without them). Returns ``{"items": 1, "turns": n, "facts": n}``.
         """
-        return self.store.delete(check_user_id(user_id), check_id(item_id, "item_id"), self.clock())
+        return self.store.delete(check_user_id(user_id), check_id(item_id, "item_id"), self.clock(),
+                                 encode=self.embedder.encode)
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Erase everything of a user: turns, items, history, and what the LTM learned from them.

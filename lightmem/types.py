@@ -60,7 +60,10 @@ class MemoryItem:
     """One MTM entry. ``provenance`` lists the ids of the turns it was written from.
 
     Times are Unix seconds. ``event_time`` is when the remembered thing happened (the
-    session date for a turn); ``created_at`` is when lightmem wrote it.
+    session date for a turn); ``created_at`` is when lightmem wrote it. ``keys`` is extra text the
+    item is found by (its vector and BM25 terms are computed from ``text`` and ``keys``), never shown
+    in a prompt: the fact keys an offline cycle wrote for it (``ConsolidationSpec.fact_keys``), empty
+    otherwise.
     """
 
     id: str
@@ -81,11 +84,22 @@ class MemoryItem:
     archived: bool = False
     n_tokens: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
+    keys: str = ""
+
+    @property
+    def index_text(self) -> str:
+        """What the item is embedded and indexed for BM25 from: its text, then its keys."""
+        return keyed_text(self.text, self.keys)
 
     @property
     def is_current(self) -> bool:
         """True while no newer item supersedes this one."""
         return self.superseded_by is None and self.valid_to is None
+
+
+def keyed_text(text: str, keys: str) -> str:
+    """An item's text followed by its fact keys (the text alone when it has none)."""
+    return f"{text} {keys}" if keys else text
 
 
 class NodeKind(str, enum.Enum):

@@ -56,7 +56,7 @@ def test_item_deletion_erases_the_text_its_history_and_its_source_turn(location)
         m.archive(gone.id, "alice")
         m.restore(gone.id, "alice")
         assert _holders(location)
-        assert m.delete(gone.id, "alice") == {"items": 1, "turns": 1}
+        assert m.delete(gone.id, "alice") == {"items": 1, "turns": 1, "facts": 0}
         # the events stay, with no text; the source turn is gone; the other memory is untouched
         assert [(e.event, e.old_text, e.new_text) for e in m.history(gone.id, "alice")] == [
             ("ADD", None, None), ("UPDATE", None, None), ("ARCHIVE", None, None), ("RESTORE", None, None),
@@ -76,9 +76,9 @@ def test_a_turn_cited_by_another_item_stays_until_that_item_goes(location):
         first = m.add({"speaker": "Alice", "text": f"pin {SECRET}", "id": "s1"}, user_id="alice")[0]
         # a second memory written from the same turn (as a consolidation abstract would be)
         second = m.update(m.add("placeholder", user_id="alice")[0].id, "alice", provenance=["s1"])
-        assert m.delete(first.id, "alice") == {"items": 1, "turns": 0}
+        assert m.delete(first.id, "alice") == {"items": 1, "turns": 0, "facts": 0}
         assert "s1" in [t.turn_id for t in m.store.turns("alice")]
-        assert m.delete(second.id, "alice") == {"items": 1, "turns": 1}
+        assert m.delete(second.id, "alice") == {"items": 1, "turns": 1, "facts": 0}
         assert "s1" not in [t.turn_id for t in m.store.turns("alice")]
     finally:
         m.close()
@@ -128,7 +128,7 @@ def test_http_post_patch_delete_then_history_holds_no_text(location):
         history = client.get(f"/v1/memories/{item['id']}/history", params=q, headers=h).json()["events"]
         assert SECRET not in str(history)
         r = client.delete(f"/v1/memories/{item['id']}", params=q, headers=h)
-        assert r.status_code == 200 and r.json()["removed"] == {"items": 1, "turns": 1}
+        assert r.status_code == 200 and r.json()["removed"] == {"items": 1, "turns": 1, "facts": 0}
         history = client.get(f"/v1/memories/{item['id']}/history", params=q, headers=h)
         assert history.status_code == 200 and [e["event"] for e in history.json()["events"]] == ["ADD", "UPDATE", "DELETE"]
         assert all(e["old_text"] is None and e["new_text"] is None for e in history.json()["events"])

@@ -183,7 +183,7 @@ def test_a_store_written_before_the_graph_was_versioned_opens_with_its_graph(tmp
     db = tmp_path / "old.sqlite"
     shutil.copy(FIXTURES / "store_schema2.sqlite", db)
     m = _memory(db, ConsolidationSpec(sleep_update=False, recursive=False))
-    assert m.store.info()["schema_version"] == "4"
+    assert m.store.info()["schema_version"] == "5"
     assert m.stats() == {"ava": {"turns": 1, "items": 1, "archived": 0, "pending": 0, "unembedded": 0},
                          "u": {"turns": 3, "items": 3, "archived": 0, "pending": 0, "unembedded": 0}}
     assert m.ltm_stats() == {"nodes": 4, "nodes_dropped": 0, "edges": 3, "edges_dropped": 0, "cycles": 1}

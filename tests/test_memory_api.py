@@ -232,7 +232,7 @@ def test_delete_user_erases_everything_of_that_user_only(memory):
     ava = memory.add("Ava's phone is 555-0100", user_id="ava")[0]
     memory.add("Ben's phone is 555-0199", user_id="ben")
     removed = memory.delete_user("ava")
-    assert removed == {"items": 1, "turns": 1, "history": 1, "pending": 0, "consolidated": 0, "ltm_nodes": 0, "ltm_edges": 0,
+    assert removed == {"items": 1, "turns": 1, "history": 1, "pending": 0, "consolidated": 0, "facts": 0, "ltm_nodes": 0, "ltm_edges": 0,
                        "ltm_facts": 0}
     assert memory.search("phone", "ava", k=5) == [] and memory.get_all("ava") == []
     assert memory.store.history("ava", ava.id) == [] and "ava" not in memory.store.users()

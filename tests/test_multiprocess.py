@@ -160,7 +160,7 @@ def test_a_schema_1_store_is_upgraded_and_its_changes_are_logged(tmp_path):
                       "DROP TRIGGER items_changes_update; UPDATE meta SET value = '1' WHERE key = 'schema_version';")
     con.close()
     a = _open(tmp_path)
-    assert a.store.info()["schema_version"] == "4"
+    assert a.store.info()["schema_version"] == "5"
     a.add("a note about owls", user_id="u", timestamp=T0)
     _run(tmp_path, 'm.add("owls hunt at night", user_id="u", timestamp=1_600_000_100); m.close()')
     assert set(_texts(a, "owls")) == {"a note about owls", "owls hunt at night"}

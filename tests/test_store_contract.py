@@ -180,7 +180,7 @@ def test_delete_and_delete_user(store):
     w = _write(store, "u", ["alpha", "beta"])
     _write(store, "v", ["alpha"], seed=50)
     gone = w.items[0]
-    assert store.delete("u", gone.id, T0 + 5) == {"items": 1, "turns": 1}  # its turn t0: cited by no other item
+    assert store.delete("u", gone.id, T0 + 5) == {"items": 1, "turns": 1, "facts": 0}  # its turn t0: cited by no other item
     with pytest.raises(ItemNotFoundError):
         store.get("u", gone.id, include_archived=True)
     with pytest.raises(ItemNotFoundError):
@@ -389,7 +389,7 @@ def test_commit_offline_writes_graph_and_mtm_together(store):
     graph = _Graph()
     done = store.commit_offline("u", changes, T0 + 1000, graph, {"units": 2})
     assert done.cycle == 1 and done.graph == {"nodes": 2, "edges": 1}
-    assert done.mtm == {"superseded": 1, "merged": 0, "abstracts": 1, "archived": 2, "marked": 4, "skipped": 0}
+    assert done.mtm == {"superseded": 1, "merged": 0, "abstracts": 1, "archived": 2, "marked": 4, "facts": 0, "keyed": 0, "skipped": 0}
     older = store.get("u", old.id)
     assert older.superseded_by == new.id and older.valid_to == new.event_time
     assert store.get("u", new.id).provenance == ["t1", "t0"]

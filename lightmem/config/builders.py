@@ -118,14 +118,15 @@ def build_sensory_stage(node: DictConfig | None, embedder: Embedder, shared: Sha
 
 def ltm_options(node: DictConfig | None, shared: SharedRuntime) -> Any:
     """The ``ltm`` node → LTMOptions, or None when LTM is off (unknown keys fail loudly). The spaCy
-    pipeline is loaded when ``nlp`` is set, the LLM runtime when the abstractor needs one."""
+    pipeline is loaded when ``nlp`` is set, the LLM runtime when the abstractor or the fact keys need one."""
     if node is None or not node.get("enabled", False):
         return None
     from lightmem.ltm import LTMOptions
     from lightmem.ltm.abstraction import ABSTRACTORS
 
     options = build_spec(LTMOptions, {k: v for k, v in to_container(node).items() if k not in NODE_SWITCHES})
-    needs_llm = options.abstractor in ABSTRACTORS and ABSTRACTORS[options.abstractor].needs_llm
+    needs_llm = (options.abstractor in ABSTRACTORS and ABSTRACTORS[options.abstractor].needs_llm) \
+        or options.consolidation.fact_keys
     return replace(options, nlp=shared.parser() if node.get("nlp") else None, llm=shared.llm() if needs_llm else None)
 
 

@@ -36,7 +36,7 @@ class LTMOptions:
             (the LLM runtime).
         nlp: A spaCy pipeline with the parser for the extractive abstractor and
             de-identification (None: rules only).
-        llm: The offline LLM (generative abstraction, update decisions, cluster abstracts).
+        llm: The offline LLM (generative abstraction, update decisions, cluster abstracts, fact keys).
         scope: ``user`` (default): each user's knowledge is stored and searched in that user's own
             partition, and ``delete_user`` removes it. ``shared``: one graph for every user, read by every
             user's searches: what one user said reaches others, de-identified only as far as
@@ -78,6 +78,8 @@ def build_ltm(store: MemoryStore, embedder: Any, options: LTMOptions, clock: Any
         raise ValueError(f"abstractor must be one of {', '.join(ABSTRACTORS)}, got {options.abstractor!r}")
     if choice.needs_llm and options.llm is None:
         raise ValueError(f"the {options.abstractor} abstractor needs an LLM runtime (LTMOptions.llm)")
+    if options.consolidation.fact_keys and options.llm is None:
+        raise ValueError("fact keys (consolidation.fact_keys) need an LLM runtime for SLM-3 (LTMOptions.llm)")
     graph = KnowledgeGraph(store.graph, embedder.encode, embedder.dim, options.graph, scope=options.scope)
     deid = Deidentifier(options.nlp)
     abstractor = choice.build(options.nlp, options.llm, deid)

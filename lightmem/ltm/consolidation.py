@@ -7,6 +7,8 @@ LTM partition, or to the shared graph when the operator chose ``LTMOptions(scope
 2. abstract the de-identified episodes into knowledge units (LLM or extractive);
 3. sleep-time update: update queues over MTM, merge / update / ignore decisions;
 4. recursive consolidation: dense clusters → abstract entries, members archived;
+   (optional, ``fact_keys``) fact keys: SLM-3 writes facts about the batch's new entries, which become
+   extra search keys of the entries they cite (``ltm.fact_keys``);
 5. one transaction (``MemoryStore.commit_offline``): graph insert / link / merge, decay and
    drop, MTM changes, and the marks of what was consolidated. A crash anywhere leaves the last committed state, and
    the next cycle selects the same unmarked items again.
@@ -27,6 +29,7 @@ from lightmem.llm.base import LLM
 from lightmem.ltm import recursive, sleep
 from lightmem.ltm.abstraction import Abstractor, ExtractiveAbstractor
 from lightmem.ltm.deidentify import Deidentifier, strip_speaker
+from lightmem.ltm.fact_keys import FactKeyer, SLMFactKeyer, keyable, plan_rekey
 from lightmem.ltm.graph import CycleUpdate, KnowledgeGraph
 from lightmem.ltm.recursive import ClusterSpec
 from lightmem.ltm.sleep import QueueSpec
@@ -51,6 +54,8 @@ class ConsolidationSpec:
         ltm: Abstract into the knowledge graph.
         sleep_update: Update queues and merge / update / ignore decisions over MTM.
         recursive: Abstract dense clusters of MTM entries.
+        fact_keys: Write fact keys for the batch's new entries (off: it measured no gain, docs/results/locomo.md).
+        fact_window: Entries per fact-key prompt.
         queue: Update-queue settings.
         cluster: Recursive-consolidation settings.
     """
@@ -62,6 +67,8 @@ class ConsolidationSpec:
     ltm: bool = True
     sleep_update: bool = True
     recursive: bool = True
+    fact_keys: bool = False
+    fact_window: int = 8
     queue: QueueSpec = field(default_factory=QueueSpec)
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
 
@@ -95,15 +102,22 @@ class Consolidator:
         spec: What a cycle does.
         clock: Unix seconds (tests pass a fake).
         crash_hook: Called between the computation and the commit (tests use it to kill a cycle).
+        fact_keyer: Writes the fact keys when ``spec.fact_keys`` (default: SLM-3 on ``llm``).
     """
 
     def __init__(self, store: MemoryStore, embedder: Embedder, graph: KnowledgeGraph, abstractor: Abstractor | None = None,
                  deidentifier: Deidentifier | None = None, llm: LLM | None = None, spec: ConsolidationSpec | None = None,
-                 clock: Callable[[], float] = wall_clock, crash_hook: Callable[[str], None] | None = None) -> None:
+                 clock: Callable[[], float] = wall_clock, crash_hook: Callable[[str], None] | None = None,
+                 fact_keyer: FactKeyer | None = None) -> None:
         self.store, self.embedder, self.graph = store, embedder, graph
         self.abstractor = abstractor or ExtractiveAbstractor()
         self.deid = deidentifier or Deidentifier()
         self.llm, self.spec, self.clock, self.crash_hook = llm, spec or ConsolidationSpec(), clock, crash_hook
+        if fact_keyer is None and self.spec.fact_keys:
+            if llm is None:
+                raise ValueError("fact keys need a fact keyer or an LLM runtime for SLM-3 (LTMOptions.llm)")
+            fact_keyer = SLMFactKeyer(llm, self.spec.fact_window)
+        self.fact_keyer = fact_keyer
 
     def run(self, user_id: str) -> CycleReport:
         """One cycle for one user. Returns what it did (an empty batch does nothing)."""
@@ -126,6 +140,11 @@ class Consolidator:
             # Entries the sleep-time update touched wait for the next cycle to be clustered.
             self._recursive(user_id, batch, changes, {x for t, by, _ in changes.supersede for x in (t, by)})
         t4 = time.perf_counter()
+        if sp.fact_keys and self.fact_keyer is not None:
+            fresh = [it for _, it, why in batch if why != "reactivated" and keyable(it)]
+            changes.facts = self.fact_keyer.facts(fresh) if fresh else []
+            changes.rekey = plan_rekey(fresh, changes.facts, self.embedder.encode)
+        t5 = time.perf_counter()
         if self.crash_hook is not None:
             self.crash_hook("before_commit")
         # One store call commits the graph and MTM changes together and refreshes the MTM
@@ -135,9 +154,9 @@ class Consolidator:
                                          before_commit=self._in_transaction)
         rep.cycle, rep.graph, rep.mtm = done.cycle, done.graph, done.mtm
         self.graph.refresh(update.delta)  # its own lock: MTM searches need not wait for it
-        t5 = time.perf_counter()
+        t6 = time.perf_counter()
         rep.seconds = {"select": t1 - t0, "abstract": t2 - t1, "sleep_update": t3 - t2, "recursive": t4 - t3,
-                       "commit": t5 - t4, "total": t5 - t0}
+                       "fact_keys": t5 - t4, "commit": t6 - t5, "total": t6 - t0}
         return rep
 
     def _in_transaction(self) -> None:

@@ -82,6 +82,24 @@ Do not copy the whole dialogue. Do not invent facts. Do not write anything but t
 {{"memories": [{{"topic": "...", "text": "...", "source_turns": ["<turn id>"]}}]}}
 JSON:"""
 
+FACT_KEYS = """### Role
+You index memories offline. You write the facts a later question could ask about, so that each memory is found by them.
+
+### Input
+Date of the memories: {date}
+Memories (id: speaker: text):
+{memories}
+
+### Task
+Write short, atomic facts stated in these memories: one fact per statement, naming people instead of using "I", "you", "he" or "she", with absolute dates instead of "yesterday" or "last week". Cite the ids of the memories each fact comes from. Skip greetings and chit-chat.
+
+### Constraints
+Do not invent facts. Do not copy a memory whole. Do not write anything but the JSON object.
+
+### Output Format
+{{"facts": [{{"text": "...", "sources": ["<memory id>"]}}]}}
+JSON:"""
+
 CONSOLIDATOR = """### Role
 You are the offline memory consolidator. You turn episodic memories into general, reusable knowledge.
 

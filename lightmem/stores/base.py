@@ -38,12 +38,16 @@ class OfflineChanges:
         provenance: Item id → turn ids to add (a merged target's provenance moves to the newer entry).
         abstracts: (abstract item, its vector, member ids): inserted; members archived.
         marks: (item id, access count) of the items this cycle consolidated.
+        facts: (fact, ids of the items it keys): fact keys to write (``stores.keys``).
+        rekey: Item id → (its keys as the cycle read them, its new keys, the vector of its text and new keys).
     """
 
     supersede: list[tuple[str, str, str]] = field(default_factory=list)
     provenance: dict[str, list[str]] = field(default_factory=dict)
     abstracts: list[tuple[MemoryItem, np.ndarray, list[str]]] = field(default_factory=list)
     marks: list[tuple[str, int]] = field(default_factory=list)
+    facts: list[tuple[str, list[str]]] = field(default_factory=list)
+    rekey: dict[str, tuple[str, str, np.ndarray]] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,8 +57,9 @@ class OfflineCommit:
     Attributes:
         cycle: The cycle's number (increasing across the store, every user).
         graph: Counts the graph update returned.
-        mtm: Counts of the MTM changes: superseded, merged, abstracts, archived, marked, skipped
-            (changes dropped because an item was deleted or archived since the cycle read it).
+        mtm: Counts of the MTM changes: superseded, merged, abstracts, archived, marked, facts (fact keys
+            written), keyed (items given new keys), skipped (changes dropped because an item was deleted or
+            archived since the cycle read it).
     """
 
     cycle: int
@@ -250,20 +255,25 @@ class ItemStore(Protocol):
         ...
 
     def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None,
-               keep_history: bool = False, **fields: Any) -> MemoryItem:
+               keep_history: bool = False, encode: Callable[[list[str]], np.ndarray] | None = None,
+               **fields: Any) -> MemoryItem:
         """Change an item's fields (a new text needs ``vector``). A new text keeps the old one in the
-        item's history only with ``keep_history``; otherwise no earlier text of it stays there."""
+        item's history only with ``keep_history``; otherwise no earlier text of it stays there. A new text
+        also deletes the fact keys citing the item (``stores.keys``); ``encode`` re-embeds the other items
+        they keyed."""
         ...
 
     def set_archived(self, user_id: str, item_id: str, archived: bool, now: float) -> MemoryItem: ...
 
-    def delete(self, user_id: str, item_id: str, now: float) -> dict[str, int]:
-        """Erase the item, the texts of its history (the events stay) and its source turns that no
-        other item cites or the sensory stage buffers; returns ``{"items": 1, "turns": n}``."""
+    def delete(self, user_id: str, item_id: str, now: float,
+               encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
+        """Erase the item, the texts of its history (the events stay), its source turns that no
+        other item cites or the sensory stage buffers, and the fact keys citing it (``encode`` re-embeds
+        the other items they keyed); returns ``{"items": 1, "turns": n, "facts": n}``."""
         ...
 
     def delete_user(self, user_id: str, encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
-        """Erase the user's items, turns, history, pending marks and consolidation marks, and in the same
+        """Erase the user's items, turns, fact keys, history, pending marks and consolidation marks, and in the same
         transaction what the LTM graph holds of the user (``GraphTransaction.erase_user``; ``encode`` re-embeds
         the shared nodes that lose statements); returns counts (``ltm_nodes``, ``ltm_edges``, ``ltm_facts`` too)."""
         ...

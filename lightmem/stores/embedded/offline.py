@@ -13,7 +13,8 @@ import numpy as np
 
 from lightmem.stores.base import OfflineChanges
 from lightmem.stores.embedded.tables import SQLiteTables
-from lightmem.stores.rows import CANDIDATE_COLS, new_candidates, row_to_item
+from lightmem.stores.keys import FactKeys
+from lightmem.stores.rows import CANDIDATE_COLS, ITEM_COLS, new_candidates, row_to_item
 from lightmem.stores.views.partition import Partition
 from lightmem.types import MemoryItem
 
@@ -25,8 +26,9 @@ class OfflineDelta:
     superseded: list[int] = field(default_factory=list)
     archived: list[int] = field(default_factory=list)
     added: list[tuple[int, MemoryItem, np.ndarray]] = field(default_factory=list)
+    keyed: list[tuple[int, MemoryItem, np.ndarray]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"superseded": 0, "merged": 0, "abstracts": 0, "archived": 0,
-                                                            "marked": 0, "skipped": 0})
+                                                            "marked": 0, "facts": 0, "keyed": 0, "skipped": 0})
 
 
 def candidates(sql: SQLiteTables, user_id: str, limit: int, reactivation: int, under_pressure: bool,
@@ -102,6 +104,14 @@ def apply(sql: SQLiteTables, c: sqlite3.Connection, user_id: str, changes: Offli
             c.execute("INSERT OR REPLACE INTO consolidated (user_id, item_id, cycle, access_seen, at) VALUES (?, ?, ?, ?, ?)",
                       (user_id, item_id, cycle, access, now))
             d.counts["marked"] += 1
+    if changes.rekey:
+        facts = FactKeys(c, "?", lambda v: np.asarray(v, dtype=np.float32).tobytes())
+        written, keyed, skipped = facts.apply(user_id, changes.facts, changes.rekey, cycle, now)
+        d.counts["facts"], d.counts["keyed"] = written, len(keyed)
+        d.counts["skipped"] += skipped
+        for rid in keyed:
+            row = c.execute(f"SELECT {ITEM_COLS}, embedding FROM items WHERE rid = ?", (rid,)).fetchone()
+            d.keyed.append((rid, row_to_item(row[:-1]), np.frombuffer(row[-1], dtype=np.float32)))
     return d
 
 
@@ -111,6 +121,9 @@ def refresh(part: Partition, d: OfflineDelta) -> None:
         part.mark_not_current(rid)
     part.remove(d.archived)
     for rid, item, vec in d.added:
+        part.add(rid, item, vec)
+    for rid, item, vec in d.keyed:  # new keys: new BM25 terms and vector
+        part.remove([rid])
         part.add(rid, item, vec)
 
 

@@ -38,7 +38,8 @@ from lightmem.stores.embedded.eviction import evict
 from lightmem.stores.embedded.graph import SQLiteGraph, SQLiteGraphTransaction
 from lightmem.stores.embedded.snapshot import SNAPSHOT_MIN_ITEMS
 from lightmem.stores.embedded.tables import DB_NAME, SQLiteTables, database_path
-from lightmem.stores.rows import check_update, forgets_old_text, row_to_item
+from lightmem.stores.keys import FactKeys
+from lightmem.stores.rows import check_update, forgets_old_text, index_text_sql, row_to_item
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.stores.views.lexical import BM25_B, BM25_K1, LexicalIndex
 from lightmem.stores.views.partition import Partition, SyncingLock, fill, no_gc_pauses
@@ -328,9 +329,10 @@ class SQLiteStore:
 
     def set_vectors(self, user_id: str, items: Sequence[tuple[str, str]], vectors: np.ndarray,
                     keep: Sequence[str | None] | None = None) -> int:
-        """Store the vectors of items written without one: ``items`` are (item id, the text embedded).
+        """Store the vectors of items written without one: ``items`` are (item id, the text embedded: its
+        ``index_text``).
 
-        An item whose text changed since, that has a vector by now, or that is gone is left as it is.
+        An item whose text or keys changed since, that has a vector by now, or that is gone is left as it is.
         ``keep`` (optional): each item's word keep-scores, set as its ``metadata["keep"]``. Returns the
         number of items updated.
         """
@@ -340,7 +342,7 @@ class SQLiteStore:
                 done: list[tuple[int, np.ndarray]] = []
                 for j, (item_id, text) in enumerate(items):
                     row = c.execute("SELECT rid FROM items WHERE user_id = ? AND id = ? AND length(embedding) = 0 "
-                                    "AND text = ?", (user_id, item_id, text)).fetchone()
+                                    f"AND {index_text_sql()} = ?", (user_id, item_id, text)).fetchone()
                     if row is None:
                         continue
                     rid = int(row[0])
@@ -360,11 +362,11 @@ class SQLiteStore:
             return len(done)
 
     def unembedded(self, limit: int | None = None) -> list[tuple[str, str, str]]:
-        """(user id, item id, text) of items still waiting for their vector, oldest first, ``limit`` at most
-        (none when the store is open read-only: nothing could be written back)."""
+        """(user id, item id, index text) of items still waiting for their vector, oldest first, ``limit`` at
+        most (none when the store is open read-only: nothing could be written back)."""
         if self.sql.read_only:
             return []
-        sql = "SELECT user_id, id, text FROM items WHERE length(embedding) = 0 ORDER BY rid"  # items_unembedded
+        sql = f"SELECT user_id, id, {index_text_sql()} FROM items WHERE length(embedding) = 0 ORDER BY rid"  # items_unembedded
         if limit is not None:
             return [tuple(r) for r in self.sql.query(sql + " LIMIT ?", (int(limit),))]
         return [tuple(r) for r in self.sql.query(sql)]
@@ -387,21 +389,30 @@ class SQLiteStore:
         return self.sql.speakers(user_id)
 
     def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None,
-               keep_history: bool = False, **fields) -> MemoryItem:
+               keep_history: bool = False, encode: Callable[[list[str]], np.ndarray] | None = None,
+               **fields) -> MemoryItem:
         """Change an item's fields (text needs ``vector``).
 
         A new text with ``keep_history=False`` leaves no earlier text of the item in its history
         (the events stay, their texts are blanked); with ``keep_history=True`` the old text is
-        logged beside the new one.
+        logged beside the new one. A new text deletes the fact keys citing the item; the other items
+        they keyed are re-embedded with ``encode`` (without it, by the background indexer).
         """
         check_update(fields, vector is not None)
         with self._lock:
             old = self.get(user_id, item_id, include_archived=True)
-            new = replace(old, **fields)
+            rewrite = "text" in fields and fields["text"] != old.text
+            new = replace(old, **fields, **({"keys": ""} if rewrite else {}))
             rid = self.sql.rid_of(user_id, item_id)
             redact = forgets_old_text(old.text, fields, keep_history)
+            rekeyed: list[int] = []
             with self._transaction() as c:
+                if rewrite:
+                    _, others = self._facts(c).drop_citing(user_id, [item_id])
+                    rekeyed = self._facts(c).rekey(user_id, others, encode)
                 sets = {k: v for k, v in fields.items()}
+                if rewrite:
+                    sets["keys"] = ""
                 for k in ("entities", "metadata", "provenance"):
                     if k in sets:
                         sets[k] = json.dumps(sets[k])
@@ -422,8 +433,14 @@ class SQLiteStore:
                     None if rid in part.unembedded else part.vectors.vecs[part.vectors.row_of(rid)].copy())
                 part.remove([rid])
                 part.add(rid, new, None if vec is None else np.asarray(vec, dtype=np.float32))
-                self._parts.resize(user_id)
+            if rekeyed:
+                self._replay(part, user_id, rekeyed)
+            self._parts.resize(user_id)
             return new
+
+    def _facts(self, c: sqlite3.Connection) -> FactKeys:
+        """The fact-key statements (``stores.keys``) on this transaction; a vector left to write later is empty."""
+        return FactKeys(c, "?", lambda v: np.asarray(v, dtype=np.float32).tobytes(), deferred=b"")
 
     def set_archived(self, user_id: str, item_id: str, archived: bool, now: float) -> MemoryItem:
         """Archive (hide from search, keep on disk) or restore an item."""
@@ -438,9 +455,12 @@ class SQLiteStore:
             self._parts.pop(user_id)  # reload lazily: restore needs the stored vector
             return replace(item, archived=archived)
 
-    def delete(self, user_id: str, item_id: str, now: float) -> dict[str, int]:
+    def delete(self, user_id: str, item_id: str, now: float,
+               encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
         """Erase one item: its row, its vector and terms, the texts of its history (a ``DELETE``
-        event stays), and the turns it came from that no other item cites. Returns the counts."""
+        event stays), the turns it came from that no other item cites, and the fact keys citing it (the
+        other items they keyed are re-embedded with ``encode``; without it, by the background indexer).
+        Returns the counts."""
         with self._lock:
             rid = self.sql.rid_of(user_id, item_id)
             if rid is None:
@@ -450,6 +470,8 @@ class SQLiteStore:
                 if row is None:  # another process deleted it since
                     raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
                 provenance = row[0]
+                facts, others = self._facts(c).drop_citing(user_id, [item_id])
+                rekeyed = self._facts(c).rekey(user_id, others, encode)
                 c.execute("DELETE FROM items WHERE user_id = ? AND rid = ?", (user_id, rid))
                 c.execute("DELETE FROM consolidated WHERE user_id = ? AND item_id = ?", (user_id, item_id))
                 self.sql.forget_history_texts(c, user_id, item_id)
@@ -459,9 +481,11 @@ class SQLiteStore:
             part = self._parts.peek(user_id)
             if part is not None:
                 part.remove([rid])
+                if rekeyed:
+                    self._replay(part, user_id, rekeyed)
                 self._parts.resize(user_id)
             self.sql.erase_log()
-            return {"items": 1, "turns": turns}
+            return {"items": 1, "turns": turns, "facts": facts}
 
     def delete_user(self, user_id: str, encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
         """Erase a user's turns, items and history everywhere, and what the LTM graph holds of the user
@@ -472,6 +496,7 @@ class SQLiteStore:
                     table: c.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,)).rowcount
                     for table in ("items", "turns", "history", "pending", "consolidated")
                 }
+                counts["facts"] = self._facts(c).drop_user(user_id)
                 counts.update(SQLiteGraphTransaction(c).erase_user(user_id, encode))
             self._parts.pop(user_id)
             self._access.forget(user_id)

@@ -25,15 +25,18 @@ import numpy as np
 
 from lightmem.errors import NotAStoreError, StoreError, StoreReadOnlyError
 from lightmem.stores.embedded import faults as sqlite_faults
-from lightmem.stores.rows import ITEM_COLS, row_to_item
+from lightmem.stores.keys import TABLES as _FACT_TABLES
+from lightmem.stores.rows import ITEM_COLS, index_text_sql, row_to_item
 from lightmem.types import HistoryEvent, MemoryItem, Turn
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 # Older versions this code upgrades in place: every change is additive, except that schema 4 rebuilds
-# ltm_nodes (a key became unique per scope), keeping every row (``_scope_ltm``).
-MIGRATABLE = {"1", "2", "3"}
+# ltm_nodes (a key became unique per scope), keeping every row (``_scope_ltm``). Schema 5 adds fact keys
+# (``stores.keys``): an item's ``keys`` column and the fact tables; code older than it would delete an item
+# without the facts citing it, so it may not open a schema-5 store.
+MIGRATABLE = {"1", "2", "3", "4"}
 _BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
@@ -54,7 +57,7 @@ CREATE TABLE IF NOT EXISTS items (
   topic TEXT, entities TEXT NOT NULL DEFAULT '[]', kind TEXT NOT NULL DEFAULT 'episodic',
   valid_from REAL, valid_to REAL, superseded_by TEXT,
   archived INTEGER NOT NULL DEFAULT 0, n_tokens INTEGER NOT NULL DEFAULT 0,
-  metadata TEXT NOT NULL DEFAULT '{}', embedding BLOB NOT NULL
+  metadata TEXT NOT NULL DEFAULT '{}', embedding BLOB NOT NULL, keys TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS items_by_user ON items (user_id, archived);
 -- The background indexer's work list (items stored before their vector): a partial index, so that
@@ -82,7 +85,7 @@ BEGIN INSERT INTO item_changes (user_id, rid) VALUES (NEW.user_id, NEW.rid); END
 CREATE TRIGGER IF NOT EXISTS items_changes_delete AFTER DELETE ON items
 BEGIN INSERT INTO item_changes (user_id, rid) VALUES (OLD.user_id, OLD.rid); END;
 CREATE TRIGGER IF NOT EXISTS items_changes_update
-AFTER UPDATE OF text, embedding, archived, superseded_by, valid_to, event_time, kind, topic, entities ON items
+AFTER UPDATE OF text, embedding, archived, superseded_by, valid_to, event_time, kind, topic, entities, keys ON items
 BEGIN INSERT INTO item_changes (user_id, rid) VALUES (NEW.user_id, NEW.rid); END;
 -- view snapshots (an optional cache, added within schema 3: code that predates it ignores the table).
 -- Deleting an item drops its user's snapshot, so erased memories leave no copy behind.
@@ -131,6 +134,18 @@ CREATE TABLE IF NOT EXISTS ltm_edge_sources (
 );
 CREATE INDEX IF NOT EXISTS ltm_edge_sources_by_user ON ltm_edge_sources (user_id);
 """
+
+def _add_keys(c: sqlite3.Connection) -> None:
+    """Schema 5 (inside the schema transaction, before ``_SCHEMA``): items get their ``keys`` column, and the
+    change-log trigger is made again so that a change of keys reaches other processes' views."""
+    cols = {r[1] for r in c.execute("PRAGMA table_info(items)").fetchall()}
+    if cols and "keys" not in cols:
+        c.execute("ALTER TABLE items ADD COLUMN keys TEXT NOT NULL DEFAULT ''")
+        c.execute("DROP TRIGGER IF EXISTS items_changes_update")
+
+
+FACT_TABLES = _FACT_TABLES.format(id="INTEGER PRIMARY KEY AUTOINCREMENT", real="REAL")
+
 
 def _scope_ltm(c: sqlite3.Connection) -> bool:
     """Schema 4, first half (inside the schema transaction, before ``_SCHEMA``): a graph made before
@@ -201,7 +216,8 @@ class SQLiteTables:
                 if version is not None and version != SCHEMA_VERSION and version not in MIGRATABLE:
                     raise StoreError(f"{self.path} has schema version {version}; this lightmem reads {SCHEMA_VERSION}")
                 legacy = _scope_ltm(c)
-                for stmt in _statements(_SCHEMA):
+                _add_keys(c)
+                for stmt in _statements(_SCHEMA + FACT_TABLES):
                     c.execute(stmt)
                 if legacy:
                     _copy_legacy_nodes(c)
@@ -432,12 +448,12 @@ class SQLiteTables:
         blob = b"" if vector is None else np.asarray(vector, dtype=np.float32).tobytes()
         cur = c.execute(
             "INSERT INTO items (id, user_id, text, provenance, created_at, event_time, last_access, access_count, "
-            "utility, topic, entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "utility, topic, entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding, "
+            "keys) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (item.id, item.user_id, item.text, json.dumps(item.provenance), item.created_at, item.event_time,
              item.last_access, item.access_count, item.utility, item.topic, json.dumps(item.entities),
              item.kind.value, item.valid_from, item.valid_to, item.superseded_by, int(item.archived), item.n_tokens,
-             json.dumps(item.metadata), blob),
+             json.dumps(item.metadata), blob, item.keys),
         )
         return int(cur.lastrowid)
 
@@ -500,9 +516,9 @@ class SQLiteTables:
         return out
 
     def active_vectors(self, user_id: str, rids: Sequence[int] | None = None) -> list[tuple]:
-        """(rid, text, embedding, event_time, kind, topic, entities, current) of unarchived items,
+        """(rid, index text, embedding, event_time, kind, topic, entities, current) of unarchived items,
         all of the user's or only these row ids (the rows another process changed)."""
-        cols = "rid, text, embedding, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
+        cols = f"rid, {index_text_sql()}, embedding, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
         if rids is None:
             return self.query(f"SELECT {cols} FROM items WHERE user_id = ? AND archived = 0 ORDER BY rid", (user_id,))
         out: list[tuple] = []

@@ -3,7 +3,7 @@ from the database.
 
 Why not PostgreSQL full text: ``ts_rank`` has no IDF and another tokenizer, so hybrid fusion
 (whose weights were tuned on BM25 scores) would rank differently on the two backends. This view
-scores exactly as ``SQLiteStore`` does. Each user's view holds the texts and filter metadata of the
+scores exactly as ``SQLiteStore`` does. Each user's view holds the texts (with their fact keys) and filter metadata of the
 user's active items; before each use it reads the user's version (one indexed row) and replays
 the rows changed since (``item_changes``), whoever committed them.
 """
@@ -13,15 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightmem.stores.rows import index_text_sql
 from lightmem.stores.views.lexical import LexicalIndex
 from lightmem.stores.views.partition import IndexMeta, MetaCounts, meta_nbytes, no_gc_pauses, row_meta
 
-_COLS = "rid, text, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
+_COLS = f"rid, {index_text_sql()}, event_time, kind, topic, entities, (superseded_by IS NULL AND valid_to IS NULL)"
 # The user's version, and each row changed since a version with the columns of _COLS (NULLs when it is no
 # longer active).
-_CHANGED = """
+_CHANGED = f"""
 SELECT v.version, v.pruned_through, c.rid,
-       i.rid, i.text, i.event_time, i.kind, i.topic, i.entities, (i.superseded_by IS NULL AND i.valid_to IS NULL)
+       i.rid, {index_text_sql("i")}, i.event_time, i.kind, i.topic, i.entities, (i.superseded_by IS NULL AND i.valid_to IS NULL)
 FROM item_versions v
 LEFT JOIN (SELECT DISTINCT rid FROM item_changes WHERE user_id = %(user)s AND version > %(since)s) c ON true
 LEFT JOIN items i ON i.rid = c.rid AND i.user_id = %(user)s AND NOT i.archived

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from lightmem.stores.base import OfflineChanges
+from lightmem.stores.keys import FactKeys
 from lightmem.stores.rows import CANDIDATE_COLS, least_retained, new_candidates, row_to_item
 from lightmem.types import MemoryItem
 
@@ -42,12 +43,12 @@ def insert_item(cur: Any, item: MemoryItem, vector: np.ndarray, tags: list[str])
     """Insert one item row (nothing is read back: inserts can go in a pipeline)."""
     cur.execute(
         "INSERT INTO items (id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, "
-        "topic, entities, tags, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "topic, entities, tags, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding, keys) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (item.id, item.user_id, item.text, json.dumps(item.provenance), item.created_at, item.event_time,
          item.last_access, item.access_count, item.utility, item.topic, json.dumps(item.entities), tags,
          item.kind.value, item.valid_from, item.valid_to, item.superseded_by, item.archived, item.n_tokens,
-         json.dumps(item.metadata), np.asarray(vector, dtype=np.float32)),
+         json.dumps(item.metadata), np.asarray(vector, dtype=np.float32), item.keys),
     )
 
 
@@ -88,7 +89,8 @@ def apply(cur: Any, user_id: str, changes: OfflineChanges, cycle: int, now: floa
     Items deleted or archived since the cycle read them are skipped, and so is a cluster with
     such a member: the cycle never resurrects what the user removed.
     """
-    counts = {"superseded": 0, "merged": 0, "abstracts": 0, "archived": 0, "marked": 0, "skipped": 0}
+    counts = {"superseded": 0, "merged": 0, "abstracts": 0, "archived": 0, "marked": 0, "facts": 0, "keyed": 0,
+              "skipped": 0}
 
     def live(item_id: str) -> tuple | None:
         return cur.execute("SELECT rid, text, provenance, event_time FROM items WHERE user_id = %s AND id = %s "
@@ -129,7 +131,16 @@ def apply(cur: Any, user_id: str, changes: OfflineChanges, cycle: int, now: floa
         if cur.execute("SELECT 1 FROM items WHERE user_id = %s AND id = %s", (user_id, item_id)).fetchone():
             _mark(cur, user_id, item_id, cycle, access, now)
             counts["marked"] += 1
+    if changes.rekey:
+        written, keyed, skipped = facts(cur).apply(user_id, changes.facts, changes.rekey, cycle, now)
+        counts["facts"], counts["keyed"] = written, len(keyed)
+        counts["skipped"] += skipped
     return counts
+
+
+def facts(cur: Any) -> FactKeys:
+    """The fact-key statements (``stores.keys``) on this transaction (no vector can be left for later here)."""
+    return FactKeys(cur, "%s", lambda v: np.asarray(v, dtype=np.float32))
 
 
 def _mark(cur: Any, user_id: str, item_id: str, cycle: int, access: int, now: float) -> None:

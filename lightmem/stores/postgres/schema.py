@@ -19,10 +19,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from lightmem.errors import StoreError, StoreFullError
+from lightmem.stores.keys import TABLES as _FACT_TABLES
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 URI_SCHEMES = ("postgresql://", "postgres://")
 _SCHEMA_LOCK = 0x6C6D0001  # advisory lock: one process creates or upgrades the schema, others wait
 CYCLE_LOCK = 0x6C6D0002  # advisory lock: consolidation cycles commit one at a time, in cycle order
@@ -36,6 +37,12 @@ ALTER TABLE ltm_nodes ADD COLUMN IF NOT EXISTS scope TEXT NOT NULL DEFAULT '';
 ALTER TABLE ltm_nodes DROP CONSTRAINT IF EXISTS ltm_nodes_key_key;
 ALTER TABLE ltm_edges ADD COLUMN IF NOT EXISTS scope TEXT NOT NULL DEFAULT '';
 """
+
+# Version 3: fact keys (``stores.keys``): an item's ``keys`` column, the fact tables (in _TABLES) and the change
+# trigger, which now fires on a change of keys (made again by _TABLES).
+_ADD_KEYS = "ALTER TABLE items ADD COLUMN IF NOT EXISTS keys TEXT NOT NULL DEFAULT ''"
+
+FACT_TABLES = _FACT_TABLES.format(id="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", real="DOUBLE PRECISION")
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
@@ -57,7 +64,7 @@ CREATE TABLE IF NOT EXISTS items (
   kind TEXT NOT NULL DEFAULT 'episodic',
   valid_from DOUBLE PRECISION, valid_to DOUBLE PRECISION, superseded_by TEXT,
   archived BOOLEAN NOT NULL DEFAULT FALSE, n_tokens INTEGER NOT NULL DEFAULT 0,
-  metadata TEXT NOT NULL DEFAULT '{}', embedding vector({dim}) NOT NULL
+  metadata TEXT NOT NULL DEFAULT '{}', embedding vector({dim}) NOT NULL, keys TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS items_by_user ON items (user_id, archived, rid);
 CREATE TABLE IF NOT EXISTS history (
@@ -86,8 +93,8 @@ BEGIN
   RETURN NULL;
 END $$;
 CREATE OR REPLACE TRIGGER items_changed
-AFTER INSERT OR DELETE OR UPDATE OF text, embedding, archived, superseded_by, valid_to, event_time, kind, topic, entities
-ON items FOR EACH ROW EXECUTE FUNCTION lightmem_item_changed();
+AFTER INSERT OR DELETE OR UPDATE OF text, embedding, archived, superseded_by, valid_to, event_time, kind, topic, entities,
+  keys ON items FOR EACH ROW EXECUTE FUNCTION lightmem_item_changed();
 CREATE TABLE IF NOT EXISTS ltm_nodes (
   id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
   facts TEXT NOT NULL DEFAULT '[]', confidence DOUBLE PRECISION NOT NULL, evidence INTEGER NOT NULL,
@@ -206,8 +213,11 @@ def ensure_schema(conn: Any, uri: str, dim: int, embedder: str) -> None:
             _check_identity(uri, meta, dim, embedder)
         if 0 < version < 2:  # migrations from older versions go here, in order (then _TABLES adds what is new)
             conn.execute(_SCOPE_LTM)
+        if 0 < version < 3:
+            conn.execute(_ADD_KEYS)
         if version < SCHEMA_VERSION:
             conn.execute(_TABLES.replace("{dim}", str(int(dim))))
+            conn.execute(FACT_TABLES)
         conn.execute("INSERT INTO schema_version (version) VALUES (%s) ON CONFLICT DO NOTHING", (SCHEMA_VERSION,))
         conn.execute("INSERT INTO meta (key, value) VALUES ('dim', %s), ('embedder', %s) ON CONFLICT DO NOTHING",
                      (str(dim), embedder))

@@ -330,15 +330,22 @@ class PostgresStore:
         return [r[0] for r in self._query("SELECT DISTINCT speaker FROM turns WHERE user_id = %s ORDER BY 1", (user_id,))]
 
     def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None,
-               keep_history: bool = False, **fields) -> MemoryItem:
+               keep_history: bool = False, encode: Callable[[list[str]], np.ndarray] | None = None,
+               **fields) -> MemoryItem:
         """Change an item's fields (text needs ``vector``); a new text without ``keep_history``
-        leaves no earlier text of the item in its history (the events stay)."""
+        leaves no earlier text of the item in its history (the events stay). A new text deletes the fact
+        keys citing the item; ``encode`` re-embeds the other items they keyed (needed when there are any)."""
         check_update(fields, vector is not None)
 
         def op(cur: Any, _: bool) -> MemoryItem:
             old = self._get(cur, user_id, item_id, include_archived=True)
-            new = replace(old, **fields)
+            rewrite = "text" in fields and fields["text"] != old.text
+            new = replace(old, **fields, **({"keys": ""} if rewrite else {}))
             sets: dict[str, Any] = dict(fields)
+            if rewrite:
+                _, others = pg_offline.facts(cur).drop_citing(user_id, [item_id])
+                pg_offline.facts(cur).rekey(user_id, others, encode)
+                sets["keys"] = ""
             for k in ("entities", "metadata", "provenance"):
                 if k in sets:
                     sets[k] = json.dumps(sets[k])
@@ -369,12 +376,16 @@ class PostgresStore:
 
         return self._write(op, user_id, "an archive" if archived else "a restore")
 
-    def delete(self, user_id: str, item_id: str, now: float) -> dict[str, int]:
-        """Erase one item: its row, the texts of its history (a ``DELETE`` event stays) and the turns it
-        came from that no other item cites. Returns the counts. (The dead row version stays readable in the
+    def delete(self, user_id: str, item_id: str, now: float,
+               encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
+        """Erase one item: its row, the texts of its history (a ``DELETE`` event stays), the turns it
+        came from that no other item cites, and the fact keys citing it (``encode`` re-embeds the other items
+        they keyed; needed when there are any). Returns the counts. (The dead row version stays readable in the
         table file, and the text in the WAL, after a plain VACUUM too: ``postgres.maintenance.compact``,
         ``lightmem compact``, clears them.)"""
-        def op(cur: Any, _: bool) -> tuple[int, int]:
+        def op(cur: Any, _: bool) -> tuple[int, int, int]:
+            facts, others = pg_offline.facts(cur).drop_citing(user_id, [item_id])
+            pg_offline.facts(cur).rekey(user_id, others, encode)
             row = cur.execute("DELETE FROM items WHERE user_id = %s AND id = %s RETURNING rid, provenance",
                               (user_id, item_id)).fetchone()
             if row is None:
@@ -382,12 +393,12 @@ class PostgresStore:
             cur.execute("DELETE FROM consolidated WHERE user_id = %s AND item_id = %s", (user_id, item_id))
             pg_offline.forget_history_texts(cur, user_id, item_id)
             pg_offline.log(cur, user_id, item_id, "DELETE", None, None, now)
-            return int(row[0]), pg_offline.drop_uncited_turns(cur, user_id, json.loads(row[1]))
+            return int(row[0]), pg_offline.drop_uncited_turns(cur, user_id, json.loads(row[1])), facts
 
-        rid, turns = self._write(op, user_id, "a deletion")
+        rid, turns, facts = self._write(op, user_id, "a deletion")
         with self._mutex:
             self._access.forget(user_id, rid)
-        return {"items": 1, "turns": turns}
+        return {"items": 1, "turns": turns, "facts": facts}
 
     def delete_user(self, user_id: str, encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
         """Erase a user's turns, items, history, pending and consolidation marks, its change log, and what the
@@ -398,6 +409,7 @@ class PostgresStore:
             cur.execute(f"SELECT {_USER_LOCK}", (pg_schema.USER_LOCK_CLASS, user_id))
             counts = {table: cur.execute(f"DELETE FROM {table} WHERE user_id = %s", (user_id,)).rowcount
                       for table in ("items", "turns", "history", "pending", "consolidated")}
+            counts["facts"] = pg_offline.facts(cur).drop_user(user_id)
             cur.execute("DELETE FROM item_changes WHERE user_id = %s", (user_id,))
             # Every process's BM25 view of the user is now behind the pruned log: each reloads (empty).
             cur.execute("UPDATE item_versions SET version = version + 1, pruned_through = version + 1 WHERE user_id = %s",

@@ -72,7 +72,7 @@ class Partition(MetaCounts):
             self.unembedded.add(rid)
             vec = np.zeros(self.vectors.dim, dtype=np.float32)
         self.vectors.add(np.asarray([rid]), vec[None, :])
-        self.lexical.add(rid, item.text)
+        self.lexical.add(rid, item.index_text)
         self.set_meta(rid, IndexMeta(item.event_time, item.kind, item.is_current, tags_of(item.topic, item.entities)))
 
     def set_vectors(self, rids: Sequence[int], vecs: np.ndarray) -> None:

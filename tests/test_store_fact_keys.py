@@ -1,0 +1,201 @@
+"""Fact keys: an offline cycle's SLM-3 facts become extra search keys of the memories they cite, a prompt still
+shows the memories' own text, and deleting or rewriting a memory deletes every fact that cites it (the other
+memories those facts keyed are embedded again without them). Each test runs on both backends."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fakes import ScriptedLLM
+
+from lightmem.errors import InvalidInputError
+from lightmem.ltm import ConsolidationSpec, LTMOptions
+from lightmem.ltm.fact_keys import SLMFactKeyer, plan_rekey
+from lightmem.memory import Memory
+from lightmem.models.embedder import HashingEmbedder
+from lightmem.roles.selector import Stage1Selector
+from lightmem.stores import is_server
+from lightmem.types import MemoryItem
+
+T0 = 1_680_000_000.0
+TURNS = [
+    ("Alice", "I finally bought the boat I kept talking about, a red one."),
+    ("Alice", "We took it out on the lake with Bob on Sunday."),
+    ("Alice", "My sister moved away last spring and I miss her."),
+]
+# What the scripted SLM-3 says of the memories, by a word of each: (fact, words of the memories it cites).
+FACTS = [("Alice owns a red kayak called Zephyrine", ("boat", "lake")), ("Alice's sister lives in Oslo", ("sister",))]
+
+
+def _respond(prompt: str) -> str:
+    """SLM-3's JSON for a fact-key prompt: FACTS citing the ids of the lines that hold their words, one fact
+    citing an id the prompt never gave (dropped)."""
+    lines = dict(re.findall(r"^(m\d+): (.*)$", prompt, flags=re.M))
+    facts = [{"text": text, "sources": [i for i, line in lines.items() if any(w in line for w in words)]}
+             for text, words in FACTS]
+    facts.append({"text": "Bob is Alice's brother", "sources": ["m99"]})
+    return json.dumps({"facts": [f for f in facts if f["sources"]]})
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def location(request, tmp_path) -> str:
+    return request.getfixturevalue("pg_uri") if request.param == "postgres" else str(tmp_path / "s")
+
+
+def _memory(location: str, llm=None, crash_hook=None) -> Memory:
+    spec = ConsolidationSpec(ltm=False, sleep_update=False, recursive=False, fact_keys=True)
+    ltm = LTMOptions(background=False, routing="mtm_only", consolidation=spec, llm=llm or ScriptedLLM(respond=_respond))
+    fast = {} if is_server(location) else {"synchronous": "NORMAL"}
+    m = Memory.open(location, embedder=HashingEmbedder(dim=64), selector=Stage1Selector(), ltm=ltm,
+                    background_index=False, **fast)
+    if crash_hook is not None:
+        m.ltm.consolidator.crash_hook = crash_hook
+    return m
+
+
+def _keyed(m: Memory) -> dict[str, MemoryItem]:
+    """Alice's memories by a word of their text, after one consolidation."""
+    m.add([{"speaker": s, "text": t, "id": f"T{i}"} for i, (s, t) in enumerate(TURNS)], user_id="alice", timestamp=T0)
+    m.consolidate("alice")
+    items = m.get_all("alice")
+    return {w: next(it for it in items if w in it.text) for w in ("boat", "lake", "sister")}
+
+
+def _facts(location: str) -> list[str]:
+    """Every fact row's text in the store (either backend)."""
+    if is_server(location):
+        import psycopg
+
+        with psycopg.connect(location) as c:
+            return [r[0] for r in c.execute("SELECT text FROM item_facts")]
+    import sqlite3
+
+    con = sqlite3.connect(Path(location) / "lightmem.sqlite")
+    try:
+        return [r[0] for r in con.execute("SELECT text FROM item_facts")]
+    finally:
+        con.close()
+
+
+def test_a_cycle_keys_memories_by_their_facts_and_the_prompt_shows_their_text(location):
+    m = _memory(location)
+    try:
+        by = _keyed(m)
+        assert by["boat"].keys == by["lake"].keys == "Alice owns a red kayak called Zephyrine"
+        assert by["sister"].keys == "Alice's sister lives in Oslo"
+        assert sorted(_facts(location)) == sorted(f for f, _ in FACTS)  # the fact citing no memory was dropped
+        # Found by a word only the facts hold; the vector is the one of text and keys.
+        assert _matched(m, "Zephyrine") == {by["boat"].id, by["lake"].id}
+        assert np.allclose(_vector(m, by["sister"].id), m.embedder.encode([by["sister"].index_text])[0], atol=1e-6)
+        ctx = m.build_context("Where does Alice's sister live?", "alice", budget=300)
+        assert "sister moved away" in ctx.prompt and "Oslo" not in ctx.prompt and "Zephyrine" not in ctx.prompt
+    finally:
+        m.close()
+
+
+def _matched(m: Memory, query: str) -> set[str]:
+    """Ids of Alice's memories that ``query`` matches by its words or its vector (a search also returns
+    candidates that score nothing)."""
+    return {h.item.id for h in m.search(query, "alice", k=5) if h.scores["bm25"] > 0 or h.scores["dense"] > 0}
+
+
+def _vector(m: Memory, item_id: str) -> np.ndarray:
+    """The stored vector of one of Alice's memories (its row, found by searching its own text)."""
+    hits = {h.item.id: h for h in m.search(m.get(item_id, "alice").text, "alice", k=10)}
+    return m.store.vectors("alice", [int(hits[item_id].row)])[0]
+
+
+def test_deleting_a_memory_deletes_the_facts_citing_it_and_rekeys_the_others(location):
+    m = _memory(location)
+    try:
+        by = _keyed(m)
+        assert m.delete(by["lake"].id, "alice")["facts"] == 1
+        boat = m.get(by["boat"].id, "alice")
+        assert boat.keys == "" and _facts(location) == ["Alice's sister lives in Oslo"]
+        assert np.allclose(_vector(m, boat.id), m.embedder.encode([boat.text])[0], atol=1e-6)
+        assert _matched(m, "Zephyrine") == set()  # neither its BM25 terms nor any view keep the fact
+        m.close()
+        m = _memory(location)  # nor does the store, reopened
+        assert _matched(m, "Zephyrine") == set() and m.get(by["boat"].id, "alice").keys == ""
+    finally:
+        m.close()
+
+
+def test_a_new_text_drops_the_memorys_facts_and_erasing_the_user_drops_them_all(location):
+    m = _memory(location)
+    try:
+        by = _keyed(m)
+        updated = m.update(by["sister"].id, "alice", text="Alice: My sister visits in June.")
+        assert updated.keys == "" and m.get(updated.id, "alice").keys == ""
+        assert _facts(location) == ["Alice owns a red kayak called Zephyrine"]
+        assert _matched(m, "Oslo") == set()
+        assert m.delete_user("alice")["facts"] == 1 and _facts(location) == []
+    finally:
+        m.close()
+
+
+def test_a_memory_deleted_while_the_cycle_ran_is_neither_keyed_nor_cited(location):
+    """The cycle plans its keys without the store's lock; a deletion that lands before its commit wins."""
+    victim: dict[str, str] = {}
+
+    def delete_first(stage: str) -> None:
+        if stage == "before_commit" and victim:
+            m.delete(victim.pop("id"), "alice")
+
+    m = _memory(location, crash_hook=delete_first)
+    try:
+        m.add([{"speaker": s, "text": t, "id": f"T{i}"} for i, (s, t) in enumerate(TURNS)], user_id="alice",
+              timestamp=T0)
+        victim["id"] = next(it.id for it in m.get_all("alice") if "lake" in it.text)
+        rep = m.consolidate("alice")[0]
+        assert rep.mtm["skipped"] == 1 and rep.mtm["keyed"] == 2 and rep.mtm["facts"] == 2
+        boat = next(it for it in m.get_all("alice") if "boat" in it.text)
+        assert boat.keys == "Alice owns a red kayak called Zephyrine"  # the fact cites only what is left
+    finally:
+        m.close()
+
+
+def test_without_encode_the_embedded_store_leaves_the_vector_to_the_indexer_and_postgres_refuses(location):
+    m = _memory(location)
+    try:
+        by = _keyed(m)
+        if is_server(location):
+            with pytest.raises(InvalidInputError, match="pass encode"):
+                m.store.delete("alice", by["lake"].id, T0 + 10)
+            assert m.get(by["lake"].id, "alice").text == by["lake"].text and len(_facts(location)) == 2
+        else:
+            m.store.delete("alice", by["lake"].id, T0 + 10)
+            assert m.store.unembedded() == [("alice", by["boat"].id, by["boat"].text)]
+            assert _matched(m, "Zephyrine") == set()
+    finally:
+        m.close()
+
+
+def test_the_slm_keyer_cites_only_memories_of_its_window_and_skips_unusable_output():
+    items = [MemoryItem(id=f"i{n}", user_id="u", text=f"Alice: {t}", provenance=[f"T{n}"], created_at=T0,
+                        event_time=T0 + n, last_access=T0) for n, (_, t) in enumerate(TURNS)]
+    llm = ScriptedLLM(respond=_respond)
+    facts = SLMFactKeyer(llm, window=2).facts(items)
+    assert len(llm.prompts) == 2 and "m1: Alice: I finally bought" in llm.prompts[0]
+    # The first window holds boat and lake, the second the sister: each fact cites within its window.
+    assert facts == [("Alice owns a red kayak called Zephyrine", ["i0", "i1"]), ("Alice's sister lives in Oslo", ["i2"])]
+    assert SLMFactKeyer(ScriptedLLM(["no json here"]), window=8).facts(items) == []
+    with pytest.raises(ValueError):
+        SLMFactKeyer(llm, window=0)
+
+
+def test_plan_rekey_appends_new_facts_to_earlier_keys():
+    old = MemoryItem(id="a", user_id="u", text="Alice: hi", provenance=["T0"], created_at=T0, event_time=T0,
+                     last_access=T0, keys="Alice greets Bob")
+    plan = plan_rekey([old], [("Alice likes tea", ["a", "gone"])], lambda texts: np.ones((len(texts), 4)))
+    assert list(plan) == ["a"] and plan["a"][:2] == ("Alice greets Bob", "Alice greets Bob Alice likes tea")
+    assert plan_rekey([old], [("x y z", ["gone"])], lambda texts: np.ones((len(texts), 4))) == {}
+
+
+def test_fact_keys_need_an_llm_or_a_keyer(tmp_path):
+    spec = ConsolidationSpec(ltm=False, sleep_update=False, recursive=False, fact_keys=True)
+    with pytest.raises(ValueError, match="fact keys"):
+        Memory.open(tmp_path / "s", embedder=HashingEmbedder(dim=64), ltm=LTMOptions(background=False, consolidation=spec))

@@ -118,16 +118,20 @@ def build_sensory_stage(node: DictConfig | None, embedder: Embedder, shared: Sha
 
 def ltm_options(node: DictConfig | None, shared: SharedRuntime) -> Any:
     """The ``ltm`` node → LTMOptions, or None when LTM is off (unknown keys fail loudly). The spaCy
-    pipeline is loaded when ``nlp`` is set, the LLM runtime when the abstractor or the fact keys need one."""
+    pipeline is loaded when ``nlp`` is set, the LLM runtime when the abstractor or the fact keys need one (a
+    ``fact_keyer`` node, instantiated, writes the fact keys instead)."""
     if node is None or not node.get("enabled", False):
         return None
     from lightmem.ltm import LTMOptions
     from lightmem.ltm.abstraction import ABSTRACTORS
 
-    options = build_spec(LTMOptions, {k: v for k, v in to_container(node).items() if k not in NODE_SWITCHES})
+    keyer = node.get("fact_keyer")
+    options = build_spec(LTMOptions, {k: v for k, v in to_container(node).items()
+                                      if k not in NODE_SWITCHES and k != "fact_keyer"})
     needs_llm = (options.abstractor in ABSTRACTORS and ABSTRACTORS[options.abstractor].needs_llm) \
-        or options.consolidation.fact_keys
-    return replace(options, nlp=shared.parser() if node.get("nlp") else None, llm=shared.llm() if needs_llm else None)
+        or (options.consolidation.fact_keys and keyer is None)
+    return replace(options, nlp=shared.parser() if node.get("nlp") else None, llm=shared.llm() if needs_llm else None,
+                   fact_keyer=instantiate(keyer) if keyer is not None else None)
 
 
 def build_memory(cfg: DictConfig, path: str | Path, embedder: Embedder | None = None,

@@ -12,6 +12,9 @@ Dense first hop only: a question's evidence turns are ranked by cosine to the qu
 ``recall_all@N``: every evidence turn among the N closest. Gold facts are the best an SLM could write, so a key
 that does not gain here will not gain with generated facts either.
 
+``AnnotatedFactKeyer`` gives the same facts to the served pipeline's own fact-key step (``ltm=fact_keys``): a
+consolidation cycle keys each memory by the observations citing its turns, in the store, as SLM-3 would.
+
 ``pipeline_ceiling`` takes the same facts through the whole read path: each memory is stored and indexed (vector
 and BM25 terms) under ``text + facts`` (``FactKeyedWriter``), Stage 1 and the served Stage 2 rank it as they rank
 any memory, and the prompt packs the memory as written, without the facts (strict recall of the composed prompt,
@@ -119,6 +122,40 @@ def _by_turn(facts: Sequence[tuple[str, list[str]]]) -> dict[str, list[str]]:
 def facts_by_turn(raw: Mapping[str, Any], conv: Conversation) -> dict[str, list[str]]:
     """Turn id → the facts of ``raw``'s ``observation`` that cite it, in the file's order."""
     return _by_turn(cited_facts(raw, [t.turn_id for s in conv.sessions for t in s.turns]))
+
+
+class AnnotatedFactKeyer:
+    """A ``FactKeyer`` (``lightmem.ltm.fact_keys``) that returns LoCoMo's annotated observations instead of writing
+    facts: each observation citing a turn of the batch's memories, citing those memories. The memories' user is
+    the conversation's id (as ``eval/locomo.py`` names it); a user that is no conversation of ``path`` gets none.
+
+    Args:
+        path: A LoCoMo file whose samples carry ``observation``.
+    """
+
+    def __init__(self, path: str) -> None:
+        from lightmem.datasets.formats import read_json
+        from lightmem.datasets.locomo import parse_locomo
+
+        raw = read_json(path)
+        raw = raw if isinstance(raw, list) else [raw]
+        self.facts_of: dict[str, list[tuple[str, list[str]]]] = {
+            conv.conv_id: cited_facts(r, [t.turn_id for s in conv.sessions for t in s.turns])
+            for conv, r in zip(parse_locomo(raw), raw)}
+
+    def facts(self, items: Sequence[Any]) -> list[tuple[str, list[str]]]:
+        out = []
+        for user in dict.fromkeys(it.user_id for it in items):
+            by_turn: dict[str, list[str]] = defaultdict(list)
+            for it in items:
+                if it.user_id == user:
+                    for turn in it.provenance:
+                        by_turn[turn].append(it.id)
+            for fact, turns in self.facts_of.get(user, []):
+                cited = list(dict.fromkeys(i for t in turns for i in by_turn.get(t, ())))
+                if cited:
+                    out.append((fact, cited))
+        return out
 
 
 class FactKeyedWriter:

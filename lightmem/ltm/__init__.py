@@ -37,6 +37,8 @@ class LTMOptions:
         nlp: A spaCy pipeline with the parser for the extractive abstractor and
             de-identification (None: rules only).
         llm: The offline LLM (generative abstraction, update decisions, cluster abstracts, fact keys).
+        fact_keyer: Writes the fact keys (``ltm.fact_keys.FactKeyer``) instead of SLM-3 on ``llm``: the evaluation's
+            keyer of annotated facts, for instance.
         scope: ``user`` (default): each user's knowledge is stored and searched in that user's own
             partition, and ``delete_user`` removes it. ``shared``: one graph for every user, read by every
             user's searches: what one user said reaches others, de-identified only as far as
@@ -55,6 +57,7 @@ class LTMOptions:
     nlp: Any = None
     llm: Any = None
     scope: str = "user"
+    fact_keyer: Any = None
 
     def __post_init__(self) -> None:
         check_scope(self.scope)
@@ -78,12 +81,14 @@ def build_ltm(store: MemoryStore, embedder: Any, options: LTMOptions, clock: Any
         raise ValueError(f"abstractor must be one of {', '.join(ABSTRACTORS)}, got {options.abstractor!r}")
     if choice.needs_llm and options.llm is None:
         raise ValueError(f"the {options.abstractor} abstractor needs an LLM runtime (LTMOptions.llm)")
-    if options.consolidation.fact_keys and options.llm is None:
-        raise ValueError("fact keys (consolidation.fact_keys) need an LLM runtime for SLM-3 (LTMOptions.llm)")
+    if options.consolidation.fact_keys and options.llm is None and options.fact_keyer is None:
+        raise ValueError("fact keys (consolidation.fact_keys) need an LLM runtime for SLM-3 (LTMOptions.llm) "
+                         "or a fact keyer (LTMOptions.fact_keyer)")
     graph = KnowledgeGraph(store.graph, embedder.encode, embedder.dim, options.graph, scope=options.scope)
     deid = Deidentifier(options.nlp)
     abstractor = choice.build(options.nlp, options.llm, deid)
     kw = {"clock": clock} if clock is not None else {}
+    kw["fact_keyer"] = options.fact_keyer
     consolidator = Consolidator(store, embedder, graph, abstractor, deid, options.llm, options.consolidation, **kw)
     scheduler = (ConsolidationScheduler(consolidator, options.consolidation.every_n_turns, options.nice)
                  if options.background else None)

@@ -294,14 +294,16 @@ class Memory:
         if text is not None:  # checked above
             fields.update(text=text, n_tokens=self.counter.count([text])[0])
             # The word keep scores belong to a text: a new text is scored again (or loses them without a scorer).
-            meta = fields.get("metadata")
-            meta = dict(self.store.get(user_id, item_id, include_archived=True).metadata if meta is None else meta)
+            old = self.store.get(user_id, item_id, include_archived=True)
+            meta = dict(old.metadata if fields.get("metadata") is None else fields["metadata"])
             meta.pop("keep", None)
             scorer = self._write.word_scorer
             if scorer is not None:
                 meta["keep"] = keep_codes(scorer, [text])[0]
             fields["metadata"] = meta
-            return self.store.update(user_id, item_id, self.clock(), vector=self.embedder.encode([text])[0],
+            # The same text keeps its fact keys, and its vector is the one of text and keys.
+            embedded = old.index_text if text == old.text else text
+            return self.store.update(user_id, item_id, self.clock(), vector=self.embedder.encode([embedded])[0],
                                      keep_history=keep_history, encode=self.embedder.encode, **fields)
         return self.store.update(user_id, item_id, self.clock(), keep_history=keep_history, **fields)
 
@@ -341,8 +343,10 @@ class Memory:
         return self.store.history(check_user_id(user_id), check_id(item_id, "item_id"))
 
     def usage(self) -> dict[str, dict[str, float]]:
-        """LLM calls, tokens, latency and failures per role, from every role that uses an LLM."""
-        meters = {id(m): m for role in (self.controller, self.retriever.selector, self.writer)
+        """LLM calls, tokens, latency and failures per role, from every role that uses an LLM (the offline
+        consolidator's included)."""
+        offline = self.ltm.consolidator if self.ltm is not None else None
+        meters = {id(m): m for role in (self.controller, self.retriever.selector, self.writer, offline)
                   if (m := getattr(getattr(role, "llm", None), "meter", None)) is not None}
         out: dict[str, dict[str, float]] = {}
         for meter in meters.values():

@@ -107,6 +107,15 @@ def test_generative_roles_report_llm_usage_per_turn_and_question(tmp_path):
     assert rows and all(r["queries"] and all(isinstance(q, str) and q for q in r["queries"]) for r in rows)  # SLM-1's plan
 
 
+def test_fact_keys_run_as_a_consolidation_step_before_the_questions(tmp_path):
+    cfg = compose("locomo", [f"data.path={TINY_LOCOMO}", "data.conversations=0", "encoder=hashing", f"out_dir={tmp_path}",
+                             "ks=[2]", "ltm=fact_keys", "llm._target_=fakes.ScriptedLLM"])
+    results = _load_entry("locomo").run(cfg)
+    # SLM-3 read the conversation's memories in windows of 8 during the cycles that ran before the questions
+    assert results["cost"]["llm"]["fact_keys"]["calls"] >= 1 and results["cost"]["ltm"]["cycles"] >= 1
+    assert results["retrieval"]["overall"]["n"] == 4
+
+
 def test_questions_record_the_queries_the_controller_ran(tmp_path):
     cfg = compose("locomo", [f"data.path={TINY_LOCOMO}", "data.conversations=0", "encoder=hashing", f"out_dir={tmp_path}",
                              "ks=[2]", "selector=none"])

@@ -199,3 +199,48 @@ def test_fact_keys_need_an_llm_or_a_keyer(tmp_path):
     spec = ConsolidationSpec(ltm=False, sleep_update=False, recursive=False, fact_keys=True)
     with pytest.raises(ValueError, match="fact keys"):
         Memory.open(tmp_path / "s", embedder=HashingEmbedder(dim=64), ltm=LTMOptions(background=False, consolidation=spec))
+
+
+def test_a_deleted_memorys_facts_leave_no_trace_in_the_store(location):
+    """The erasure check of tests/test_erasure.py, for a secret that only a fact holds: gone from every file
+    (SQLite) and every row (PostgreSQL) once a memory the fact cites is deleted, though another memory it keyed
+    stays."""
+    from test_erasure import SECRET, _holders
+
+    def respond(prompt: str) -> str:
+        ids = re.findall(r"^(m\d+): ", prompt, flags=re.M)
+        return json.dumps({"facts": [{"text": f"Alice's bank password is {SECRET}", "sources": ids[:2]}]})
+
+    m = _memory(location, llm=ScriptedLLM(respond=respond))
+    try:
+        by = _keyed(m)
+        assert SECRET in by["boat"].keys and _holders(location)
+        m.delete(by["lake"].id, "alice")
+        assert _holders(location) == [] and m.get(by["boat"].id, "alice").keys == ""
+    finally:
+        m.close()
+
+
+def test_an_update_that_keeps_the_text_keeps_the_keys_and_their_vector(location):
+    m = _memory(location)
+    try:
+        by = _keyed(m)
+        same = m.update(by["boat"].id, "alice", text=by["boat"].text, metadata={"tag": "boat"})
+        assert same.keys == by["boat"].keys and len(_facts(location)) == 2
+        assert np.allclose(_vector(m, same.id), m.embedder.encode([by["boat"].index_text])[0], atol=1e-6)
+    finally:
+        m.close()
+
+
+def test_the_annotated_keyer_gives_each_conversations_observations_to_the_memories_of_their_turns():
+    from conftest import TINY_LOCOMO
+
+    from lightmem.evaluation.fact_keys import AnnotatedFactKeyer
+
+    keyer = AnnotatedFactKeyer(str(TINY_LOCOMO))
+    first, second = list(keyer.facts_of)
+    item = lambda i, user, turns: MemoryItem(id=i, user_id=user, text="x", provenance=turns, created_at=T0,  # noqa: E731
+                                             event_time=T0, last_access=T0)
+    facts = keyer.facts([item("a", first, ["D1:1"]), item("b", first, ["D1:2", "D1:3"]), item("c", second, ["D1:9"]),
+                         item("d", "nobody", ["D1:1"])])
+    assert facts == [("Ava said: Hi Ben! I adopted a", ["a"]), ("Ben said: Congrats! What breed is Biscuit?", ["b"])]

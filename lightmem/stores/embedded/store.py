@@ -396,7 +396,8 @@ class SQLiteStore:
         A new text with ``keep_history=False`` leaves no earlier text of the item in its history
         (the events stay, their texts are blanked); with ``keep_history=True`` the old text is
         logged beside the new one. A new text deletes the fact keys citing the item; the other items
-        they keyed are re-embedded with ``encode`` (without it, by the background indexer).
+        they keyed are re-embedded with ``encode`` (without it, their vectors are left empty for the
+        background indexer of the next ``Memory`` to open the store).
         """
         check_update(fields, vector is not None)
         with self._lock:
@@ -459,8 +460,8 @@ class SQLiteStore:
                encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
         """Erase one item: its row, its vector and terms, the texts of its history (a ``DELETE``
         event stays), the turns it came from that no other item cites, and the fact keys citing it (the
-        other items they keyed are re-embedded with ``encode``; without it, by the background indexer).
-        Returns the counts."""
+        other items they keyed are re-embedded with ``encode``; without it, their vectors are left empty for
+        the background indexer of the next ``Memory`` to open the store). Returns the counts."""
         with self._lock:
             rid = self.sql.rid_of(user_id, item_id)
             if rid is None:

@@ -81,6 +81,7 @@ class Memory:
             raise InvalidInputError(f"max_turn_chars must be a positive whole number of characters, got {shown(max_turn_chars)}")
         self.max_turn_chars = max_turn_chars
         self.ltm = ltm
+        self._closed = False
         # Background indexing needs a store that takes items before their vectors (the embedded one).
         self.indexer = BackgroundIndexer(store, embedder, word_scorer) \
             if background_index and getattr(store, "deferred_vectors", False) else None
@@ -373,7 +374,11 @@ class Memory:
         return self.ltm.graph.stats() if self.ltm is not None else {}
 
     def close(self) -> None:
-        """Embed what the background indexer still holds, stop consolidation, close the store."""
+        """Embed what the background indexer still holds, stop consolidation, close the store (once: closing
+        a closed Memory does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             if self.indexer is not None:
                 self.indexer.close()

@@ -301,3 +301,14 @@ def test_memories_in_scripts_without_spaces_are_found_by_their_words(memory):
     for query, want in (("北京大学", 0), ("寿司", 1), ("서울 친구", 2), ("ตลาด", 3), ("תל אביב", 4), ("market", 5)):
         hits = memory.search(query, "u", k=1)
         assert hits and hits[0].item.text == f"user: {texts[want]}", query
+
+
+def test_closing_twice_does_nothing_the_second_time(tmp_path, embedder):
+    from lightmem.memory import Memory
+
+    m = Memory.open(tmp_path / "s", embedder=embedder, synchronous="NORMAL", background_index=False)
+    m.add("Ava's phone is 555-0100", user_id="ava")
+    m.close()
+    m.close()  # no error: the store is closed once
+    with Memory.open(tmp_path / "s", embedder=embedder, synchronous="NORMAL", background_index=False) as again:
+        assert len(again.get_all("ava")) == 1

@@ -45,6 +45,20 @@ def location(request, tmp_path) -> str:
     return request.getfixturevalue("pg_uri") if request.param == "postgres" else str(tmp_path / "s")
 
 
+@pytest.fixture
+def open_memory(location):
+    """Opens a Memory with fact keys on the test's store (``_memory``); closes every one it opened."""
+    opened: list[Memory] = []
+
+    def make(**kw) -> Memory:
+        opened.append(_memory(location, **kw))
+        return opened[-1]
+
+    yield make
+    for m in opened:
+        m.close()
+
+
 def _memory(location: str, llm=None, crash_hook=None) -> Memory:
     spec = ConsolidationSpec(ltm=False, sleep_update=False, recursive=False, fact_keys=True)
     ltm = LTMOptions(background=False, routing="mtm_only", consolidation=spec, llm=llm or ScriptedLLM(respond=_respond))
@@ -80,20 +94,17 @@ def _facts(location: str) -> list[str]:
         con.close()
 
 
-def test_a_cycle_keys_memories_by_their_facts_and_the_prompt_shows_their_text(location):
-    m = _memory(location)
-    try:
-        by = _keyed(m)
-        assert by["boat"].keys == by["lake"].keys == "Alice owns a red kayak called Zephyrine"
-        assert by["sister"].keys == "Alice's sister lives in Oslo"
-        assert sorted(_facts(location)) == sorted(f for f, _ in FACTS)  # the fact citing no memory was dropped
-        # Found by a word only the facts hold; the vector is the one of text and keys.
-        assert _matched(m, "Zephyrine") == {by["boat"].id, by["lake"].id}
-        assert np.allclose(_vector(m, by["sister"].id), m.embedder.encode([by["sister"].index_text])[0], atol=1e-6)
-        ctx = m.build_context("Where does Alice's sister live?", "alice", budget=300)
-        assert "sister moved away" in ctx.prompt and "Oslo" not in ctx.prompt and "Zephyrine" not in ctx.prompt
-    finally:
-        m.close()
+def test_a_cycle_keys_memories_by_their_facts_and_the_prompt_shows_their_text(location, open_memory):
+    m = open_memory()
+    by = _keyed(m)
+    assert by["boat"].keys == by["lake"].keys == "Alice owns a red kayak called Zephyrine"
+    assert by["sister"].keys == "Alice's sister lives in Oslo"
+    assert sorted(_facts(location)) == sorted(f for f, _ in FACTS)  # the fact citing no memory was dropped
+    # Found by a word only the facts hold; the vector is the one of text and keys.
+    assert _matched(m, "Zephyrine") == {by["boat"].id, by["lake"].id}
+    assert np.allclose(_vector(m, by["sister"].id), m.embedder.encode([by["sister"].index_text])[0], atol=1e-6)
+    ctx = m.build_context("Where does Alice's sister live?", "alice", budget=300)
+    assert "sister moved away" in ctx.prompt and "Oslo" not in ctx.prompt and "Zephyrine" not in ctx.prompt
 
 
 def _matched(m: Memory, query: str) -> set[str]:
@@ -108,36 +119,30 @@ def _vector(m: Memory, item_id: str) -> np.ndarray:
     return m.store.vectors("alice", [int(hits[item_id].row)])[0]
 
 
-def test_deleting_a_memory_deletes_the_facts_citing_it_and_rekeys_the_others(location):
-    m = _memory(location)
-    try:
-        by = _keyed(m)
-        assert m.delete(by["lake"].id, "alice")["facts"] == 1
-        boat = m.get(by["boat"].id, "alice")
-        assert boat.keys == "" and _facts(location) == ["Alice's sister lives in Oslo"]
-        assert np.allclose(_vector(m, boat.id), m.embedder.encode([boat.text])[0], atol=1e-6)
-        assert _matched(m, "Zephyrine") == set()  # neither its BM25 terms nor any view keep the fact
-        m.close()
-        m = _memory(location)  # nor does the store, reopened
-        assert _matched(m, "Zephyrine") == set() and m.get(by["boat"].id, "alice").keys == ""
-    finally:
-        m.close()
+def test_deleting_a_memory_deletes_the_facts_citing_it_and_rekeys_the_others(location, open_memory):
+    m = open_memory()
+    by = _keyed(m)
+    assert m.delete(by["lake"].id, "alice")["facts"] == 1
+    boat = m.get(by["boat"].id, "alice")
+    assert boat.keys == "" and _facts(location) == ["Alice's sister lives in Oslo"]
+    assert np.allclose(_vector(m, boat.id), m.embedder.encode([boat.text])[0], atol=1e-6)
+    assert _matched(m, "Zephyrine") == set()  # neither its BM25 terms nor any view keep the fact
+    m.close()
+    m = open_memory()  # nor does the store, reopened
+    assert _matched(m, "Zephyrine") == set() and m.get(by["boat"].id, "alice").keys == ""
 
 
-def test_a_new_text_drops_the_memorys_facts_and_erasing_the_user_drops_them_all(location):
-    m = _memory(location)
-    try:
-        by = _keyed(m)
-        updated = m.update(by["sister"].id, "alice", text="Alice: My sister visits in June.")
-        assert updated.keys == "" and m.get(updated.id, "alice").keys == ""
-        assert _facts(location) == ["Alice owns a red kayak called Zephyrine"]
-        assert _matched(m, "Oslo") == set()
-        assert m.delete_user("alice")["facts"] == 1 and _facts(location) == []
-    finally:
-        m.close()
+def test_a_new_text_drops_the_memorys_facts_and_erasing_the_user_drops_them_all(location, open_memory):
+    m = open_memory()
+    by = _keyed(m)
+    updated = m.update(by["sister"].id, "alice", text="Alice: My sister visits in June.")
+    assert updated.keys == "" and m.get(updated.id, "alice").keys == ""
+    assert _facts(location) == ["Alice owns a red kayak called Zephyrine"]
+    assert _matched(m, "Oslo") == set()
+    assert m.delete_user("alice")["facts"] == 1 and _facts(location) == []
 
 
-def test_a_memory_deleted_while_the_cycle_ran_is_neither_keyed_nor_cited(location):
+def test_a_memory_deleted_while_the_cycle_ran_is_neither_keyed_nor_cited(open_memory):
     """The cycle plans its keys without the store's lock; a deletion that lands before its commit wins."""
     victim: dict[str, str] = {}
 
@@ -145,33 +150,27 @@ def test_a_memory_deleted_while_the_cycle_ran_is_neither_keyed_nor_cited(locatio
         if stage == "before_commit" and victim:
             m.delete(victim.pop("id"), "alice")
 
-    m = _memory(location, crash_hook=delete_first)
-    try:
-        m.add([{"speaker": s, "text": t, "id": f"T{i}"} for i, (s, t) in enumerate(TURNS)], user_id="alice",
-              timestamp=T0)
-        victim["id"] = next(it.id for it in m.get_all("alice") if "lake" in it.text)
-        rep = m.consolidate("alice")[0]
-        assert rep.mtm["skipped"] == 1 and rep.mtm["keyed"] == 2 and rep.mtm["facts"] == 2
-        boat = next(it for it in m.get_all("alice") if "boat" in it.text)
-        assert boat.keys == "Alice owns a red kayak called Zephyrine"  # the fact cites only what is left
-    finally:
-        m.close()
+    m = open_memory(crash_hook=delete_first)
+    m.add([{"speaker": s, "text": t, "id": f"T{i}"} for i, (s, t) in enumerate(TURNS)], user_id="alice",
+          timestamp=T0)
+    victim["id"] = next(it.id for it in m.get_all("alice") if "lake" in it.text)
+    rep = m.consolidate("alice")[0]
+    assert rep.mtm["skipped"] == 1 and rep.mtm["keyed"] == 2 and rep.mtm["facts"] == 2
+    boat = next(it for it in m.get_all("alice") if "boat" in it.text)
+    assert boat.keys == "Alice owns a red kayak called Zephyrine"  # the fact cites only what is left
 
 
-def test_without_encode_the_embedded_store_leaves_the_vector_to_the_indexer_and_postgres_refuses(location):
-    m = _memory(location)
-    try:
-        by = _keyed(m)
-        if is_server(location):
-            with pytest.raises(InvalidInputError, match="pass encode"):
-                m.store.delete("alice", by["lake"].id, T0 + 10)
-            assert m.get(by["lake"].id, "alice").text == by["lake"].text and len(_facts(location)) == 2
-        else:
+def test_without_encode_the_embedded_store_leaves_the_vector_to_the_indexer_and_postgres_refuses(location, open_memory):
+    m = open_memory()
+    by = _keyed(m)
+    if is_server(location):
+        with pytest.raises(InvalidInputError, match="pass encode"):
             m.store.delete("alice", by["lake"].id, T0 + 10)
-            assert m.store.unembedded() == [("alice", by["boat"].id, by["boat"].text)]
-            assert _matched(m, "Zephyrine") == set()
-    finally:
-        m.close()
+        assert m.get(by["lake"].id, "alice").text == by["lake"].text and len(_facts(location)) == 2
+    else:
+        m.store.delete("alice", by["lake"].id, T0 + 10)
+        assert m.store.unembedded() == [("alice", by["boat"].id, by["boat"].text)]
+        assert _matched(m, "Zephyrine") == set()
 
 
 def test_the_slm_keyer_cites_only_memories_of_its_window_and_skips_unusable_output():
@@ -201,7 +200,7 @@ def test_fact_keys_need_an_llm_or_a_keyer(tmp_path):
         Memory.open(tmp_path / "s", embedder=HashingEmbedder(dim=64), ltm=LTMOptions(background=False, consolidation=spec))
 
 
-def test_a_deleted_memorys_facts_leave_no_trace_in_the_store(location):
+def test_a_deleted_memorys_facts_leave_no_trace_in_the_store(location, open_memory):
     """The erasure check of tests/test_erasure.py, for a secret that only a fact holds: gone from every file
     (SQLite) and every row (PostgreSQL) once a memory the fact cites is deleted, though another memory it keyed
     stays."""
@@ -211,25 +210,19 @@ def test_a_deleted_memorys_facts_leave_no_trace_in_the_store(location):
         ids = re.findall(r"^(m\d+): ", prompt, flags=re.M)
         return json.dumps({"facts": [{"text": f"Alice's bank password is {SECRET}", "sources": ids[:2]}]})
 
-    m = _memory(location, llm=ScriptedLLM(respond=respond))
-    try:
-        by = _keyed(m)
-        assert SECRET in by["boat"].keys and _holders(location)
-        m.delete(by["lake"].id, "alice")
-        assert _holders(location) == [] and m.get(by["boat"].id, "alice").keys == ""
-    finally:
-        m.close()
+    m = open_memory(llm=ScriptedLLM(respond=respond))
+    by = _keyed(m)
+    assert SECRET in by["boat"].keys and _holders(location)
+    m.delete(by["lake"].id, "alice")
+    assert _holders(location) == [] and m.get(by["boat"].id, "alice").keys == ""
 
 
-def test_an_update_that_keeps_the_text_keeps_the_keys_and_their_vector(location):
-    m = _memory(location)
-    try:
-        by = _keyed(m)
-        same = m.update(by["boat"].id, "alice", text=by["boat"].text, metadata={"tag": "boat"})
-        assert same.keys == by["boat"].keys and len(_facts(location)) == 2
-        assert np.allclose(_vector(m, same.id), m.embedder.encode([by["boat"].index_text])[0], atol=1e-6)
-    finally:
-        m.close()
+def test_an_update_that_keeps_the_text_keeps_the_keys_and_their_vector(location, open_memory):
+    m = open_memory()
+    by = _keyed(m)
+    same = m.update(by["boat"].id, "alice", text=by["boat"].text, metadata={"tag": "boat"})
+    assert same.keys == by["boat"].keys and len(_facts(location)) == 2
+    assert np.allclose(_vector(m, same.id), m.embedder.encode([by["boat"].index_text])[0], atol=1e-6)
 
 
 def test_the_annotated_keyer_gives_each_conversations_observations_to_the_memories_of_their_turns():

@@ -237,3 +237,33 @@ def test_the_annotated_keyer_gives_each_conversations_observations_to_the_memori
     facts = keyer.facts([item("a", first, ["D1:1"]), item("b", first, ["D1:2", "D1:3"]), item("c", second, ["D1:9"]),
                          item("d", "nobody", ["D1:1"])])
     assert facts == [("Ava said: Hi Ben! I adopted a", ["a"]), ("Ben said: Congrats! What breed is Biscuit?", ["b"])]
+
+
+def test_a_schema_4_store_gains_keys_and_a_second_process_sees_them(tmp_path):
+    """An embedded store written before fact keys (schema 4: no keys column, a change trigger that ignores it)
+    is upgraded in place on open, and a change of keys reaches another open Memory's views."""
+    import sqlite3
+
+    location = str(tmp_path / "old")
+    _memory(location).close()
+    con = sqlite3.connect(Path(location) / "lightmem.sqlite")
+    con.executescript("""
+        DROP TRIGGER items_changes_update; DROP TABLE item_fact_sources; DROP TABLE item_facts;
+        ALTER TABLE items DROP COLUMN keys;
+        CREATE TRIGGER items_changes_update
+        AFTER UPDATE OF text, embedding, archived, superseded_by, valid_to, event_time, kind, topic, entities ON items
+        BEGIN INSERT INTO item_changes (user_id, rid) VALUES (NEW.user_id, NEW.rid); END;
+        UPDATE meta SET value = '4' WHERE key = 'schema_version';
+    """)
+    con.close()
+    reader, writer = _memory(location), _memory(location)
+    try:
+        assert writer.store.info()["schema_version"] == "5"
+        writer.add([{"speaker": s, "text": t, "id": f"T{i}"} for i, (s, t) in enumerate(TURNS)], user_id="alice",
+                   timestamp=T0)
+        assert _matched(reader, "Zephyrine") == set()  # the reader's views are built before the keys exist
+        writer.consolidate("alice")
+        assert len(_matched(reader, "Zephyrine")) == 2  # replayed from the change log the upgraded trigger wrote
+    finally:
+        reader.close()
+        writer.close()

@@ -142,13 +142,18 @@ def test_a_new_text_drops_the_memorys_facts_and_erasing_the_user_drops_them_all(
     assert m.delete_user("alice")["facts"] == 1 and _facts(location) == []
 
 
-def test_a_memory_deleted_while_the_cycle_ran_is_neither_keyed_nor_cited(open_memory):
-    """The cycle plans its keys without the store's lock; a deletion that lands before its commit wins."""
+@pytest.mark.parametrize("change", ["delete", "update"])
+def test_a_memory_changed_while_the_cycle_ran_is_neither_keyed_nor_cited(open_memory, change):
+    """The cycle plans its keys without the store's lock; a deletion, or a new text, that lands before its commit
+    wins: the facts were written from what the memory said before."""
     victim: dict[str, str] = {}
 
     def delete_first(stage: str) -> None:
         if stage == "before_commit" and victim:
-            m.delete(victim.pop("id"), "alice")
+            if change == "delete":
+                m.delete(victim.pop("id"), "alice")
+            else:
+                m.update(victim.pop("id"), "alice", text="Alice: We stayed home on Sunday.")
 
     m = open_memory(crash_hook=delete_first)
     m.add([{"speaker": s, "text": t, "id": f"T{i}"} for i, (s, t) in enumerate(TURNS)], user_id="alice",
@@ -190,7 +195,7 @@ def test_plan_rekey_appends_new_facts_to_earlier_keys():
     old = MemoryItem(id="a", user_id="u", text="Alice: hi", provenance=["T0"], created_at=T0, event_time=T0,
                      last_access=T0, keys="Alice greets Bob")
     plan = plan_rekey([old], [("Alice likes tea", ["a", "gone"])], lambda texts: np.ones((len(texts), 4)))
-    assert list(plan) == ["a"] and plan["a"][:2] == ("Alice greets Bob", "Alice greets Bob Alice likes tea")
+    assert list(plan) == ["a"] and plan["a"][:3] == ("Alice: hi", "Alice greets Bob", "Alice greets Bob Alice likes tea")
     assert plan_rekey([old], [("x y z", ["gone"])], lambda texts: np.ones((len(texts), 4))) == {}
 
 

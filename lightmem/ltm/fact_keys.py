@@ -89,9 +89,9 @@ def keyable(item: MemoryItem) -> bool:
 
 
 def plan_rekey(items: Sequence[MemoryItem], facts: Sequence[Fact],
-               encode: Callable[[list[str]], np.ndarray]) -> dict[str, tuple[str, str, np.ndarray]]:
-    """Item id → (its keys now, its keys with the new facts, the vector of its text and new keys), for every
-    memory of ``items`` that a fact cites (``OfflineChanges.rekey``)."""
+               encode: Callable[[list[str]], np.ndarray]) -> dict[str, tuple[str, str, str, np.ndarray]]:
+    """Item id → (its text, its keys now, its keys with the new facts, the vector of its text and new keys), for
+    every memory of ``items`` that a fact cites (``OfflineChanges.rekey``)."""
     by_id = {it.id: it for it in items}
     new: dict[str, list[str]] = defaultdict(list)
     for text, cited in facts:
@@ -102,4 +102,4 @@ def plan_rekey(items: Sequence[MemoryItem], facts: Sequence[Fact],
         return {}
     keys = {i: merged_keys([by_id[i].keys, *fs]) for i, fs in new.items()}
     vecs = np.asarray(encode([keyed_text(by_id[i].text, k) for i, k in keys.items()]), dtype=np.float32)
-    return {i: (by_id[i].keys, k, v) for (i, k), v in zip(keys.items(), vecs)}
+    return {i: (by_id[i].text, by_id[i].keys, k, v) for (i, k), v in zip(keys.items(), vecs)}

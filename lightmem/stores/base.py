@@ -39,7 +39,8 @@ class OfflineChanges:
         abstracts: (abstract item, its vector, member ids): inserted; members archived.
         marks: (item id, access count) of the items this cycle consolidated.
         facts: (fact, ids of the items it keys): fact keys to write (``stores.keys``).
-        rekey: Item id → (its keys as the cycle read them, its new keys, the vector of its text and new keys).
+        rekey: Item id → (its text and its keys as the cycle read them, its new keys, the vector of its text and
+            new keys).
     """
 
     supersede: list[tuple[str, str, str]] = field(default_factory=list)
@@ -47,7 +48,7 @@ class OfflineChanges:
     abstracts: list[tuple[MemoryItem, np.ndarray, list[str]]] = field(default_factory=list)
     marks: list[tuple[str, int]] = field(default_factory=list)
     facts: list[tuple[str, list[str]]] = field(default_factory=list)
-    rekey: dict[str, tuple[str, str, np.ndarray]] = field(default_factory=dict)
+    rekey: dict[str, tuple[str, str, str, np.ndarray]] = field(default_factory=dict)
 
 
 @dataclass

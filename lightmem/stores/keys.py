@@ -106,19 +106,20 @@ class FactKeys:
         return [int(r[0]) for r in rows]
 
     def apply(self, user_id: str, facts: Sequence[tuple[str, Sequence[str]]],
-              rekey: Mapping[str, tuple[str, str, np.ndarray]], cycle: int, now: float) -> tuple[int, list[int], int]:
+              rekey: Mapping[str, tuple[str, str, str, np.ndarray]], cycle: int,
+              now: float) -> tuple[int, list[int], int]:
         """A cycle's fact keys (``OfflineChanges.facts`` and ``.rekey``), inside its transaction.
 
-        An item is keyed only while it is active and its keys are still those the cycle read (a deletion since
-        may have removed some); a fact is written citing only such items, or not at all. Returns the facts
-        written, the row ids keyed and the items skipped.
+        An item is keyed only while it is active and its text and keys are still those the cycle read (an
+        update or a deletion since may have changed them); a fact is written citing only such items, or not at
+        all. Returns the facts written, the row ids keyed and the items skipped.
         """
         ok: dict[str, int] = {}
         skipped = 0
-        for item_id, (old, _, _) in rekey.items():
-            row = self._q("SELECT rid, keys FROM items WHERE user_id = ? AND id = ? AND archived = ?",
+        for item_id, (text, old, _, _) in rekey.items():
+            row = self._q("SELECT rid, text, keys FROM items WHERE user_id = ? AND id = ? AND archived = ?",
                           (user_id, item_id, False))
-            if row and (row[0][1] or "") == old:
+            if row and row[0][1] == text and (row[0][2] or "") == old:
                 ok[item_id] = int(row[0][0])
             else:
                 skipped += 1
@@ -130,7 +131,7 @@ class FactKeys:
                 written += 1
         keyed = []
         for item_id, rid in ok.items():
-            _, new, vec = rekey[item_id]
+            _, _, new, vec = rekey[item_id]
             if self.keys_of(user_id, item_id) != new:  # the cycle's own facts did not make these keys: leave it
                 skipped += 1
                 continue

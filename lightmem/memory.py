@@ -302,9 +302,10 @@ class Memory:
             if scorer is not None:
                 meta["keep"] = keep_codes(scorer, [text])[0]
             fields["metadata"] = meta
-            # The same text keeps its fact keys, and its vector is the one of text and keys.
-            embedded = old.index_text if text == old.text else text
-            return self.store.update(user_id, item_id, self.clock(), vector=self.embedder.encode([embedded])[0],
+            if text == old.text:  # nothing to embed: the item keeps its vector, and its fact keys with it
+                del fields["text"]
+                return self.store.update(user_id, item_id, self.clock(), keep_history=keep_history, **fields)
+            return self.store.update(user_id, item_id, self.clock(), vector=self.embedder.encode([text])[0],
                                      keep_history=keep_history, encode=self.embedder.encode, **fields)
         return self.store.update(user_id, item_id, self.clock(), keep_history=keep_history, **fields)
 

@@ -57,7 +57,7 @@ def _no_row_holds(uri: str, word: str) -> bool:
 
 
 def test_vacuum_leaves_deleted_text_in_the_table_files_and_compact_clears_them(pg_server, pg_uri, capsys):
-    assert {"items", "turns", "history", "ltm_nodes"} <= set(TABLES)  # every table, read from postgres.schema
+    assert {"items", "turns", "history", "ltm_nodes", "item_facts", "item_fact_sources"} <= set(TABLES)  # every table, read from postgres.schema
     word = f"zq{uuid.uuid4().hex[:12]}"
     data = Path(pg_server.pgdata)
     keep = _write_then_delete(pg_uri, word)

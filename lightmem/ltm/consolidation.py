@@ -141,7 +141,8 @@ class Consolidator:
             self._recursive(user_id, batch, changes, {x for t, by, _ in changes.supersede for x in (t, by)})
         t4 = time.perf_counter()
         if sp.fact_keys and self.fact_keyer is not None:
-            fresh = [it for _, it, why in batch if why != "reactivated" and keyable(it)]
+            archived = {m for _, _, members in changes.abstracts for m in members}  # by this cycle's clusters
+            fresh = [it for _, it, why in batch if why != "reactivated" and keyable(it) and it.id not in archived]
             changes.facts = self.fact_keyer.facts(fresh) if fresh else []
             changes.rekey = plan_rekey(fresh, changes.facts, self.embedder.encode)
         t5 = time.perf_counter()

@@ -110,34 +110,33 @@ class FactKeys:
               now: float) -> tuple[int, list[int], int]:
         """A cycle's fact keys (``OfflineChanges.facts`` and ``.rekey``), inside its transaction.
 
-        An item is keyed only while it is active and its text and keys are still those the cycle read (an
-        update or a deletion since may have changed them); a fact is written citing only such items, or not at
-        all. Returns the facts written, the row ids keyed and the items skipped.
+        The cycle planned them without the store's lock. A fact is written only if every item it cites is still
+        active with the text and keys the cycle read: a fact is derived from each of them, so one deleted,
+        archived or rewritten meanwhile takes the fact with it. An item is keyed only if the facts written make
+        exactly the keys its planned vector was computed from (else it keeps its keys and vector, and the facts
+        citing it are not written either). Returns the facts written, the row ids keyed and the items skipped.
         """
         ok: dict[str, int] = {}
-        skipped = 0
         for item_id, (text, old, _, _) in rekey.items():
             row = self._q("SELECT rid, text, keys FROM items WHERE user_id = ? AND id = ? AND archived = ?",
                           (user_id, item_id, False))
             if row and row[0][1] == text and (row[0][2] or "") == old:
                 ok[item_id] = int(row[0][0])
-            else:
-                skipped += 1
-        written = 0
-        for text, item_ids in facts:
-            cited = [i for i in item_ids if i in ok]
-            if cited and text.strip():
-                self.add(user_id, text, cited, cycle, now)
-                written += 1
-        keyed = []
+        kept = [(t, list(dict.fromkeys(ids))) for t, ids in facts if t.strip() and ids]
+        while True:  # drop the facts citing an item that cannot be keyed, until every kept item's keys come out
+            kept = [(t, ids) for t, ids in kept if all(i in ok for i in ids)]
+            made = {i: merged_keys([rekey[i][1], *(t for t, ids in kept if i in ids)]) for i in ok}
+            bad = [i for i in ok if made[i] != rekey[i][2]]
+            if not bad:
+                break
+            for i in bad:
+                del ok[i]
+        for text, ids in kept:
+            self.add(user_id, text, ids, cycle, now)
         for item_id, rid in ok.items():
-            _, _, new, vec = rekey[item_id]
-            if self.keys_of(user_id, item_id) != new:  # the cycle's own facts did not make these keys: leave it
-                skipped += 1
-                continue
-            self._q("UPDATE items SET keys = ?, embedding = ? WHERE rid = ? RETURNING rid", (new, self.vector(vec), rid))
-            keyed.append(rid)
-        return written, keyed, skipped
+            self._q("UPDATE items SET keys = ?, embedding = ? WHERE rid = ? RETURNING rid",
+                    (rekey[item_id][2], self.vector(rekey[item_id][3]), rid))
+        return len(kept), list(ok.values()), len(rekey) - len(ok)
 
     def drop_user(self, user_id: str) -> int:
         """Delete every fact of the user; returns how many."""

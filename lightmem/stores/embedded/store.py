@@ -333,7 +333,8 @@ class SQLiteStore:
         ``index_text``).
 
         An item whose text or keys changed since, that has a vector by now, or that is gone is left as it is.
-        ``keep`` (optional): each item's word keep-scores, set as its ``metadata["keep"]``. Returns the
+        ``keep`` (optional): each item's word keep-scores, set as its ``metadata["keep"]`` (not on an item with
+        fact keys: those scores were of its text and keys, and it keeps the ones of its text). Returns the
         number of items updated.
         """
         vectors = np.asarray(vectors, dtype=np.float32).reshape(len(items), self.dim)
@@ -347,9 +348,9 @@ class SQLiteStore:
                         continue
                     rid = int(row[0])
                     c.execute("UPDATE items SET embedding = ? WHERE rid = ?", (vectors[j].tobytes(), rid))
-                    if keep is not None and keep[j] is not None:
-                        c.execute("UPDATE items SET metadata = json_set(metadata, '$.keep', ?) WHERE rid = ?",
-                                  (keep[j], rid))
+                    if keep is not None and keep[j] is not None:  # scores of the text alone: not of text + keys
+                        c.execute("UPDATE items SET metadata = json_set(metadata, '$.keep', ?) WHERE rid = ? "
+                                  "AND keys = ''", (keep[j], rid))
                     done.append((rid, vectors[j]))
             part = self._parts.peek(user_id)
             if part is not None and done:

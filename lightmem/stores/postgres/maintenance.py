@@ -34,7 +34,7 @@ from lightmem.stores.postgres.conn import first_line
 log = logging.getLogger(__name__)
 
 # Every table of a lightmem store, the LTM graph's included: those postgres.schema creates.
-TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", pg_schema._TABLES))
+TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", pg_schema._TABLES + pg_schema.FACT_TABLES))
 _SEGMENTS = r"SELECT name, modification FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'"
 
 

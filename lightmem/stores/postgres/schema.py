@@ -38,7 +38,7 @@ ALTER TABLE ltm_nodes DROP CONSTRAINT IF EXISTS ltm_nodes_key_key;
 ALTER TABLE ltm_edges ADD COLUMN IF NOT EXISTS scope TEXT NOT NULL DEFAULT '';
 """
 
-# Version 3: fact keys (``stores.keys``): an item's ``keys`` column, the fact tables (in _TABLES) and the change
+# Version 3: fact keys (``stores.keys``): an item's ``keys`` column, the fact tables (FACT_TABLES) and the change
 # trigger, which now fires on a change of keys (made again by _TABLES).
 _ADD_KEYS = "ALTER TABLE items ADD COLUMN IF NOT EXISTS keys TEXT NOT NULL DEFAULT ''"
 

@@ -81,9 +81,6 @@ def build_ltm(store: MemoryStore, embedder: Any, options: LTMOptions, clock: Any
         raise ValueError(f"abstractor must be one of {', '.join(ABSTRACTORS)}, got {options.abstractor!r}")
     if choice.needs_llm and options.llm is None:
         raise ValueError(f"the {options.abstractor} abstractor needs an LLM runtime (LTMOptions.llm)")
-    if options.consolidation.fact_keys and options.llm is None and options.fact_keyer is None:
-        raise ValueError("fact keys (consolidation.fact_keys) need an LLM runtime for SLM-3 (LTMOptions.llm) "
-                         "or a fact keyer (LTMOptions.fact_keyer)")
     graph = KnowledgeGraph(store.graph, embedder.encode, embedder.dim, options.graph, scope=options.scope)
     deid = Deidentifier(options.nlp)
     abstractor = choice.build(options.nlp, options.llm, deid)

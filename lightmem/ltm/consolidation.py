@@ -115,7 +115,8 @@ class Consolidator:
         self.llm, self.spec, self.clock, self.crash_hook = llm, spec or ConsolidationSpec(), clock, crash_hook
         if fact_keyer is None and self.spec.fact_keys:
             if llm is None:
-                raise ValueError("fact keys need a fact keyer or an LLM runtime for SLM-3 (LTMOptions.llm)")
+                raise ValueError("fact keys (consolidation.fact_keys) need an LLM runtime for SLM-3 (LTMOptions.llm) "
+                                 "or a fact keyer (LTMOptions.fact_keyer)")
             fact_keyer = SLMFactKeyer(llm, self.spec.fact_window)
         self.fact_keyer = fact_keyer
 

@@ -7,7 +7,7 @@ from its text followed by its keys (``MemoryItem.index_text``); a prompt shows t
 
 A fact is derived from every item it cites. So deleting an item, or giving it a new text, deletes each fact that
 cites it, and every other item those facts keyed is keyed again without them: new keys and a new vector, in the
-same transaction (``FactKeys.drop_citing`` then ``FactKeys.rekey``).
+same transaction (``FactKeys.forget``).
 """
 from __future__ import annotations
 
@@ -82,6 +82,13 @@ class FactKeys:
             self._q("DELETE FROM item_fact_sources WHERE fid = ? RETURNING fid", (fid,))
             self._q("DELETE FROM item_facts WHERE fid = ? RETURNING fid", (fid,))
         return len(fids), sorted(others - gone)
+
+    def forget(self, user_id: str, item_id: str, encode: Encode | None) -> tuple[int, list[int]]:
+        """What deleting ``item_id``, or giving it a new text, does to fact keys: the facts citing it are deleted
+        and the other items they keyed are keyed again (``rekey``). Returns the facts deleted and the row ids
+        re-keyed."""
+        n, others = self.drop_citing(user_id, [item_id])
+        return n, self.rekey(user_id, others, encode)
 
     def rekey(self, user_id: str, item_ids: Sequence[str], encode: Encode | None) -> list[int]:
         """Set these items' keys from the facts citing them now, and their vectors from text and keys (with

@@ -90,10 +90,15 @@ def check_update(fields: Mapping[str, Any], has_vector: bool) -> None:
         raise InvalidInputError("a new text needs its new vector")
 
 
+def rewrites_text(old_text: str, fields: Mapping[str, Any]) -> bool:
+    """Whether an update gives the item a new text (which also deletes the fact keys citing it)."""
+    return "text" in fields and fields["text"] != old_text
+
+
 def forgets_old_text(old_text: str, fields: Mapping[str, Any], keep_history: bool) -> bool:
     """Whether an update erases the item's earlier texts from its history: it changes the text and
     the caller did not ask to keep history."""
-    return "text" in fields and fields["text"] != old_text and not keep_history
+    return rewrites_text(old_text, fields) and not keep_history
 
 
 # -- the LTM graph's partitions (scopes) --------------------------------------------------------------------

@@ -13,7 +13,6 @@ import numpy as np
 
 from lightmem.stores.base import OfflineChanges
 from lightmem.stores.embedded.tables import SQLiteTables
-from lightmem.stores.keys import FactKeys
 from lightmem.stores.rows import CANDIDATE_COLS, ITEM_COLS, new_candidates, row_to_item
 from lightmem.stores.views.partition import Partition
 from lightmem.types import MemoryItem
@@ -105,8 +104,7 @@ def apply(sql: SQLiteTables, c: sqlite3.Connection, user_id: str, changes: Offli
                       (user_id, item_id, cycle, access, now))
             d.counts["marked"] += 1
     if changes.rekey:
-        facts = FactKeys(c, "?", lambda v: np.asarray(v, dtype=np.float32).tobytes())
-        written, keyed, skipped = facts.apply(user_id, changes.facts, changes.rekey, cycle, now)
+        written, keyed, skipped = SQLiteTables.fact_keys(c).apply(user_id, changes.facts, changes.rekey, cycle, now)
         d.counts["facts"], d.counts["keyed"] = written, len(keyed)
         d.counts["skipped"] += skipped
         for rid in keyed:

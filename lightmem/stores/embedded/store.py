@@ -38,8 +38,7 @@ from lightmem.stores.embedded.eviction import evict
 from lightmem.stores.embedded.graph import SQLiteGraph, SQLiteGraphTransaction
 from lightmem.stores.embedded.snapshot import SNAPSHOT_MIN_ITEMS
 from lightmem.stores.embedded.tables import DB_NAME, SQLiteTables, database_path
-from lightmem.stores.keys import FactKeys
-from lightmem.stores.rows import check_update, forgets_old_text, index_text_sql, row_to_item
+from lightmem.stores.rows import check_update, forgets_old_text, index_text_sql, rewrites_text, row_to_item
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.stores.views.lexical import BM25_B, BM25_K1, LexicalIndex
 from lightmem.stores.views.partition import Partition, SyncingLock, fill, no_gc_pauses
@@ -403,15 +402,14 @@ class SQLiteStore:
         check_update(fields, vector is not None)
         with self._lock:
             old = self.get(user_id, item_id, include_archived=True)
-            rewrite = "text" in fields and fields["text"] != old.text
+            rewrite = rewrites_text(old.text, fields)
             new = replace(old, **fields, **({"keys": ""} if rewrite else {}))
             rid = self.sql.rid_of(user_id, item_id)
             redact = forgets_old_text(old.text, fields, keep_history)
             rekeyed: list[int] = []
             with self._transaction() as c:
                 if rewrite:
-                    _, others = self._facts(c).drop_citing(user_id, [item_id])
-                    rekeyed = self._facts(c).rekey(user_id, others, encode)
+                    _, rekeyed = SQLiteTables.fact_keys(c).forget(user_id, item_id, encode)
                 sets = {k: v for k, v in fields.items()}
                 if rewrite:
                     sets["keys"] = ""
@@ -439,10 +437,6 @@ class SQLiteStore:
                 self._replay(part, user_id, rekeyed)
             self._parts.resize(user_id)
             return new
-
-    def _facts(self, c: sqlite3.Connection) -> FactKeys:
-        """The fact-key statements (``stores.keys``) on this transaction; a vector left to write later is empty."""
-        return FactKeys(c, "?", lambda v: np.asarray(v, dtype=np.float32).tobytes(), deferred=b"")
 
     def set_archived(self, user_id: str, item_id: str, archived: bool, now: float) -> MemoryItem:
         """Archive (hide from search, keep on disk) or restore an item."""
@@ -472,8 +466,7 @@ class SQLiteStore:
                 if row is None:  # another process deleted it since
                     raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
                 provenance = row[0]
-                facts, others = self._facts(c).drop_citing(user_id, [item_id])
-                rekeyed = self._facts(c).rekey(user_id, others, encode)
+                facts, rekeyed = SQLiteTables.fact_keys(c).forget(user_id, item_id, encode)
                 c.execute("DELETE FROM items WHERE user_id = ? AND rid = ?", (user_id, rid))
                 c.execute("DELETE FROM consolidated WHERE user_id = ? AND item_id = ?", (user_id, item_id))
                 self.sql.forget_history_texts(c, user_id, item_id)
@@ -498,7 +491,7 @@ class SQLiteStore:
                     table: c.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,)).rowcount
                     for table in ("items", "turns", "history", "pending", "consolidated")
                 }
-                counts["facts"] = self._facts(c).drop_user(user_id)
+                counts["facts"] = SQLiteTables.fact_keys(c).drop_user(user_id)
                 counts.update(SQLiteGraphTransaction(c).erase_user(user_id, encode))
             self._parts.pop(user_id)
             self._access.forget(user_id)

@@ -26,6 +26,7 @@ import numpy as np
 from lightmem.errors import NotAStoreError, StoreError, StoreReadOnlyError
 from lightmem.stores.embedded import faults as sqlite_faults
 from lightmem.stores.keys import TABLES as _FACT_TABLES
+from lightmem.stores.keys import FactKeys
 from lightmem.stores.rows import ITEM_COLS, index_text_sql, row_to_item
 from lightmem.types import HistoryEvent, MemoryItem, Turn
 
@@ -441,6 +442,11 @@ class SQLiteTables:
             (user_id, turn.turn_id, turn.session_id, turn.speaker, turn.text, turn.caption, turn.timestamp,
              json.dumps(turn.metadata), at),
         )
+
+    @staticmethod
+    def fact_keys(c: sqlite3.Connection) -> FactKeys:
+        """The fact-key statements (``stores.keys``) on this transaction; a vector left to write later is empty."""
+        return FactKeys(c, "?", lambda v: np.asarray(v, dtype=np.float32).tobytes(), deferred=b"")
 
     @staticmethod
     def insert_item(c: sqlite3.Connection, item: MemoryItem, vector: np.ndarray | None) -> int:

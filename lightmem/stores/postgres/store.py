@@ -35,7 +35,7 @@ from lightmem.stores.postgres import schema as pg_schema
 from lightmem.stores.postgres.conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, Connections, RetryPolicy, pipelined
 from lightmem.stores.postgres.graph import PostgresGraph, PostgresGraphTransaction, as_array
 from lightmem.stores.postgres.lexical import LexicalView, sync
-from lightmem.stores.rows import ITEM_COLS, check_update, forgets_old_text, row_to_item
+from lightmem.stores.rows import ITEM_COLS, check_update, forgets_old_text, rewrites_text, row_to_item
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.stores.views.lexical import BM25_B, BM25_K1
 from lightmem.stores.views.partition import filter_mask, tags_of
@@ -339,12 +339,11 @@ class PostgresStore:
 
         def op(cur: Any, _: bool) -> MemoryItem:
             old = self._get(cur, user_id, item_id, include_archived=True)
-            rewrite = "text" in fields and fields["text"] != old.text
+            rewrite = rewrites_text(old.text, fields)
             new = replace(old, **fields, **({"keys": ""} if rewrite else {}))
             sets: dict[str, Any] = dict(fields)
             if rewrite:
-                _, others = pg_offline.facts(cur).drop_citing(user_id, [item_id])
-                pg_offline.facts(cur).rekey(user_id, others, encode)
+                pg_offline.facts(cur).forget(user_id, item_id, encode)
                 sets["keys"] = ""
             for k in ("entities", "metadata", "provenance"):
                 if k in sets:
@@ -384,8 +383,7 @@ class PostgresStore:
         table file, and the text in the WAL, after a plain VACUUM too: ``postgres.maintenance.compact``,
         ``lightmem compact``, clears them.)"""
         def op(cur: Any, _: bool) -> tuple[int, int, int]:
-            facts, others = pg_offline.facts(cur).drop_citing(user_id, [item_id])
-            pg_offline.facts(cur).rekey(user_id, others, encode)
+            facts, _ = pg_offline.facts(cur).forget(user_id, item_id, encode)
             row = cur.execute("DELETE FROM items WHERE user_id = %s AND id = %s RETURNING rid, provenance",
                               (user_id, item_id)).fetchone()
             if row is None:

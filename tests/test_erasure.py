@@ -18,13 +18,18 @@ KEY = "erasure-test-key-000001"
 
 
 def _open(location: str) -> Memory:
+    """The store as shipped: memories embedded by the background indexer after ``add`` returns; a folder named
+    ``sync-store`` embeds before ``add`` returns instead (both are tested)."""
     durability = {} if location.startswith("postgresql") else {"synchronous": "NORMAL"}
-    return Memory.open(location, embedder=HashingEmbedder(64), selector=Stage1Selector(), **durability)
+    return Memory.open(location, embedder=HashingEmbedder(64), selector=Stage1Selector(),
+                       background_index=not location.endswith("sync-store"), **durability)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "sqlite-sync", "postgres"])
 def location(request, tmp_path) -> str:
-    return request.getfixturevalue("pg_uri") if request.param == "postgres" else str(tmp_path / "store")
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_uri")
+    return str(tmp_path / ("sync-store" if request.param == "sqlite-sync" else "store"))
 
 
 def _holders(location: str, secret: str = SECRET) -> list[str]:
@@ -133,3 +138,78 @@ def test_http_post_patch_delete_then_history_holds_no_text(location):
         assert history.status_code == 200 and [e["event"] for e in history.json()["events"]] == ["ADD", "UPDATE", "DELETE"]
         assert all(e["old_text"] is None and e["new_text"] is None for e in history.json()["events"])
         assert _holders(location) == []
+
+
+def test_deleted_texts_leave_no_copy_once_the_background_indexer_wrote_their_vectors(tmp_path):
+    """The shipped default: ``add`` stores rows without vectors and the indexer writes them later. A row that grew
+    by its vector used to be moved by SQLite, and the page it was rebuilt into kept the row as it was (text, no
+    vector) in its unused space, where no deletion reached it. Every memory deleted here must be gone from
+    every file once the store is closed, whatever page its rows passed through."""
+    import random
+
+    rng = random.Random(7)
+    words = "we went hiking on the trail with the dog and painted a sunrise at the lake".split()
+    location = str(tmp_path / "store")
+    m = Memory.open(location, embedder=HashingEmbedder(384), selector=Stage1Selector(), synchronous="NORMAL",
+                    background_index=True)
+    try:
+        texts = [f"secret-{i:04d}-x " + " ".join(rng.choice(words) for _ in range(rng.randint(2, 60)))
+                 for i in range(400)]
+        items = m.add([{"speaker": "Alice", "text": t} for t in texts], user_id="alice")
+        assert m.flush_index(timeout=120)
+        assert m.index_status()["backlog"] == 0 and m.index_status()["indexed"] == 400  # every row got its vector
+        doomed = items[::2]
+        for item in doomed:
+            m.delete(item.id, "alice")
+    finally:
+        m.close()
+    data = b"".join(p.read_bytes() for p in Path(location).iterdir() if p.is_file())
+    left = [i for i in range(0, 400, 2) if f"secret-{i:04d}-x".encode() in data]
+    kept = [i for i in range(1, 400, 2) if f"secret-{i:04d}-x".encode() in data]
+    assert left == []
+    assert len(kept) == 200  # the check finds what the store still holds
+
+
+def test_the_indexer_rewrites_a_row_in_place(tmp_path):
+    """The cause, closed where it arises: a row written without its vector holds back the vector's bytes, and
+    the indexer's UPDATE keeps the record's size, so SQLite overwrites the row where it is and leaves no copy of
+    it anywhere (every live text is found exactly where it belongs: its item, its turn, its ADD event)."""
+    import collections
+    import re
+
+    location = tmp_path / "store"
+    with Memory.open(location, embedder=HashingEmbedder(384), selector=Stage1Selector(), synchronous="NORMAL",
+                     background_index=True) as m:
+        m.add([{"speaker": "A", "text": f"note-{i:04d}-y " + "word " * (i % 40)} for i in range(300)], user_id="a")
+        assert m.flush_index(timeout=120)
+    data = (location / "lightmem.sqlite").read_bytes()
+    copies = collections.Counter(re.findall(rb"note-\d{4}-y", data))
+    assert len(copies) == 300 and set(copies.values()) == {3}
+
+
+def test_the_residue_check_finds_text_in_unused_space_only(tmp_path):
+    from lightmem.stores.embedded import residue
+    from lightmem.stores.embedded.tables import in_place_pad, record_bytes
+
+    location = tmp_path / "store"
+    with Memory.open(location, embedder=HashingEmbedder(64), background_index=False) as m:
+        m.add("a text that stays in the store", user_id="a")
+    db = location / "lightmem.sqlite"
+    assert not residue.holds(db, ["user: a text that stays in the store"])  # live rows are not residue
+    raw = bytearray(db.read_bytes())
+    page = 4096 * (len(raw) // 4096 - 1)  # plant a copy in the unused space of a b-tree leaf page
+    for start in range(0, len(raw), 4096):
+        hdr = 100 if start == 0 else 0
+        if raw[start + hdr] == 0x0D:
+            n = int.from_bytes(raw[start + hdr + 3:start + hdr + 5], "big")
+            gap = start + hdr + 8 + 2 * n
+            if int.from_bytes(raw[start + hdr + 5:start + hdr + 7], "big") - (gap - start) > 64:
+                page = gap
+                break
+    raw[page:page + 20] = b"user: a planted copy"
+    db.write_bytes(bytes(raw))
+    assert residue.holds(db, ["user: a planted copy"])
+    # the pad keeps a record's size whatever the vector and metadata become
+    pad, old, new = bytes(4 * 384 + 50), (b"", "{}"), (bytes(4 * 384), '{"keep": "1234"}')
+    after = in_place_pad(pad, old, new)
+    assert record_bytes(after) + sum(map(record_bytes, new)) == record_bytes(pad) + sum(map(record_bytes, old))

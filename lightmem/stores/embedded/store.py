@@ -37,7 +37,7 @@ from lightmem.stores.embedded import snapshot as view_snapshot
 from lightmem.stores.embedded.eviction import evict
 from lightmem.stores.embedded.graph import SQLiteGraph, SQLiteGraphTransaction
 from lightmem.stores.embedded.snapshot import SNAPSHOT_MIN_ITEMS
-from lightmem.stores.embedded.tables import DB_NAME, SQLiteTables, database_path
+from lightmem.stores.embedded.tables import DB_NAME, SQLiteTables, database_path, in_place_pad
 from lightmem.stores.rows import check_update, forgets_old_text, index_text_sql, rewrites_text, row_to_item
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.stores.views.lexical import BM25_B, BM25_K1, LexicalIndex
@@ -307,7 +307,7 @@ class SQLiteStore:
                         raise InvalidInputError("an item's user_id differs from the partition it is written to")
                     if item.provenance and all(p in seen for p in item.provenance):
                         continue  # already ingested
-                    rid = self.sql.insert_item(c, item, vec)
+                    rid = self.sql.insert_item(c, item, vec, self.dim)
                     self.sql.log(c, user_id, item.id, "ADD", None, item.text, now)
                     written.append((rid, item, vec))
                 if pending is not None:
@@ -341,15 +341,18 @@ class SQLiteStore:
             with self._transaction() as c:
                 done: list[tuple[int, np.ndarray]] = []
                 for j, (item_id, text) in enumerate(items):
-                    row = c.execute("SELECT rid FROM items WHERE user_id = ? AND id = ? AND length(embedding) = 0 "
-                                    f"AND {index_text_sql()} = ?", (user_id, item_id, text)).fetchone()
+                    row = c.execute("SELECT rid, embedding, metadata, keys, pad FROM items WHERE user_id = ? AND id = ? "
+                                    f"AND length(embedding) = 0 AND {index_text_sql()} = ?",
+                                    (user_id, item_id, text)).fetchone()
                     if row is None:
                         continue
-                    rid = int(row[0])
-                    c.execute("UPDATE items SET embedding = ? WHERE rid = ?", (vectors[j].tobytes(), rid))
-                    if keep is not None and keep[j] is not None:  # scores of the text alone: not of text + keys
-                        c.execute("UPDATE items SET metadata = json_set(metadata, '$.keep', ?) WHERE rid = ? "
-                                  "AND keys = ''", (keep[j], rid))
+                    rid, old_vec, old_meta, keys, pad = int(row[0]), row[1], row[2], row[3], row[4]
+                    vec, meta = vectors[j].tobytes(), old_meta
+                    if keep is not None and keep[j] is not None and keys == "":  # scores of the text alone
+                        meta = json.dumps({**json.loads(old_meta), "keep": keep[j]})
+                    # One UPDATE that keeps the record's size: the row is rewritten where it is (tables.in_place_pad).
+                    c.execute("UPDATE items SET embedding = ?, metadata = ?, pad = ? WHERE rid = ?",
+                              (vec, meta, in_place_pad(pad, (old_vec, old_meta), (vec, meta)), rid))
                     done.append((rid, vectors[j]))
             part = self._parts.peek(user_id)
             if part is not None and done:
@@ -370,6 +373,10 @@ class SQLiteStore:
         if limit is not None:
             return [tuple(r) for r in self.sql.query(sql + " LIMIT ?", (int(limit),))]
         return [tuple(r) for r in self.sql.query(sql)]
+
+    def unembedded_count(self) -> int:
+        """How many items ``unembedded`` would list with no limit (0 when the store is open read-only)."""
+        return 0 if self.sql.read_only else self.sql.unembedded_count()
 
     def known_turns(self, user_id: str, turn_ids: Sequence[str]) -> set[str]:
         """Which of these turn ids the user already has (to skip work on a resumed ingest)."""
@@ -406,6 +413,7 @@ class SQLiteStore:
             new = replace(old, **fields, **({"keys": ""} if rewrite else {}))
             rid = self.sql.rid_of(user_id, item_id)
             redact = forgets_old_text(old.text, fields, keep_history)
+            old_events = self.sql.history(user_id, item_id) if redact else []
             rekeyed: list[int] = []
             with self._transaction() as c:
                 if rewrite:
@@ -427,6 +435,7 @@ class SQLiteStore:
                     self.sql.log(c, user_id, item_id, "UPDATE", old.text, new.text, now)
             if redact:
                 self.sql.erase_log()
+                self.sql.scrub([old.text, *(t for e in old_events for t in (e.old_text, e.new_text))])
             part = self._part(user_id)
             if not new.archived and rid is not None:
                 vec = vector if vector is not None else (
@@ -466,6 +475,7 @@ class SQLiteStore:
                 if row is None:  # another process deleted it since
                     raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
                 provenance = row[0]
+                erased = self.sql.erased_texts(c, user_id, item_id)
                 facts, rekeyed = SQLiteTables.fact_keys(c).forget(user_id, item_id, encode)
                 c.execute("DELETE FROM items WHERE user_id = ? AND rid = ?", (user_id, rid))
                 c.execute("DELETE FROM consolidated WHERE user_id = ? AND item_id = ?", (user_id, item_id))
@@ -480,6 +490,7 @@ class SQLiteStore:
                     self._replay(part, user_id, rekeyed)
                 self._parts.resize(user_id)
             self.sql.erase_log()
+            self.sql.scrub(erased)
             return {"items": 1, "turns": turns, "facts": facts}
 
     def delete_user(self, user_id: str, encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
@@ -496,6 +507,8 @@ class SQLiteStore:
             self._parts.pop(user_id)
             self._access.forget(user_id)
             self.sql.erase_log()
+            if counts["items"] or counts["turns"]:  # too many texts to look for: the file is rebuilt
+                self.sql.scrub((), always=True)
             return counts
 
     # -- reads -----------------------------------------------------------------------------

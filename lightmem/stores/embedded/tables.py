@@ -25,6 +25,7 @@ import numpy as np
 
 from lightmem.errors import NotAStoreError, StoreError, StoreReadOnlyError
 from lightmem.stores.embedded import faults as sqlite_faults
+from lightmem.stores.embedded import residue
 from lightmem.stores.keys import TABLES as _FACT_TABLES
 from lightmem.stores.keys import FactKeys
 from lightmem.stores.rows import ITEM_COLS, index_text_sql, row_to_item
@@ -58,7 +59,8 @@ CREATE TABLE IF NOT EXISTS items (
   topic TEXT, entities TEXT NOT NULL DEFAULT '[]', kind TEXT NOT NULL DEFAULT 'episodic',
   valid_from REAL, valid_to REAL, superseded_by TEXT,
   archived INTEGER NOT NULL DEFAULT 0, n_tokens INTEGER NOT NULL DEFAULT 0,
-  metadata TEXT NOT NULL DEFAULT '{}', embedding BLOB NOT NULL, keys TEXT NOT NULL DEFAULT ''
+  metadata TEXT NOT NULL DEFAULT '{}', embedding BLOB NOT NULL, keys TEXT NOT NULL DEFAULT '',
+  pad BLOB NOT NULL DEFAULT X''
 );
 CREATE INDEX IF NOT EXISTS items_by_user ON items (user_id, archived);
 -- The background indexer's work list (items stored before their vector): a partial index, so that
@@ -138,11 +140,62 @@ CREATE INDEX IF NOT EXISTS ltm_edge_sources_by_user ON ltm_edge_sources (user_id
 
 def _add_keys(c: sqlite3.Connection) -> None:
     """Schema 5 (inside the schema transaction, before ``_SCHEMA``): items get their ``keys`` column, and the
-    change-log trigger is made again so that a change of keys reaches other processes' views."""
+    change-log trigger is made again so that a change of keys reaches other processes' views. Within schema 5,
+    items also get their ``pad`` (``reserve``): an additive column that older code of schema 5 ignores."""
     cols = {r[1] for r in c.execute("PRAGMA table_info(items)").fetchall()}
     if cols and "keys" not in cols:
         c.execute("ALTER TABLE items ADD COLUMN keys TEXT NOT NULL DEFAULT ''")
         c.execute("DROP TRIGGER IF EXISTS items_changes_update")
+    if cols and "pad" not in cols:
+        c.execute("ALTER TABLE items ADD COLUMN pad BLOB NOT NULL DEFAULT X''")
+
+
+# -- rows rewritten in place ------------------------------------------------------------------------------------
+# Why: when an UPDATE makes a row longer than its page can hold, SQLite moves cells between pages and rebuilds
+# them (btree.c's balance); the rebuilt pages keep the bytes of the cells' former places in their unused space,
+# which ``secure_delete`` never zeroes, since nothing was deleted. The background indexer grows every row it
+# embeds by a whole vector, so a memory's text written before its vector stayed in such space after the memory
+# itself was deleted. A row written without its vector therefore holds back as many bytes in ``pad`` (zeros),
+# and the indexer writes the vector and gives the bytes back in one UPDATE that keeps the record's size: SQLite
+# then overwrites the cell where it is (``in_place_pad``), and nothing moves.
+
+
+def _varint_len(v: int) -> int:
+    """Bytes of SQLite's varint for ``v`` (>= 0)."""
+    n = 1
+    while v > 0x7F and n < 9:
+        v >>= 7
+        n += 1
+    return n
+
+
+def record_bytes(value: str | bytes | None) -> int:
+    """Bytes a TEXT, BLOB or NULL value takes in an SQLite record: its serial type (a varint in the header) and
+    its content."""
+    if value is None:
+        return 1
+    if isinstance(value, str):
+        n = len(value.encode("utf-8", "surrogatepass"))
+        return _varint_len(13 + 2 * n) + n
+    n = len(value)
+    return _varint_len(12 + 2 * n) + n
+
+
+def reserve_bytes(dim: int, text: str) -> bytes:
+    """The ``pad`` of a row written without its vector: the vector's bytes and room for the word keep-scores the
+    indexer may add to its metadata."""
+    return bytes(4 * dim + 2 * len(text.split()) + 16)
+
+
+def in_place_pad(pad: bytes, old: Sequence[str | bytes | None], new: Sequence[str | bytes | None]) -> bytes:
+    """The ``pad`` that keeps a row's record the size it was when the values ``old`` become ``new``, so that
+    SQLite rewrites the row in place; as close below that size as it can get where no pad fits exactly (a row
+    that shrinks stays on its page too). Empty when the pad cannot absorb the growth (the row grows)."""
+    target = record_bytes(pad) + sum(map(record_bytes, old)) - sum(map(record_bytes, new))
+    for size in range(max(target - 1, 0), max(target - 10, -1), -1):
+        if record_bytes(bytes(size)) <= target:
+            return bytes(size)
+    return b""
 
 
 FACT_TABLES = _FACT_TABLES.format(id="INTEGER PRIMARY KEY AUTOINCREMENT", real="REAL")
@@ -413,6 +466,38 @@ class SQLiteTables:
                 self._conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
         return busy == 0
 
+    def scrub(self, texts: Sequence[str | None], always: bool = False) -> bool:
+        """After an erasure has committed and ``erase_log`` ran: rebuild the database file (``VACUUM``, then empty
+        the log again) when one of the erased ``texts`` is still readable in a page's unused space, where SQLite
+        left it while the row was alive (``residue``); ``always``: rebuild whatever is found (a user's
+        erasure). Returns whether the file was rebuilt."""
+        with self.lock:
+            if not always and not residue.holds(self.path, texts):
+                return False
+            started = time.perf_counter()
+            _retry_busy(lambda: self._conn.execute("VACUUM"))
+            self.erase_log()
+        log.info("erasure: rebuilt %s so that no copy of the erased text stays in its unused space (%.0f ms)",
+                 self.label, (time.perf_counter() - started) * 1000)
+        return True
+
+    def erased_texts(self, c: sqlite3.Connection, user_id: str, item_id: str) -> list[str]:
+        """The texts an item's erasure removes, read before it: its text and keys, its history's texts and the
+        texts of the turns it cites (those no other item cites go with it)."""
+        row = c.execute("SELECT text, keys, provenance FROM items WHERE user_id = ? AND id = ?", (user_id, item_id)).fetchone()
+        if row is None:
+            return []
+        texts = [row[0], row[1]]
+        for old, new in c.execute("SELECT old_text, new_text FROM history WHERE user_id = ? AND item_id = ?",
+                                  (user_id, item_id)):
+            texts += [old, new]
+        turn_ids = json.loads(row[2])
+        for i in range(0, len(turn_ids), 500):
+            chunk = turn_ids[i:i + 500]
+            texts += [r[0] for r in c.execute(f"SELECT text FROM turns WHERE user_id = ? AND turn_id IN "
+                                              f"({','.join('?' * len(chunk))})", [user_id, *chunk])]
+        return [t for t in dict.fromkeys(texts) if t]
+
     def get_meta(self, key: str) -> str | None:
         rows = self.query("SELECT value FROM meta WHERE key = ?", (key,))
         return rows[0][0] if rows else None
@@ -449,17 +534,19 @@ class SQLiteTables:
         return FactKeys(c, "?", lambda v: np.asarray(v, dtype=np.float32).tobytes(), deferred=b"")
 
     @staticmethod
-    def insert_item(c: sqlite3.Connection, item: MemoryItem, vector: np.ndarray | None) -> int:
-        """Insert an item row; ``vector`` None stores an empty embedding (its vector is written later)."""
+    def insert_item(c: sqlite3.Connection, item: MemoryItem, vector: np.ndarray | None, dim: int = 0) -> int:
+        """Insert an item row; ``vector`` None stores an empty embedding (its vector is written later) and holds
+        back the room for a vector of ``dim`` in the row's ``pad`` (``reserve_bytes``)."""
         blob = b"" if vector is None else np.asarray(vector, dtype=np.float32).tobytes()
+        pad = reserve_bytes(dim, item.text) if vector is None and dim else b""
         cur = c.execute(
             "INSERT INTO items (id, user_id, text, provenance, created_at, event_time, last_access, access_count, "
             "utility, topic, entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding, "
-            "keys) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "keys, pad) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (item.id, item.user_id, item.text, json.dumps(item.provenance), item.created_at, item.event_time,
              item.last_access, item.access_count, item.utility, item.topic, json.dumps(item.entities),
              item.kind.value, item.valid_from, item.valid_to, item.superseded_by, int(item.archived), item.n_tokens,
-             json.dumps(item.metadata), blob, item.keys),
+             json.dumps(item.metadata), blob, item.keys, pad),
         )
         return int(cur.lastrowid)
 
@@ -592,6 +679,11 @@ class SQLiteTables:
         for uid, n in self.query("SELECT user_id, COUNT(*) FROM items WHERE length(embedding) = 0 GROUP BY user_id"):
             row(uid)["unembedded"] = n
         return out
+
+    def unembedded_count(self) -> int:
+        """Items of every user waiting for their vector (an index-only count on ``items_unembedded``)."""
+        (n,), = self.query("SELECT COUNT(*) FROM items WHERE length(embedding) = 0")
+        return int(n)
 
 
 DB_NAME = "lightmem.sqlite"

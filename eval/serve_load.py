@@ -9,6 +9,8 @@ checks that every acknowledged turn is in the store and that no search returned 
     python eval/serve_load.py --encoder tuned --selector trained   # the default read path (mpnet + the trained adapter, ranker)
     python eval/serve_load.py --store postgresql://user:pw@host/db  # PostgreSQL + pgvector instead of SQLite + FAISS
     python eval/serve_load.py --clients 1 --search-ratio 1 --big-turn 100000 --workers 1   # searches while a longest turn is added
+    python eval/serve_load.py --clients 1 --search-ratio 1 --bulk 2000 --workers 1 --encoder tuned --store postgresql://...
+                                                               # another user's searches while requests of 2,000 turns are added
 
 Writes OUT/results.json and OUT/results.md (OUT: --out, default outputs/serve_load). The load generator
 runs on the same machine as the server, so the numbers include its CPU use.
@@ -123,6 +125,10 @@ class Load:
         body = {"user_id": user, "messages": [{"speaker": user, "text": _big_turn(chars, rng), "id": turn_id}]}
         await self._call(http, "add_big", "/v1/memories", key, body, lambda r: self.acked[user].add(turn_id))
 
+    async def add_bulk(self, http: httpx.AsyncClient, user: str, key: str, turn_ids: list[str], rng: random.Random) -> None:
+        body = {"user_id": user, "messages": [{"speaker": user, "text": _turn(user, rng), "id": t} for t in turn_ids]}
+        await self._call(http, "add_bulk", "/v1/memories", key, body, lambda r: self.acked[user].update(turn_ids))
+
     async def search(self, http: httpx.AsyncClient, user: str, key: str, rng: random.Random) -> None:
         body = {"user_id": user, "query": f"When did {user} go to {rng.choice(THINGS)}?", "k": 5}
         await self._call(http, "search", "/v1/search", key, body,
@@ -176,8 +182,15 @@ async def _drive(base: str, keys: dict[str, str], args: argparse.Namespace, load
                     await load.add_big(own, u, keys[u], f"{u}-big-{seed}-{n}", args.big_turn, rng)
                     n += 1
 
+        async def bulk_client() -> None:  # one more client: requests of --bulk turns, back to back, for the last user
+            rng, n, u = random.Random(seed), 0, users[-1]
+            async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout) as own:
+                while time.monotonic() < deadline:
+                    await load.add_bulk(own, u, keys[u], [f"{u}-bulk-{seed}-{n}-{j}" for j in range(args.bulk)], rng)
+                    n += 1
+
         t0 = time.monotonic()
-        extra = [big_client()] if args.big_turn else []
+        extra = ([big_client()] if args.big_turn else []) + ([bulk_client()] if args.bulk else [])
         await asyncio.gather(*(client(c) for c in range(args.clients)), *extra)
         return time.monotonic() - t0
 
@@ -227,7 +240,7 @@ def run_one(args: argparse.Namespace, workers: int, out: Path) -> dict:
         _stop(proc)
     n = sum(len(v) for v in load.ms.values())
     row = {"store": "postgres" if args.store else "sqlite", "workers": workers, "clients": args.clients, "users": args.users,
-           "big_turn_chars": args.big_turn, "rss_mb_start": round(rss_start), "rss_mb_end": round(rss_end), "views": views,
+           "big_turn_chars": args.big_turn, "bulk_turns": args.bulk, "rss_mb_start": round(rss_start), "rss_mb_end": round(rss_end), "views": views,
            "seconds": round(elapsed, 1), "requests": n, "rps": round(n / elapsed, 1), "errors": dict(load.errors)}
     for ep, ms in sorted(load.ms.items()):
         row[ep] = {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 1), "p95_ms": round(float(np.percentile(ms, 95)), 1),
@@ -244,6 +257,11 @@ def table(rows: list[dict], note: str) -> str:
         lines[0] += "; one more client adds turns of " + ", ".join(sorted({f"{r['big_turn_chars']:,}" for r in rows})) + \
             " characters back to back: " + "; ".join(f"{r['workers']} worker(s): add P50 / P95 {r['add_big']['p50_ms']} / "
                                                       f"{r['add_big']['p95_ms']} ms over {r['add_big']['n']}" for r in rows if r.get("add_big"))
+    if any(r.get("add_bulk") for r in rows):
+        lines[0] += "; one more client adds requests of " + ", ".join(sorted({f"{r['bulk_turns']:,}" for r in rows})) + \
+            " turns back to back: " + "; ".join(f"{r['workers']} worker(s): P50 / max {r['add_bulk']['p50_ms']} / "
+                                                f"{r['add_bulk']['max_ms']} ms over {r['add_bulk']['n']}, the others' search P99 "
+                                                f"{r.get('search', {}).get('p99_ms')} ms" for r in rows if r.get("add_bulk"))
     for r in rows:
         a, s = r.get("add", {}), r.get("search", {})
         lines.append(f"| {r.get('store', 'sqlite')} | {r['workers']} | {r['clients']} | {r['users']} | {r['rps']} | {a.get('p50_ms')} / {a.get('p95_ms')} | "
@@ -285,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--selector", choices=["none", "trained"], default="none", help="Stage 2 (default none: the Stage-1 order)")
     p.add_argument("--big-turn", type=int, default=0, metavar="CHARS",
                    help="one more client adds turns of CHARS characters of unseen words, back to back (default 0: none)")
+    p.add_argument("--bulk", type=int, default=0, metavar="TURNS",
+                   help="one more client adds requests of TURNS short turns each, back to back (default 0: none)")
     p.add_argument("--max-turn-chars", type=int, help="the server's limit per turn (default: lightmem's)")
     p.add_argument("--request-timeout", type=float, default=60, help="seconds before a request counts as an error")
     p.add_argument("--startup-timeout", type=float, default=180, help="seconds to wait for /healthz")

@@ -26,6 +26,14 @@ MAX_ID_CHARS = 256
 # The longest turn ``add`` takes by default (``Memory.open(max_turn_chars=...)``): 2.4x LongMemEval's
 # longest turn (41,855 characters), small enough that one add cannot hold a server worker for seconds.
 MAX_TURN_CHARS = 100_000
+# The bound of every metadata object a caller writes (a message's metadata with its extra fields, or
+# ``update(metadata=...)``), on every entry point: nesting depth (the object itself is level 1, each object or
+# array inside it one level more), keys of all its objects together, and its size as compact UTF-8 JSON.
+# Far above real use (a few flat tags), far below where a reader fails: pydantic stops serialising at
+# ~255 levels (a PATCH at depth 300 was stored, then every read of it answered 500) and json at ~1,000.
+MAX_METADATA_DEPTH = 32
+MAX_METADATA_KEYS = 1_000
+MAX_METADATA_BYTES = 64 * 1024
 
 
 def check_user_id(user_id: object) -> str:
@@ -128,18 +136,21 @@ def _pick(msg: Mapping[str, Any], keys: Sequence[str], what: str, required: bool
     return None
 
 
-def check_json(value: object, what: str) -> None:
+def check_json(value: object, what: str) -> str:
     """Refuse what cannot be stored as standard JSON: objects, NaN and infinities, lone surrogates.
 
     SQLite would keep ``NaN`` as text that standard JSON readers refuse, and the API would
     return it as ``null``: a silent change of the caller's data. A lone surrogate could be
     stored escaped, but no HTTP answer could carry it back.
 
+    Returns:
+        ``value`` as compact JSON text (``ensure_ascii=False``).
+
     Raises:
         InvalidInputError: ``value`` is not JSON-serialisable, holds a non-finite number or a lone surrogate.
     """
     try:
-        dumped = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        dumped = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
         dumped.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
         if isinstance(exc, UnicodeEncodeError):
@@ -151,6 +162,61 @@ def check_json(value: object, what: str) -> None:
         raise InvalidInputError(f"{what} must be JSON-serialisable with finite numbers ({reason})") from exc
     if "\\u0000" in dumped and _holds_nul(value):  # json.dumps writes NUL as \u0000 whatever ensure_ascii says
         raise InvalidInputError(f"{what} holds a NUL character (\\u0000), which a database cannot store in JSON; remove it")
+    return dumped
+
+
+def json_depth(value: object, limit: int | None = None) -> int:
+    """How deeply ``value`` nests objects (mappings) and arrays (lists, tuples): 0 for a scalar, 1 for a
+    flat object or array. Walked with a stack, never recursion, so no depth can exhaust Python's; with
+    ``limit``, the walk stops at the first container deeper than it and returns that depth."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, level = stack.pop()
+        if isinstance(v, Mapping):
+            children = list(v.values())
+        elif isinstance(v, (list, tuple)):
+            children = list(v)
+        else:
+            continue
+        deepest = max(deepest, level)
+        if limit is not None and level > limit:
+            return level
+        stack.extend((c, level + 1) for c in children)
+    return deepest
+
+
+def check_metadata(meta: Mapping[str, Any], what: str = "field 'metadata'") -> None:
+    """Refuse metadata over the bound (``MAX_METADATA_DEPTH`` levels, ``MAX_METADATA_KEYS`` keys in all,
+    ``MAX_METADATA_BYTES`` of compact UTF-8 JSON) or not storable as standard JSON (``check_json``).
+
+    Checked before anything is written, by every entry point (Python, HTTP, MCP, a JSONL ingest): what is
+    stored can always be read back and served. The walk is iterative and stops at the first excess, so a
+    hostile tree costs no more than reading it once.
+
+    Raises:
+        InvalidInputError: naming ``what`` and the limit it passes.
+    """
+    keys, stack = 0, [(meta, 1)]
+    while stack:
+        v, level = stack.pop()
+        if isinstance(v, Mapping):
+            children = list(v.values())
+            keys += len(children)
+        elif isinstance(v, (list, tuple)):
+            children = list(v)
+        else:
+            continue
+        if level > MAX_METADATA_DEPTH:
+            raise InvalidInputError(f"{what} is nested deeper than the limit of {MAX_METADATA_DEPTH} levels (objects "
+                                    "and arrays inside one another): flatten it")
+        if keys > MAX_METADATA_KEYS:
+            raise InvalidInputError(f"{what} has more keys than the limit of {MAX_METADATA_KEYS:,} (all its objects "
+                                    "together)")
+        stack.extend((c, level + 1) for c in children)
+    size = len(check_json(meta, what).encode("utf-8"))
+    if size > MAX_METADATA_BYTES:
+        raise InvalidInputError(f"{what} is {size:,} bytes as JSON, over the limit of {MAX_METADATA_BYTES:,} bytes "
+                                f"({MAX_METADATA_BYTES // 1024} KiB): keep large data elsewhere and store a reference")
 
 
 def _holds_nul(value: object) -> bool:
@@ -170,12 +236,13 @@ def _holds_nul(value: object) -> bool:
 
 
 def _metadata(msg: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``metadata`` dict merged over unknown keys, checked to be JSON-serialisable."""
+    """The ``metadata`` dict merged over unknown keys, checked to be JSON-serialisable and within the bound
+    (``check_metadata``)."""
     meta = msg.get("metadata") or {}
     if not isinstance(meta, Mapping):
         raise InvalidInputError(f"field 'metadata' must be an object (dict), got {type(meta).__name__}")
     meta = {**{k: v for k, v in msg.items() if k not in _KNOWN}, **meta}
-    check_json(meta, "field 'metadata' (with the extra fields)")
+    check_metadata(meta, "field 'metadata' (with the extra fields)")
     return dict(meta)
 
 
@@ -312,7 +379,8 @@ def check_item_fields(fields: Mapping[str, Any], text: object = None) -> dict[st
 
     Raises:
         InvalidInputError: nothing to change, an empty text, a field of the wrong type, metadata that
-            is not a JSON object of finite numbers, a lone surrogate, or a time outside the years 1900-3000.
+            is not a JSON object of finite numbers or is over the bound (``check_metadata``), a lone surrogate,
+            or a time outside the years 1900-3000.
     """
     if text is None and not fields:
         raise InvalidInputError("nothing to update: give a new text, or fields such as metadata={...} or topic='...'")
@@ -335,7 +403,7 @@ def check_item_fields(fields: Mapping[str, Any], text: object = None) -> dict[st
         if not isinstance(out["metadata"], Mapping):
             raise InvalidInputError(f"field 'metadata' must be an object (dict), got {type(out['metadata']).__name__}")
         out["metadata"] = dict(out["metadata"])
-        check_json(out["metadata"], "field 'metadata'")
+        check_metadata(out["metadata"], "field 'metadata'")
     for key, required in (("event_time", True), ("valid_from", False), ("valid_to", False)):
         if key in out and (required or out[key] is not None):
             try:

@@ -251,12 +251,13 @@ def test_at_interpreter_exit_the_indexer_stops_after_its_batch_and_leaves_the_re
 
 
 @pytest.mark.parametrize("background", [True, False])
-def test_a_postgres_store_embeds_on_the_callers_thread(pg_uri, background):
+def test_a_postgres_store_indexes_in_the_background_as_the_embedded_one_does(pg_uri, background):
     with Memory.open(pg_uri, embedder=HashingEmbedder(64), selector=Stage1Selector(),
                      background_index=background) as memory:
-        assert memory.index_status() == {"mode": "sync", "backlog": 0}
+        assert memory.index_status()["mode"] == ("background" if background else "sync")
         memory.add(TEXTS[:3], user_id="ana")
-        assert memory.search("cello Lisbon", user_id="ana", k=1)[0].scores["dense"] > 0.1  # embedded at once
+        assert memory.flush_index(timeout=30)
+        assert memory.search("cello Lisbon", user_id="ana", k=1)[0].scores["dense"] > 0.1
 
 
 @pytest.mark.parametrize("kind", ["flat", "hnsw"])

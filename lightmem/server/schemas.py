@@ -14,10 +14,19 @@ from pydantic import (
     StrictInt,
     StrictStr,
     StringConstraints,
+    field_validator,
     model_validator,
 )
 
-from lightmem.messages import MAX_BUDGET, MAX_ID_CHARS, MAX_K
+from lightmem.messages import (
+    MAX_BUDGET,
+    MAX_ID_CHARS,
+    MAX_K,
+    MAX_METADATA_BYTES,
+    MAX_METADATA_DEPTH,
+    MAX_METADATA_KEYS,
+    json_depth,
+)
 from lightmem.types import ComposedContext, HistoryEvent, Hit, MemoryItem
 
 MAX_LIMIT = 1000  # memories in one listing
@@ -31,6 +40,14 @@ Text = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 # A Unix time (seconds) or a date string lightmem parses ("1:56 pm on 8 May, 2023", ISO 8601...).
 # Strict: a boolean is neither (pydantic's lax mode would read true as 1970-01-01T00:00:01).
 Timestamp = StrictStr | StrictInt | StrictFloat
+# Metadata is bounded where Memory checks it (lightmem.messages.check_metadata): a request over the bound is a 422
+# naming the limit, as from Python. The schema says the bound; the check stays in one place.
+METADATA_DOC = (f"A JSON object: at most {MAX_METADATA_DEPTH} levels deep, {MAX_METADATA_KEYS:,} keys in all and "
+                f"{MAX_METADATA_BYTES // 1024} KiB as JSON; more is refused with 422.")
+# What a memory's answer shows instead of the part of its metadata nested deeper than MAX_METADATA_DEPTH: only a
+# row written before the bound holds one (pydantic cannot serialise ~255 levels, so without the cut every read of
+# it answered 500). The stored row is unchanged: Python's Memory.get returns it whole, a PATCH replaces it.
+METADATA_CUT = f"<not shown: nested deeper than {MAX_METADATA_DEPTH} levels>"
 
 
 def _whole_number(value: object) -> object:
@@ -62,11 +79,18 @@ class Message(_Request):
     timestamp: Timestamp | None = Field(None, description="When it was said; defaults to now.")
     id: Name | None = Field(
         None, description="Turn id: a retried request with the same ids stores nothing twice.")
+    metadata: dict[str, Any] | None = Field(None, description="The turn's own metadata, stored with it. " + METADATA_DOC)
+
+
+# Turns one POST /v1/memories may carry: the request commits them in one transaction, and its vectors are written
+# after it returns (the background indexer), so this bounds the time a request holds its worker.
+MAX_TURNS_PER_REQUEST = 2_000
 
 
 class AddRequest(_Request):
     user_id: UserId = Field(description=USER_DOC, examples=["alice"])
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST,
+                                    description=f"At most {MAX_TURNS_PER_REQUEST:,} turns; send more in several requests.")
     session_id: Name | None = None
 
 
@@ -97,7 +121,7 @@ class UpdateRequest(_Request):
     text: Text | None = Field(None, description="New text (re-embedded). It replaces the old one for good unless "
                                                   "keep_history is true.")
     topic: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = Field(None, description="Replaces the memory's metadata. " + METADATA_DOC)
     keep_history: StrictBool = Field(False, description="Keep the old text readable in the memory's history.")
 
     @model_validator(mode="after")
@@ -127,13 +151,34 @@ class MemoryOut(BaseModel):
     entities: list[str]
     archived: bool
     superseded_by: str | None
-    metadata: dict[str, Any]
+    metadata: dict[str, Any] = Field(description=f"Parts nested deeper than {MAX_METADATA_DEPTH} levels (only in a "
+                                                 f"memory stored before that bound) show as {METADATA_CUT!r}.")
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _servable(cls, meta: Any) -> Any:
+        """The metadata as it can be served: within the depth bound, as stored; deeper parts cut (METADATA_CUT)."""
+        if json_depth(meta, MAX_METADATA_DEPTH) <= MAX_METADATA_DEPTH:
+            return meta
+        return _cut(meta, 1)
 
     @classmethod
     def of(cls, item: MemoryItem) -> "MemoryOut":
         return cls(id=item.id, user_id=item.user_id, text=item.text, provenance=list(item.provenance), kind=item.kind.value,
                    event_time=item.event_time, created_at=item.created_at, topic=item.topic, entities=list(item.entities),
                    archived=item.archived, superseded_by=item.superseded_by, metadata=dict(item.metadata))
+
+
+def _cut(value: Any, level: int) -> Any:
+    """``value`` (at nesting ``level``) with every object or array deeper than ``MAX_METADATA_DEPTH`` replaced by
+    ``METADATA_CUT``; recursion never goes past that depth."""
+    if isinstance(value, dict | list | tuple) and level > MAX_METADATA_DEPTH:
+        return METADATA_CUT
+    if isinstance(value, dict):
+        return {k: _cut(v, level + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_cut(v, level + 1) for v in value]
+    return value
 
 
 class HitOut(BaseModel):

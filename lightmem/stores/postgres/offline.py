@@ -39,8 +39,9 @@ def drop_uncited_turns(cur: Any, user_id: str, turn_ids: list[str]) -> int:
         {"u": user_id, "ids": ids}).rowcount
 
 
-def insert_item(cur: Any, item: MemoryItem, vector: np.ndarray, tags: list[str]) -> None:
-    """Insert one item row (nothing is read back: inserts can go in a pipeline)."""
+def insert_item(cur: Any, item: MemoryItem, vector: np.ndarray | None, tags: list[str]) -> None:
+    """Insert one item row (nothing is read back: inserts can go in a pipeline); ``vector`` None leaves its
+    embedding NULL for the background indexer."""
     cur.execute(
         "INSERT INTO items (id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, "
         "topic, entities, tags, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding, keys) "
@@ -48,7 +49,7 @@ def insert_item(cur: Any, item: MemoryItem, vector: np.ndarray, tags: list[str])
         (item.id, item.user_id, item.text, json.dumps(item.provenance), item.created_at, item.event_time,
          item.last_access, item.access_count, item.utility, item.topic, json.dumps(item.entities), tags,
          item.kind.value, item.valid_from, item.valid_to, item.superseded_by, item.archived, item.n_tokens,
-         json.dumps(item.metadata), np.asarray(vector, dtype=np.float32), item.keys),
+         json.dumps(item.metadata), None if vector is None else np.asarray(vector, dtype=np.float32), item.keys),
     )
 
 

@@ -23,7 +23,7 @@ from lightmem.stores.keys import TABLES as _FACT_TABLES
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 URI_SCHEMES = ("postgresql://", "postgres://")
 _SCHEMA_LOCK = 0x6C6D0001  # advisory lock: one process creates or upgrades the schema, others wait
 CYCLE_LOCK = 0x6C6D0002  # advisory lock: consolidation cycles commit one at a time, in cycle order
@@ -41,6 +41,11 @@ ALTER TABLE ltm_edges ADD COLUMN IF NOT EXISTS scope TEXT NOT NULL DEFAULT '';
 # Version 3: fact keys (``stores.keys``): an item's ``keys`` column, the fact tables (FACT_TABLES) and the change
 # trigger, which now fires on a change of keys (made again by _TABLES).
 _ADD_KEYS = "ALTER TABLE items ADD COLUMN IF NOT EXISTS keys TEXT NOT NULL DEFAULT ''"
+
+# Version 4: an item may wait for its vector (written by the background indexer after ``add`` returns): the
+# embedding is NULL until then, and a partial index lists the rows still waiting. Code older than this would read
+# a NULL vector, so it may not open a version-4 store.
+_DEFER_VECTORS = "ALTER TABLE items ALTER COLUMN embedding DROP NOT NULL"
 
 FACT_TABLES = _FACT_TABLES.format(id="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", real="DOUBLE PRECISION")
 
@@ -64,9 +69,10 @@ CREATE TABLE IF NOT EXISTS items (
   kind TEXT NOT NULL DEFAULT 'episodic',
   valid_from DOUBLE PRECISION, valid_to DOUBLE PRECISION, superseded_by TEXT,
   archived BOOLEAN NOT NULL DEFAULT FALSE, n_tokens INTEGER NOT NULL DEFAULT 0,
-  metadata TEXT NOT NULL DEFAULT '{}', embedding vector({dim}) NOT NULL, keys TEXT NOT NULL DEFAULT ''
+  metadata TEXT NOT NULL DEFAULT '{}', embedding vector({dim}), keys TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS items_by_user ON items (user_id, archived, rid);
+CREATE INDEX IF NOT EXISTS items_unembedded ON items (rid) WHERE embedding IS NULL;
 CREATE TABLE IF NOT EXISTS history (
   pk BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   item_id TEXT NOT NULL, user_id TEXT NOT NULL, event TEXT NOT NULL,
@@ -215,6 +221,8 @@ def ensure_schema(conn: Any, uri: str, dim: int, embedder: str) -> None:
             conn.execute(_SCOPE_LTM)
         if 0 < version < 3:
             conn.execute(_ADD_KEYS)
+        if 0 < version < 4:
+            conn.execute(_DEFER_VECTORS)
         if version < SCHEMA_VERSION:
             conn.execute(_TABLES.replace("{dim}", str(int(dim))))
             conn.execute(FACT_TABLES)

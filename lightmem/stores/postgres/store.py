@@ -35,7 +35,7 @@ from lightmem.stores.postgres import schema as pg_schema
 from lightmem.stores.postgres.conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, Connections, RetryPolicy, pipelined
 from lightmem.stores.postgres.graph import PostgresGraph, PostgresGraphTransaction, as_array
 from lightmem.stores.postgres.lexical import LexicalView, sync
-from lightmem.stores.rows import ITEM_COLS, check_update, forgets_old_text, rewrites_text, row_to_item
+from lightmem.stores.rows import ITEM_COLS, check_update, forgets_old_text, index_text_sql, rewrites_text, row_to_item
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.stores.views.lexical import BM25_B, BM25_K1
 from lightmem.stores.views.partition import filter_mask, tags_of
@@ -103,6 +103,10 @@ class SnapshotLock:
 class PostgresStore:
     """The server store (``MemoryStore``): PostgreSQL rows with pgvector embeddings.
 
+    Items may be written before their vectors (``write(..., vectors=None)``: the embedding stays NULL, the
+    item is found by its words at once), which the background indexer writes later (``set_vectors``,
+    ``unembedded``), as on the embedded store.
+
     Args:
         uri: ``postgresql://user:password@host:port/database`` (libpq options such as
             ``?options=-csearch_path%3Dlightmem%2Cpublic`` pick a schema). pgvector must be installed
@@ -126,6 +130,8 @@ class PostgresStore:
         retries: Attempts after the first when a call fails on a transient error (a server restart,
             a dropped connection), with exponential backoff (``pg_conn.RetryPolicy``).
     """
+
+    deferred_vectors = True  # write(..., vectors=None), set_vectors, unembedded: the background indexer's
 
     def __init__(
         self,
@@ -203,7 +209,7 @@ class PostgresStore:
         out: dict[str, dict[str, int]] = {}
 
         def row(uid: str) -> dict[str, int]:
-            return out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0, "pending": 0, "unembedded": 0})  # never deferred here
+            return out.setdefault(uid, {"turns": 0, "items": 0, "archived": 0, "pending": 0, "unembedded": 0})
 
         for uid, n in self._query("SELECT user_id, COUNT(*) FROM turns GROUP BY user_id"):
             row(uid)["turns"] = int(n)
@@ -211,6 +217,8 @@ class PostgresStore:
             row(uid)["archived" if arch else "items"] = int(n)
         for uid, n in self._query("SELECT user_id, COUNT(*) FROM pending GROUP BY user_id"):
             row(uid)["pending"] = int(n)
+        for uid, n in self._query("SELECT user_id, COUNT(*) FROM items WHERE embedding IS NULL GROUP BY user_id"):
+            row(uid)["unembedded"] = int(n)
         return dict(sorted(out.items()))
 
     def refresh(self) -> None:
@@ -254,18 +262,21 @@ class PostgresStore:
             return self._views.stats()
 
     # -- writes --------------------------------------------------------------------------------
-    def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray, now: float,
-              pending: Sequence[str] | None = None) -> list[MemoryItem]:
+    def write(self, user_id: str, turns: Sequence[Turn], items: Sequence[MemoryItem], vectors: np.ndarray | None,
+              now: float, pending: Sequence[str] | None = None) -> list[MemoryItem]:
         """Persist turns and their items in one transaction (see ``MemoryStore.write``).
 
         Run again after a lost connection, it stores nothing twice: turns already stored are skipped
         (under the user's write lock), and so are their items; when an earlier attempt may have
         committed (``replay``), items already stored under their ids count as written by this call."""
-        if len(items) != len(vectors):
-            raise InvalidInputError("items and vectors differ in length")
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if len(items) and vectors.shape[1] != self.dim:
-            raise InvalidInputError(f"vectors have dim {vectors.shape[1]}, the store expects {self.dim}")
+        if vectors is None:  # stored without vectors: the background indexer writes them (set_vectors)
+            vectors = [None] * len(items)
+        else:
+            if len(items) != len(vectors):
+                raise InvalidInputError("items and vectors differ in length")
+            vectors = np.asarray(vectors, dtype=np.float32)
+            if len(items) and vectors.shape[1] != self.dim:
+                raise InvalidInputError(f"vectors have dim {vectors.shape[1]}, the store expects {self.dim}")
 
         def op(cur: Any, replay: bool) -> tuple[list[MemoryItem], list[int]]:
             (seen, n_active), = cur.execute(  # under the user's write lock: nobody else adds meanwhile
@@ -309,6 +320,41 @@ class PostgresStore:
         if evicted:
             log.info("user %s over capacity %d: archived %d items", user_id, self.capacity, len(evicted))
         return written
+
+    def set_vectors(self, user_id: str, items: Sequence[tuple[str, str]], vectors: np.ndarray,
+                    keep: Sequence[str | None] | None = None) -> int:
+        """Store the vectors of items written without one (``items``: item id, the text embedded, its
+        ``index_text``), and their word keep-scores (``metadata["keep"]``, not on an item with fact keys). An item
+        whose text or keys changed since, that has a vector by now, or that is gone is left as it is. Returns the
+        number of items updated. (The row's former version, as every UPDATE leaves it, stays in the table file
+        until ``lightmem compact``, as a deleted row's does.)"""
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(len(items), self.dim)
+
+        def op(cur: Any, _: bool) -> int:
+            done = 0
+            for j, (item_id, text) in enumerate(items):
+                code = keep[j] if keep is not None else None
+                row = cur.execute(
+                    "UPDATE items SET embedding = %s, metadata = CASE WHEN %s::text IS NOT NULL AND keys = '' THEN "
+                    "jsonb_set(metadata::jsonb, '{keep}', to_jsonb(%s::text))::text ELSE metadata END "
+                    f"WHERE user_id = %s AND id = %s AND embedding IS NULL AND {index_text_sql()} = %s RETURNING rid",
+                    (vectors[j], code, code, user_id, item_id, text)).fetchone()
+                done += row is not None
+            return done
+
+        return self._write(op, user_id, "the indexer's vectors")
+
+    def unembedded(self, limit: int | None = None) -> list[tuple[str, str, str]]:
+        """(user id, item id, index text) of items still waiting for their vector, oldest first, ``limit`` at most."""
+        sql = f"SELECT user_id, id, {index_text_sql()} FROM items WHERE embedding IS NULL ORDER BY rid"
+        if limit is not None:
+            return [tuple(r) for r in self._query(sql + " LIMIT %s", (int(limit),))]
+        return [tuple(r) for r in self._query(sql)]
+
+    def unembedded_count(self) -> int:
+        """Items of every user waiting for their vector."""
+        (n,), = self._query("SELECT COUNT(*) FROM items WHERE embedding IS NULL")
+        return int(n)
 
     def known_turns(self, user_id: str, turn_ids: Sequence[str]) -> set[str]:
         return {r[0] for r in self._query("SELECT turn_id FROM turns WHERE user_id = %s AND turn_id = ANY(%s)",
@@ -486,7 +532,7 @@ class PostgresStore:
     def cosine(self, user_id: str, qvec: np.ndarray, rids: Sequence[int]) -> np.ndarray:
         """Cosine of the query to each row (0 for a row no longer active)."""
         found = dict(self._query("SELECT rid, 1 - (embedding <=> %s) FROM items WHERE user_id = %s AND rid = ANY(%s) "
-                                 "AND NOT archived", (np.asarray(qvec, dtype=np.float32).ravel(), user_id,
+                                 "AND NOT archived AND embedding IS NOT NULL", (np.asarray(qvec, dtype=np.float32).ravel(), user_id,
                                                       [int(r) for r in rids])))
         return np.asarray([found.get(int(r), 0.0) for r in rids], dtype=np.float32)
 
@@ -504,7 +550,8 @@ class PostgresStore:
 
     # -- offline consolidation -------------------------------------------------------------------
     def indexed(self, user_id: str, rids: Sequence[int]) -> set[int]:
-        return {int(r[0]) for r in self._query("SELECT rid FROM items WHERE user_id = %s AND rid = ANY(%s) AND NOT archived",
+        return {int(r[0]) for r in self._query("SELECT rid FROM items WHERE user_id = %s AND rid = ANY(%s) AND NOT archived "
+                                               "AND embedding IS NOT NULL",
                                                (user_id, [int(r) for r in rids]))}
 
     def vectors(self, user_id: str, rids: Sequence[int]) -> np.ndarray:
@@ -594,7 +641,7 @@ class PostgresStore:
 
 def _filter_sql(user_id: str, f: Filters) -> tuple[str, dict[str, Any]]:
     """The WHERE clause of a dense search: the user's active rows passing ``f``."""
-    where, params = ["user_id = %(user)s", "NOT archived"], {"user": user_id}
+    where, params = ["user_id = %(user)s", "NOT archived", "embedding IS NOT NULL"], {"user": user_id}
     if not f.include_superseded:
         where.append("superseded_by IS NULL AND valid_to IS NULL")
     if f.time_from is not None:

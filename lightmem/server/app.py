@@ -142,7 +142,7 @@ def _routes() -> APIRouter:
         memories stored but not yet embedded, items per second, lags)."""
         memory = request.app.state.memory
         return {"status": "ok", "version": lightmem.__version__, "views": memory.store.cache_stats(),
-                "index": memory.index_status()}
+                "index": _public_index_status(memory.index_status())}
 
     @r.post("/v1/memories", status_code=201, tags=["memories"], responses=write)
     def add(body: AddRequest, caller: Caller, request: Request) -> ItemsOut:
@@ -222,6 +222,17 @@ def _routes() -> APIRouter:
         return UserDeletedOut(user_id=user_id, removed=removed)
 
     return r
+
+
+def _public_index_status(status: dict[str, Any]) -> dict[str, Any]:
+    """The indexer's status for ``/healthz``, which answers without a key: ``last_error`` says only the kind of
+    error (its exception class, e.g. ``StoreFullError``), never its message, which may name the store's
+    filesystem path (a full disk) or a database host; the worker's log has the whole message."""
+    error = status.get("last_error")
+    if isinstance(error, str):
+        kind = error.split(":", 1)[0].strip()
+        status = {**status, "last_error": kind if kind.isidentifier() else "error (see the server log)"}
+    return status
 
 
 # -- errors ------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lightmem.errors import LightMemError
+from lightmem.errors import InvalidInputError, LightMemError
 from lightmem.ltm import LTMOptions, build_ltm
 from lightmem.messages import MAX_TURN_CHARS
 from lightmem.models.embedder import Embedder
@@ -80,9 +80,9 @@ def new_embedder(encoder: str | None = None) -> Embedder:
     return SentenceTransformerEmbedder(ENCODERS[encoder], **default_encoding())
 
 
-def resolve_embedder(location: str | Path, encoder: str | None = None) -> Embedder:
+def resolve_embedder(location: str | Path, encoder: str | None = None, *, python: bool = False) -> Embedder:
     """The embedder of the store at ``location``: the one that wrote it; for a new store ``encoder``
-    (``new_embedder``).
+    (``new_embedder``). ``python``: the messages name ``encoder=`` rather than ``--encoder`` (``memory_parts``).
 
     Raises:
         LightMemError: an unknown ``encoder``, one that is not the one that wrote the store, or ``tuned``
@@ -94,7 +94,10 @@ def resolve_embedder(location: str | Path, encoder: str | None = None) -> Embedd
     _check_choice(encoder)
     stored = stored_embedder(location)
     if encoder and stored and encoder_kind(stored) != encoder:
-        raise LightMemError(f"{describe(location)} was built with {stored}; drop --encoder or use a new --store")
+        fix = ("leave encoder= out (the store's own encoder is used) or open a new store" if python
+               else "drop --encoder or use a new --store")
+        raise LightMemError(f"{describe(location)} was built with {stored} (encoder {encoder_kind(stored)!r}), "
+                            f"not {encoder!r}: {fix}")
     if stored:
         return embedder_for(stored)
     return new_embedder(encoder)
@@ -118,6 +121,7 @@ def memory_parts(
     group_dates: bool = True,
     max_turn_chars: int = MAX_TURN_CHARS,
     background_index: bool | None = None,
+    encoder: str | None = None,
     **store_kwargs: Any,
 ) -> dict[str, Any]:
     """Open (or create) a store and make the parts of a Memory over it: the keyword arguments of
@@ -128,7 +132,8 @@ def memory_parts(
             database, ``postgresql://user:password@host/db`` (needs the ``postgres`` extra); or a store
             already opened (the Hydra builder's ``store`` node), which then takes no store settings.
         embedder: Defaults to the embedder that wrote the store; for a new store the packaged
-            all-mpnet-base-v2 with the trained memory adapter of checkpoints/embedder.
+            all-mpnet-base-v2 with the trained memory adapter of checkpoints/embedder. To choose one by
+            name instead, pass ``encoder``.
         selector: Stage-2 selector; defaults to the learned ranker of checkpoints/ranker_trees
             (``Stage1Selector()`` keeps the Stage-1 order and loads no model).
         controller: Defaults to the raw query as the single HQ.
@@ -157,12 +162,28 @@ def memory_parts(
             are refused with ``InvalidInputError`` (HTTP 422), never cut.
         background_index: ``add`` stores a turn and its words and returns; a background thread embeds the new
             memories (``Memory.flush_index`` waits for it; a restart resumes it). False: ``add`` embeds before it
-            returns. PostgreSQL stores and a ``maintainer`` always embed before ``add`` returns. None (the
+            returns (on either backend). A ``maintainer`` always embeds before ``add`` returns. None (the
             default): True, unless the environment sets ``LIGHTMEM_BACKGROUND_INDEX=0`` (a script that searches
             right after each write, or a test suite that wants every vector in place when ``add`` returns).
+        encoder: The encoder by the name the CLI's ``--encoder``, the server and MCP take: ``tuned`` (the
+            default: all-mpnet-base-v2 with the trained adapter), ``mpnet``, ``minilm`` or ``hashing`` (no model:
+            a feature-hashed bag of words, for tests and tiny machines). Resolved as the CLI resolves it
+            (``resolve_embedder``): a new store is built with it; an existing store reopens with the embedder
+            that wrote it, and naming another one raises ``LightMemError`` (a store's vectors are only
+            comparable with its own encoder's). Not with ``embedder`` (``InvalidInputError``), nor with an
+            opened store.
         **store_kwargs: Keyword arguments of the store (``SQLiteStore``: index, synchronous...;
             ``PostgresStore``: index, ef_search...).
     """
+    if encoder is not None:
+        if embedder is not None:
+            raise InvalidInputError(f"pass embedder= or encoder= (a name: {', '.join(ENCODER_CHOICES)}), not both: "
+                                    f"encoder={encoder!r} names the embedder that embedder= gives")
+        if isinstance(path, MemoryStore):
+            raise InvalidInputError("an opened store comes with its embedder: pass it as embedder=, not encoder=")
+        if not isinstance(encoder, str):
+            raise InvalidInputError(f"encoder must be a name, one of {list(ENCODER_CHOICES)}, got {type(encoder).__name__}")
+        embedder = resolve_embedder(path, encoder, python=True)
     if isinstance(path, MemoryStore):
         if embedder is None or store_kwargs or capacity != DEFAULT_CAPACITY:
             raise ValueError("an opened store comes with its settings: pass its embedder and no store options")

@@ -380,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("restore", help="replace a store by a backup (checked first; written atomically)",
                        epilog="Refused while another process has the store open (even with --force): stop it first "
                               "(a server: stop it, restore, start it). A store path that is a symbolic link is "
-                              "followed: the file it points to is replaced, the link stays.")
+                              "followed: the file it points to is replaced, the link stays. A store file with other "
+                              "names (hard links) is refused: a process may have it open through one of them unseen.")
     s.add_argument("backup", metavar="BACKUP", help="a file made by `lightmem backup`")
     s.add_argument("--store", required=True, help="store folder or .sqlite file to replace or create")
     s.add_argument("--force", action="store_true", help="replace a store that holds data or cannot be read")

@@ -141,7 +141,8 @@ class BackgroundIndexer:
             self._thread.start()
 
     def backlog(self) -> int:
-        """Items queued or being embedded, and those submitted past the queue's bound."""
+        """Items queued or being embedded, and those waiting in the table past the queue's bound (counted in the
+        table whenever it is listed, so a reopened store reports all its leftovers, not the bound)."""
         with self._cond:
             return len(self._queued) + self._spilled
 
@@ -224,6 +225,10 @@ class BackgroundIndexer:
                 self._spilled, self._recover = 0, False
                 self._cond.notify_all()
             return
+        more = len(left) >= room + len(skip)  # the table holds more than was listed
+        with self._cond:
+            spilled_before = self._spilled
+        waiting = self._waiting_in_table() if more else None
         now = time.monotonic()
         with self._cond:
             fresh = [row for row in left if row[1] not in skip][:room]
@@ -232,11 +237,27 @@ class BackgroundIndexer:
                 self._queue.append((user_id, item_id, text, now, 1))
             if first and fresh:
                 log.info("indexer: %d items written before a restart wait for their vectors", len(fresh))
-            if len(left) < room + len(skip) or self._closed:  # the table has no more: nothing is left out
+            if not more or self._closed:  # the table has no more: nothing is left out
                 self._spilled, self._recover = 0, False
+            elif waiting is not None:  # exact: the table's waiting rows less those held here, and submits since the count
+                rest = waiting - len(self._queued) - len(self._given_up) + (self._spilled - spilled_before)
+                self._spilled = max(rest, 0)  # still listed again when the queue drains (_recover stays set)
             else:
                 self._spilled = max(self._spilled - len(fresh), 1)
             self._cond.notify_all()
+
+    def _waiting_in_table(self) -> int | None:
+        """How many items the store holds without vectors (None when it cannot count them): the backlog past the
+        queue's bound is counted, not guessed, so that a reopened store with more leftovers than the bound
+        reports them all."""
+        count = getattr(self.store, "unembedded_count", None)
+        if count is None:
+            return None
+        try:
+            return int(count())
+        except Exception as exc:  # noqa: BLE001 - the backlog is then an estimate; the listing goes on
+            log.debug("indexer: could not count the items waiting for vectors: %s: %s", type(exc).__name__, exc)
+            return None
 
     def _run(self) -> None:
         while True:

@@ -91,6 +91,8 @@ def backup(location: str | Path, out: str | Path, force: bool = False) -> StoreS
     Raises:
         LightMemError: ``location`` is a PostgreSQL store (the message gives the ``pg_dump`` command),
             holds no store, or ``out`` exists without ``force``.
+        LinkedStoreError: the store's file has other names (hard links): a process writing through one
+            keeps its recent commits in a log beside that name, which the copy would miss.
         StoreError: the store cannot be read (a subclass says why) or the backup cannot be written.
     """
     if is_server(location):
@@ -99,10 +101,11 @@ def backup(location: str | Path, out: str | Path, force: bool = False) -> StoreS
     if not db.is_file():
         raise LightMemError(f"no lightmem store at {location}: nothing to back up")
     target = database_path(out)
-    if target.exists() and target.resolve() == db.resolve():
+    if target.exists() and os.path.samefile(target, db):  # by identity: a link of either kind is the store too
         raise LightMemError(f"{out} is the store itself; give the backup another path")
     if target.exists() and not force:
         raise LightMemError(f"{target} exists; give another path, or --force to replace it")
+    openlock.one_name(db, store_label(db), "back up")  # a writer using another name keeps its log there
     src = sqlite_faults.open_read_only(db, store_label(db))
     try:
         if schema_version(src, db) is None:
@@ -123,7 +126,9 @@ def restore(backup_file: str | Path, location: str | Path, force: bool = False) 
     that opens it meanwhile waits), the backup is copied beside the store, the store's stale ``-wal`` /
     ``-shm`` files are removed (SQLite would replay an old log onto the new file) and the copy is
     renamed over the store. A ``location`` that is a symbolic link is followed: the file it points to
-    is replaced, and the link stays. The replaced store is not kept.
+    is replaced, and the link stays. A store file with other names (hard links: its link count, by
+    device and inode) is refused: a process may have it open through one of them unseen. The
+    replaced store is not kept.
 
     Args:
         backup_file: A backup made by ``backup`` (or any lightmem store file or folder).
@@ -137,6 +142,7 @@ def restore(backup_file: str | Path, location: str | Path, force: bool = False) 
         LightMemError: ``location`` is a PostgreSQL store (the message gives ``pg_restore``), the
             backup is missing, or the store holds data and ``force`` is not given.
         StoreInUseError: another process has the store open (``--force`` does not override it).
+        LinkedStoreError: the store's file has other names (hard links; ``--force`` does not override it).
         StoreError: the backup is unusable (nothing is changed then).
     """
     if is_server(location):
@@ -147,7 +153,7 @@ def restore(backup_file: str | Path, location: str | Path, force: bool = False) 
     given = database_path(location)
     target = given.resolve()  # a link is followed: its file is restored, the link stays
     link = given if Path(os.path.abspath(given)) != target else None
-    if target.exists() and target == src_db.resolve():
+    if target.exists() and os.path.samefile(target, src_db):  # by identity: a hard link is the store too
         raise LightMemError(f"{backup_file} is the store itself; nothing to restore")
     try:
         src = sqlite_faults.open_read_only(src_db, store_label(src_db))

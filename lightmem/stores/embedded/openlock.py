@@ -10,7 +10,14 @@ success. So:
   opened during a restore waits for it to end (``OPEN_WAIT_S``), then opens the restored file;
 - a process that does not take the lock (an older lightmem, the ``sqlite3`` shell) is found through
   SQLite's own lock: every connection to a WAL database holds a shared lock on byte 128 of its
-  ``-shm`` file (the "DMS" lock of https://www.sqlite.org/walformat.html) for as long as it is open.
+  ``-shm`` file (the "DMS" lock of https://www.sqlite.org/walformat.html) for as long as it is open;
+- both of those live beside the *name* a process opened, so a database file with more than one name
+  (a hard link in another folder: same device and inode, ``st_nlink > 1``) would let a process open it
+  unseen, and write its own ``-wal`` beside that other name (two such processes corrupt the file).
+  The check is by the file's identity: a store whose file has other names is neither opened
+  (``hold_shared``) nor restored over (``hold_exclusive``) nor backed up (``one_name``), with a
+  ``LinkedStoreError`` that says how to find the other names. A symbolic link is one name: it is
+  resolved, and its file's lock is the one taken.
 
 The lock is advisory and Linux/POSIX only: where ``fcntl`` is missing, or the lock file cannot be
 made (a read-only folder), stores open without it and ``restore`` relies on the SQLite check.
@@ -39,6 +46,10 @@ _SHM_DMS_BYTE = 128  # SQLite's "dead man switch" lock byte in the -shm file
 
 class StoreInUseError(StoreError):
     """Another process has the store open (or is restoring it): the operation would lose its writes."""
+
+
+class LinkedStoreError(StoreError):
+    """The store's database file has other names (hard links): a process using one is invisible to the others."""
 
 
 def lock_path(db: Path) -> Path:
@@ -103,21 +114,31 @@ def hold_shared(db: Path, label: str, wait_s: float = OPEN_WAIT_S) -> OpenLock:
 
     Raises:
         StoreInUseError: a restore still holds the store after ``wait_s`` seconds.
+        LinkedStoreError: the database file has other names (hard links): see ``one_name``.
     """
     path = lock_path(db)
     fd = _open_lock_file(path)
     if fd is None:
+        one_name(db, label, "open")
         return OpenLock(path, None)
     deadline, pause, told = time.monotonic() + wait_s, 0.01, False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return OpenLock(path, fd)
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 os.close(fd)
                 log.debug("cannot lock %s (%s): the store is opened without the lock", path, exc)
+                one_name(db, label, "open")
                 return OpenLock(path, None)
+        else:
+            held = OpenLock(path, fd)
+            try:  # checked under the lock: a restore that replaced the file meanwhile left it one name
+                one_name(db, label, "open")
+            except BaseException:
+                held.release()
+                raise
+            return held
         if time.monotonic() >= deadline:
             who = holders(path)
             os.close(fd)
@@ -137,6 +158,8 @@ def hold_exclusive(db: Path, label: str, backup: str = "BACKUP") -> OpenLock:
     Raises:
         StoreInUseError: a process has the store open: it holds the lock, or an SQLite connection to
             the database (nothing is changed; the message names the processes where it can).
+        LinkedStoreError: the database file has other names (hard links), through which a process may
+            have it open unseen (``--force`` does not override it).
     """
     path = lock_path(db)
     fd = _open_lock_file(path)
@@ -154,7 +177,53 @@ def hold_exclusive(db: Path, label: str, backup: str = "BACKUP") -> OpenLock:
     if users is not None:
         held.release()
         raise StoreInUseError(_in_use(label, backup, users, sqlite_only=True))
+    try:
+        one_name(db, label, "restore", backup)
+    except BaseException:
+        held.release()
+        raise
     return held
+
+
+def one_name(db: Path, label: str, action: str, backup: str = "BACKUP") -> None:
+    """Raise ``LinkedStoreError`` when the database file ``db`` (symbolic links followed) has more than one
+    name: hard links, found by the file's identity (``st_nlink`` of its device and inode), not by its path.
+
+    ``action``: what is refused, ``open``, ``restore`` or ``back up`` (it words the message). A missing
+    file has no other names.
+    """
+    real = Path(db).resolve()
+    try:
+        st = os.stat(real)
+    except OSError:
+        return
+    if st.st_nlink <= 1:
+        return
+    others = st.st_nlink - 1
+    plural = "s" if others > 1 else ""
+    where = f"its file {real} (device {st.st_dev}, inode {st.st_ino}) has {others} other name{plural} (hard link{plural})"
+    find = f"`find {_mount_of(real)} -xdev -samefile {real}` lists them"
+    why = ("lightmem's lock and SQLite's -wal and -shm files live beside the name a process opens, so a "
+           "process using another name is invisible here")
+    if action == "restore":
+        raise LinkedStoreError(
+            f"cannot restore the lightmem store at {label}: {where}. {why}, and replacing the file would lose "
+            f"every write such a process makes afterwards, although each would look successful. Stop what uses "
+            f"the other names and remove them ({find}; a symbolic link is fine), then run `lightmem restore "
+            f"{backup} --store {label} --force` again. Nothing was changed.")
+    consequence = ("two processes opening it through different names would corrupt it, and `lightmem restore` "
+                   "could not tell it is in use") if action == "open" else "a copy would miss their recent writes"
+    raise LinkedStoreError(
+        f"cannot {action} the lightmem store at {label}: {where}. {why}: {consequence}. Keep one name: remove "
+        f"the others ({find}; a symbolic link is fine), then try again.")
+
+
+def _mount_of(path: Path) -> Path:
+    """The mount point of the filesystem holding ``path`` (where ``find -xdev`` looks for its other names)."""
+    p = path.parent
+    while not os.path.ismount(p) and p != p.parent:
+        p = p.parent
+    return p
 
 
 def sqlite_users(db: Path) -> list[str] | None:

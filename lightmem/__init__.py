@@ -1,4 +1,5 @@
 """lightmem: long-term memory for LLM agents driven by small language models."""
+from lightmem.async_memory import AsyncMemory
 from lightmem.errors import (
     InvalidInputError,
     ItemNotFoundError,
@@ -16,6 +17,7 @@ from lightmem.types import ComposedContext, Filters, Hit, ItemKind, MemoryItem, 
 __version__ = "0.1.0"
 __all__ = [
     "Memory",
+    "AsyncMemory",
     "MemoryItem",
     "Hit",
     "Turn",

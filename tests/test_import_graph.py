@@ -12,7 +12,7 @@ PACKAGE = ROOT / "lightmem"
 TOP = ("lightmem.evaluation", "lightmem.training", "lightmem.server", "lightmem.cli", "lightmem.config")
 # The stores sit below retrieval, the roles and the Memory that search them.
 ABOVE_STORES = ("lightmem.retrieval", "lightmem.roles", "lightmem.memory", "lightmem.build", "lightmem.write",
-                "lightmem.indexer")
+                "lightmem.indexer", "lightmem.async_memory")
 
 
 def modules() -> dict[str, Path]:

@@ -1,0 +1,157 @@
+"""AsyncMemory: Memory's API as coroutines, off the event loop, in call order, bounded, cancellable."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from lightmem import AsyncMemory, LightMemError, Memory
+from lightmem.models.embedder import HashingEmbedder
+from lightmem.roles.selector import Stage1Selector
+
+
+class GatedEmbedder(HashingEmbedder):
+    """Encodes of memories (not of queries) wait while ``gate`` is closed; ``entered`` counts them."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = 0
+
+    def encode(self, texts, *args, **kwargs):
+        if texts and all(t.startswith("user:") for t in texts):
+            self.entered += 1
+            assert self.gate.wait(30)
+        return super().encode(texts, *args, **kwargs)
+
+
+def _memory(location, embedder=None) -> Memory:
+    return Memory.open(location, embedder=embedder or HashingEmbedder(64), selector=Stage1Selector(),
+                       background_index=False, **({} if str(location).startswith("postgresql") else {"synchronous": "NORMAL"}))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def location(request, tmp_path):
+    return request.getfixturevalue("pg_uri") if request.param == "postgres" else tmp_path / "store"
+
+
+def test_the_coroutines_return_what_memory_returns(location):
+    async def run():
+        async with AsyncMemory(_memory(location)) as m:
+            added = await m.add([{"speaker": "Ana", "text": "I play the cello in Lisbon"}], user_id="ana")
+            hits = await m.search("cello", "ana", k=1)
+            ctx = await m.build_context("Where does Ana play?", "ana", budget=200)
+            assert await m.flush_index()
+            listed = await m.get_all("ana")
+            removed = await m.delete(added[0].id, "ana")
+            return added, hits, ctx, listed, removed, await m.get_all("ana")
+
+    added, hits, ctx, listed, removed, after = asyncio.run(run())
+    assert hits[0].item.id == added[0].id and added[0].text in ctx.prompt
+    assert [i.id for i in listed] == [added[0].id] and removed["items"] == 1 and after == []
+
+
+def test_calls_run_in_the_order_they_were_made(tmp_path):
+    async def run():
+        async with AsyncMemory(_memory(tmp_path / "s")) as m:
+            texts = [f"note number {i}" for i in range(30)]
+            await asyncio.gather(*(m.add(t, user_id="ana") for t in texts), m.delete_user("bob"))
+            return texts, [i.text for i in await m.get_all("ana")]
+
+    texts, stored = asyncio.run(run())
+    assert stored == [f"user: {t}" for t in texts]
+
+
+def test_the_event_loop_keeps_running_while_a_call_works(tmp_path):
+    emb = GatedEmbedder()
+
+    async def run():
+        async with AsyncMemory(_memory(tmp_path / "s", emb)) as m:
+            emb.gate.clear()
+            call = asyncio.ensure_future(m.add("slow write", user_id="ana"))
+            ticks, start = 0, time.perf_counter()
+            while time.perf_counter() - start < 0.5:  # the loop turns while the add waits in its thread
+                await asyncio.sleep(0.01)
+                ticks += 1
+            assert not call.done()
+            emb.gate.set()
+            await call
+            return ticks
+
+    assert asyncio.run(run()) >= 20
+
+
+def test_a_call_cancelled_before_its_turn_never_runs_and_a_started_write_finishes(tmp_path):
+    emb = GatedEmbedder()
+
+    async def run():
+        async with AsyncMemory(_memory(tmp_path / "s", emb)) as m:
+            emb.gate.clear()
+            started = asyncio.ensure_future(m.add("the started write", user_id="ana"))
+            while emb.entered == 0:
+                await asyncio.sleep(0.01)
+            queued = asyncio.ensure_future(m.add("the queued write", user_id="ana"))
+            await asyncio.sleep(0.05)
+            queued.cancel()
+            started.cancel()  # too late for the write: it finishes in its thread
+            emb.gate.set()
+            for task in (queued, started):
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            return [i.text for i in await m.get_all("ana")]
+
+    assert asyncio.run(run()) == ["user: the started write"]
+
+
+def test_a_full_queue_pushes_back_in_order(tmp_path):
+    emb = GatedEmbedder()
+
+    async def run():
+        async with AsyncMemory(_memory(tmp_path / "s", emb), max_pending=2) as m:
+            emb.gate.clear()
+            tasks = [asyncio.ensure_future(m.add(f"write {i}", user_id="ana")) for i in range(6)]
+            await asyncio.sleep(0.2)
+            held = (m._taken, len(m._waiters))  # two places taken, four calls waiting for one
+            emb.gate.set()
+            await asyncio.gather(*tasks)
+            return held, [i.text for i in await m.get_all("ana")]
+
+    held, stored = asyncio.run(run())
+    assert held == (2, 4)
+    assert stored == [f"user: write {i}" for i in range(6)]
+
+
+def test_bad_input_raises_the_same_errors(tmp_path):
+    async def run():
+        async with AsyncMemory(_memory(tmp_path / "s")) as m:
+            with pytest.raises(Exception) as bad:
+                await m.add("", user_id="ana")
+            with pytest.raises(Exception) as missing:
+                await m.get("nope", "ana")
+            return bad.value, missing.value
+
+    bad, missing = asyncio.run(run())
+    from lightmem import InvalidInputError, ItemNotFoundError
+
+    assert isinstance(bad, InvalidInputError) and isinstance(missing, ItemNotFoundError)
+
+
+def test_open_and_close(tmp_path):
+    async def run():
+        async with AsyncMemory.open(tmp_path / "s", encoder="hashing", background_index=True) as m:
+            await m.add("hello there", user_id="ana")
+            assert await m.flush_index(timeout=30)
+        assert m.closed
+        with pytest.raises(LightMemError, match="closed"):
+            await m.search("hello", "ana")
+        again = await AsyncMemory.open(tmp_path / "s")
+        try:
+            return [i.text for i in await again.get_all("ana")]
+        finally:
+            await again.aclose()
+            await again.aclose()  # twice does nothing
+
+    assert asyncio.run(run()) == ["user: hello there"]

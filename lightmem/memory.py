@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lightmem.batch import plan as plan_batch
+from lightmem.batch import run as run_batch
 from lightmem.build import memory_parts
 from lightmem.errors import InvalidInputError, shown
 from lightmem.indexer import BackgroundIndexer
@@ -340,6 +342,19 @@ class Memory:
         if self.ltm is not None:
             self.ltm.graph.invalidate()  # this process's views of the graph reload without the user
         return removed
+
+    def batch(self, ops: Sequence[Mapping[str, Any]], user_id: str | None = None, atomic: bool = False) -> list[dict[str, Any]]:
+        """Many writes in one call: ``ops`` is a list of ``{"op": "add", "user_id", "messages", ...}``,
+        ``{"op": "update", "user_id", "item_id", "text"?, "metadata"?, ...}`` and ``{"op": "delete", "user_id",
+        "item_id"}`` (each with the arguments of ``add``, ``update`` or ``delete``; ``user_id`` here is for the
+        operations that name none), at most 1,000.
+
+        Every operation is checked before the first write (a bad one raises ``InvalidInputError`` naming its index;
+        nothing is written). Returns one ``{"index", "op", "status", ...}`` per operation: each commits on its own
+        (``ok``, ``not_found``; a store failure stops the batch: ``failed``, then ``not_attempted``), or with
+        ``atomic=True`` all of them commit together or none does (the first error is raised). ``lightmem.batch``
+        says it in full."""
+        return run_batch(self, plan_batch(self, ops, user_id), atomic=bool(atomic))
 
     def history(self, item_id: str, user_id: str) -> list[HistoryEvent]:
         return self.store.history(check_user_id(user_id), check_id(item_id, "item_id"))

@@ -28,6 +28,9 @@ from lightmem.server.schemas import (
     MAX_OFFSET,
     USER_DOC,
     AddRequest,
+    BatchOut,
+    BatchRequest,
+    BatchResultOut,
     ContextOut,
     ContextRequest,
     DeletedOut,
@@ -203,6 +206,28 @@ def _routes() -> APIRouter:
         with memory_of(request) as memory:
             removed = memory.delete(item_id, user_id)
         return DeletedOut(id=item_id, removed=removed)
+
+    @r.post("/v1/batch", tags=["memories"], responses=_errors(401, 403, 404, 413, 422))
+    def batch(body: BatchRequest, caller: Caller, request: Request) -> BatchOut:
+        """Adds, updates and deletions, up to 1,000, in order. Every operation is checked and authorized before the
+        first write (a bad one: 422 or 403 naming its index, nothing written). Each commits on its own with a status
+        per operation, or with ``atomic`` all together or none (the first error answers, naming its index)."""
+        for i, op in enumerate(body.ops):
+            if not caller.may_act_for(op.user_id):
+                log.info("403: %s may not act for the user of a batch operation", caller.label)
+                raise HTTPException(403, f"ops[{i}]: this API key may not act for user {op.user_id!r}")
+        ops = [op.model_dump(exclude_none=True) for op in body.ops]
+        warm([m["text"] for op in ops if op["op"] == "add" for m in op["messages"]
+              if len(m["text"]) <= request.app.state.memory.max_turn_chars])
+        with memory_of(request) as memory:
+            try:
+                results = memory.batch(ops, atomic=body.atomic)
+            except ItemNotFoundError as exc:
+                if getattr(exc, "op_index", None) is None:
+                    raise
+                raise ItemNotFoundError(f"ops[{exc.op_index}]: {exc.args[0] if exc.args else exc}; nothing of the "
+                                        "atomic batch was written") from exc
+        return BatchOut(results=[BatchResultOut.of(r) for r in results])
 
     @r.get("/v1/memories/{item_id}/history", tags=["memories"], responses=item)
     def history(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> HistoryOut:

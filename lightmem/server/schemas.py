@@ -131,6 +131,37 @@ class UpdateRequest(_Request):
         return self
 
 
+class BatchAdd(_Request):
+    op: Literal["add"]
+    user_id: UserId = Field(description=USER_DOC)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST)
+    session_id: Name | None = None
+
+
+class BatchUpdate(UpdateRequest):
+    op: Literal["update"]
+    user_id: UserId = Field(description=USER_DOC)
+    item_id: Name
+
+
+class BatchDelete(_Request):
+    op: Literal["delete"]
+    user_id: UserId = Field(description=USER_DOC)
+    item_id: Name
+
+
+MAX_BATCH_OPS = 1_000
+BatchOp = Annotated[BatchAdd | BatchUpdate | BatchDelete, Field(discriminator="op")]
+
+
+class BatchRequest(_Request):
+    ops: list[BatchOp] = Field(min_length=1, max_length=MAX_BATCH_OPS,
+                               description=f"At most {MAX_BATCH_OPS:,} operations, run in order; each carries the "
+                                           "fields of its single-call route.")
+    atomic: StrictBool = Field(False, description="All operations commit together or none does (the first error "
+                                                  "answers, naming its index); by default each commits on its own.")
+
+
 class ErrorOut(BaseModel):
     """The body of every error answer (401, 403, 404, 413, 422)."""
 
@@ -233,6 +264,31 @@ class HistoryEventOut(BaseModel):
 class HistoryOut(BaseModel):
     id: str
     events: list[HistoryEventOut]
+
+
+class BatchResultOut(BaseModel):
+    index: int
+    op: Literal["add", "update", "delete"]
+    status: Literal["ok", "not_found", "failed", "not_attempted"] = Field(
+        description="ok; not_found (no such memory of the user); failed (the store failed: the batch stopped here); "
+                    "not_attempted (after a failure)")
+    items: list[MemoryOut] | None = Field(None, description="An add's memories.")
+    item: MemoryOut | None = Field(None, description="An update's memory.")
+    removed: dict[str, int] | None = Field(None, description="A deletion's counts.")
+    error: str | None = None
+
+    @classmethod
+    def of(cls, result: dict[str, Any]) -> "BatchResultOut":
+        out = dict(result)
+        if "items" in out:
+            out["items"] = [MemoryOut.of(i) for i in out["items"]]
+        if "item" in out:
+            out["item"] = MemoryOut.of(out["item"])
+        return cls(**out)
+
+
+class BatchOut(BaseModel):
+    results: list[BatchResultOut]
 
 
 class DeletedOut(BaseModel):

@@ -236,6 +236,10 @@ class ItemStore(Protocol):
 
     def known_turns(self, user_id: str, turn_ids: Sequence[str]) -> set[str]: ...
 
+    def run_atomic(self, fn: Callable[[], Any]) -> Any:
+        """``fn()``, whose writes to this store all join one transaction: all commit or none does."""
+        ...
+
     def turns(self, user_id: str) -> list[Turn]:
         """The user's stored turns, oldest first."""
         ...

@@ -195,6 +195,18 @@ class SQLiteStore:
             if before == self._seen_change:
                 self._seen_change = self.sql.last_change(c)
 
+    def run_atomic(self, fn: Callable[[], Any]) -> Any:
+        """``fn()``, whose store writes all join one transaction: they commit together or none does
+        (``Memory.batch(atomic=True)``). Erasure's log and page checks run once it has committed; when it rolls
+        back, this process's views are rebuilt from the tables (the writes had changed them)."""
+        with self._lock:
+            try:
+                with self._transaction():
+                    return fn()
+            except BaseException:
+                self._parts.clear()
+                raise
+
     # -- partitions ------------------------------------------------------------------------
     def _part(self, user_id: str) -> Partition:
         with self._lock:

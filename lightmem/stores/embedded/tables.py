@@ -249,6 +249,8 @@ class SQLiteTables:
         self.label = store_label(self.path)
         self.lock = threading.RLock()
         self._read_only = sqlite_faults.read_only_reason(self.path)
+        self._depth = 0  # transactions open in the owning thread: an inner one joins the outer (``transaction``)
+        self._after: list[Any] = []  # what waits for the outer transaction's commit (``erase_log``, ``scrub``)
         if self._read_only is not None:
             self._open_read_only()
             return
@@ -311,6 +313,9 @@ class SQLiteTables:
     def transaction(self, wait_ms: int | None = None) -> Iterator[sqlite3.Connection]:
         """One atomic write batch: everything inside commits together or not at all.
 
+        A transaction opened inside another in the same thread joins it: it commits with the outer one, and an
+        error in it rolls the outer one back (``SQLiteStore.atomic``: several operations, one transaction).
+
         Args:
             wait_ms: Wait at most this long for another process's write lock, once, and raise
                 ``sqlite3.OperationalError`` ("database is locked") past it (None: the busy timeout,
@@ -323,6 +328,13 @@ class SQLiteTables:
         with self.lock:
             if self._read_only is not None:
                 raise StoreReadOnlyError(sqlite_faults.read_only_message(self.path, self.label, self._read_only))
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self._conn
+                finally:
+                    self._depth -= 1
+                return
             # BEGIN IMMEDIATE takes the write lock up front (no deadlocking upgrade later); the busy
             # timeout waits for another process's transaction, and a retry covers a longer one.
             if wait_ms is None:
@@ -333,12 +345,17 @@ class SQLiteTables:
                     self._conn.execute("BEGIN IMMEDIATE")
                 finally:
                     self._conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+            self._depth, self._after = 1, []
             try:
                 yield self._conn
                 self._conn.execute("COMMIT")
             except BaseException as exc:
                 self._rollback(exc)
                 raise
+            finally:
+                self._depth, after, self._after = 0, self._after, []
+            for action in after:  # committed: what the inner transactions left for now (erasure's log and pages)
+                action()
 
     def _rollback(self, cause: BaseException) -> None:
         """Undo the open transaction unless SQLite already has: it rolls back by itself on a full
@@ -459,6 +476,9 @@ class SQLiteTables:
         full checkpoint (every process's close makes one). Returns True when the log was emptied.
         """
         with self.lock:
+            if self._depth:  # inside a transaction: once it commits
+                self._after.append(self.erase_log)
+                return False
             self._conn.execute("PRAGMA busy_timeout = 2000")
             try:
                 busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -472,6 +492,9 @@ class SQLiteTables:
         left it while the row was alive (``residue``); ``always``: rebuild whatever is found (a user's
         erasure). Returns whether the file was rebuilt."""
         with self.lock:
+            if self._depth:  # inside a transaction: once it commits
+                self._after.append(lambda: self.scrub(texts, always))
+                return False
             if not always and not residue.holds(self.path, texts):
                 return False
             started = time.perf_counter()

@@ -321,6 +321,11 @@ class PostgresStore:
             log.info("user %s over capacity %d: archived %d items", user_id, self.capacity, len(evicted))
         return written
 
+    def run_atomic(self, fn: Callable[[], Any]) -> Any:
+        """``fn()``, whose store writes all join one transaction (this thread's): they commit together or none does
+        (``Memory.batch(atomic=True)``). A transient fault rolls it back and runs ``fn`` again, as for one write."""
+        return self._db.write(lambda cur, replay: fn(), "", what="a batch")
+
     def set_vectors(self, user_id: str, items: Sequence[tuple[str, str]], vectors: np.ndarray,
                     keep: Sequence[str | None] | None = None) -> int:
         """Store the vectors of items written without one (``items``: item id, the text embedded, its

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lightmem import metadata_filter
 from lightmem.batch import plan as plan_batch
 from lightmem.batch import run as run_batch
 from lightmem.build import memory_parts
@@ -278,7 +279,13 @@ class Memory:
     def get(self, item_id: str, user_id: str, include_archived: bool = False) -> MemoryItem:
         return self.store.get(check_user_id(user_id), check_id(item_id, "item_id"), include_archived)
 
-    def get_all(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0) -> list[MemoryItem]:
+    def get_all(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0,
+                metadata: Mapping[str, Any] | None = None) -> list[MemoryItem]:
+        """The user's memories, oldest first; ``metadata``: only those whose metadata passes this filter
+        (``{"field": value}`` or ``{"field": {"$gte": value}}``: ``lightmem.metadata_filter``)."""
+        conditions = None if metadata is None else metadata_filter.parse(metadata, "metadata")
+        if conditions:
+            return self.store.list(check_user_id(user_id), include_archived, limit, offset, metadata=conditions)
         return self.store.list(check_user_id(user_id), include_archived, limit, offset)
 
     def update(self, item_id: str, user_id: str, text: str | None = None, keep_history: bool = False,

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from lightmem import metadata_filter
 from lightmem.errors import InvalidInputError
 from lightmem.timeutil import parse_timestamp
 
@@ -188,6 +189,7 @@ class Filters:
     kinds: tuple[ItemKind, ...] | None = None
     tags: tuple[str, ...] | None = None
     include_superseded: bool = False
+    metadata: tuple[tuple[str, str, Any], ...] | None = None
 
     @property
     def is_trivial(self) -> bool:
@@ -198,6 +200,7 @@ class Filters:
             and not self.kinds
             and not self.tags
             and not self.include_superseded
+            and not self.metadata
         )
 
     @classmethod
@@ -243,6 +246,11 @@ class Filters:
             if not isinstance(filters["include_superseded"], bool):
                 raise InvalidInputError("filters.include_superseded must be true or false")
             kw["include_superseded"] = filters["include_superseded"]
+        if filters.get("metadata") is not None:
+            meta = filters["metadata"]
+            if isinstance(meta, tuple):  # a Filters' own conditions
+                meta = _conditions_by_key(meta)
+            kw["metadata"] = metadata_filter.parse(meta) or None
         return cls(**kw)
 
 
@@ -257,7 +265,14 @@ def _strings(value: object, key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-FILTER_KEYS = frozenset({"time_from", "time_to", "kinds", "tags", "include_superseded"})
+def _conditions_by_key(conditions: tuple[tuple[str, str, Any], ...]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for key, op, value in conditions:
+        out.setdefault(key, {})[op] = value
+    return out
+
+
+FILTER_KEYS = frozenset({"time_from", "time_to", "kinds", "tags", "include_superseded", "metadata"})
 
 
 @dataclass(frozen=True)

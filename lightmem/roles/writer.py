@@ -103,8 +103,16 @@ def segment_drafts(segments: Sequence[Segment], granularity: str = "segment", ma
     return drafts
 
 
+# Metadata keys the pipeline itself writes on a memory (word keep-scores, excerpt and dating marks, consolidation
+# members, LTM nodes, the writer's name): a turn's metadata never sets them.
+SYSTEM_KEYS = frozenset({"keep", "excerpt", "dated", "members", "ltm_node", "confidence", "evidence", "writer"})
+
+
 def _meta(t: Turn) -> dict[str, Any]:
-    return {"speaker": t.speaker, **({"session_id": t.session_id} if t.session_id else {})}
+    """A memory's metadata from its turn: the turn's own (what the caller gave with the message; the pipeline's
+    ``SYSTEM_KEYS`` left out), then the speaker and session, which the read path relies on."""
+    own = {k: v for k, v in t.metadata.items() if k not in SYSTEM_KEYS} if t.metadata else {}
+    return {**own, "speaker": t.speaker, **({"session_id": t.session_id} if t.session_id else {})}
 
 
 class TurnWriter:

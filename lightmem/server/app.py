@@ -4,6 +4,7 @@ The app only talks to ``Memory``, so it serves whatever store backend ``memory_f
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -171,17 +172,27 @@ def _routes() -> APIRouter:
     def context(body: ContextRequest, caller: Caller, request: Request) -> ContextOut:
         """A prompt: query > recent turns (``stm``) > memories, within ``budget`` tokens."""
         authorize(caller, body.user_id)
+        filters = body.filters.model_dump(exclude_none=True) if body.filters else None
         with memory_of(request) as memory:
-            ctx = memory.build_context(body.query, body.user_id, stm=body.stm, budget=body.budget)
+            ctx = memory.build_context(body.query, body.user_id, stm=body.stm, budget=body.budget, filters=filters)
         return ContextOut.of(ctx)
 
     @r.get("/v1/memories", tags=["memories"], responses=read)
     def list_items(user_id: QueryUser, caller: Caller, request: Request,
                    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100, offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-                   include_archived: bool = False) -> ItemsOut:
+                   include_archived: bool = False,
+                   metadata: Annotated[str | None, Query(description='A metadata filter as JSON, e.g. {"topic": "sport", '
+                                                                     '"rank": {"$gte": 3}} (as in search filters).')] = None
+                   ) -> ItemsOut:
         authorize(caller, user_id)
+        spec = None
+        if metadata is not None:
+            try:
+                spec = json.loads(metadata)
+            except ValueError as exc:
+                raise InvalidInputError(f"query parameter metadata is not JSON ({exc})") from exc
         with memory_of(request) as memory:
-            items = memory.get_all(user_id, include_archived=include_archived, limit=limit, offset=offset)
+            items = memory.get_all(user_id, include_archived=include_archived, limit=limit, offset=offset, metadata=spec)
         return ItemsOut(items=[MemoryOut.of(i) for i in items])
 
     @r.get("/v1/memories/{item_id}", tags=["memories"], responses=item)

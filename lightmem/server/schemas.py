@@ -100,6 +100,10 @@ class SearchFilters(_Request):
     kinds: list[Literal["episodic", "abstract", "knowledge"]] | None = None
     tags: list[str] | None = None
     include_superseded: bool = False
+    metadata: dict[str, Any] | None = Field(
+        None, description='Only memories whose metadata passes: {"field": value} or {"field": {"$op": value}} with '
+                          "$eq $ne $gt $gte $lt $lte; a dotted field names a nested one.",
+        examples=[{"topic": "sport", "rank": {"$gte": 3}}])
 
 
 class SearchRequest(_Request):
@@ -115,6 +119,7 @@ class ContextRequest(_Request):
     query: Text
     budget: Budget | None = Field(None, description="Tokens of the whole prompt as the reader's tokenizer counts them (default: the server's).")
     stm: list[str] = Field(default_factory=list, description="Recent turns of the conversation, oldest first.")
+    filters: SearchFilters | None = None
 
 
 class UpdateRequest(_Request):

@@ -255,8 +255,9 @@ class ItemStore(Protocol):
         ...
 
     def list(self, user_id: str, include_archived: bool = False, limit: int | None = None,
-             offset: int = 0) -> list[MemoryItem]:
-        """The user's items, oldest first."""
+             offset: int = 0, metadata: tuple | None = None) -> list[MemoryItem]:
+        """The user's items, oldest first; ``metadata``: the conditions of ``lightmem.metadata_filter.parse`` that
+        their metadata must pass."""
         ...
 
     def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None,

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from lightmem import metadata_filter
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.stores.access import AccessBuffer
 from lightmem.stores.base import DEFAULT_CAPACITY, DEFAULT_RETENTION_HALF_LIFE_DAYS, GraphUpdate, OfflineChanges, OfflineCommit
@@ -533,9 +534,13 @@ class SQLiteStore:
             raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
         return row_to_item(rows[0])
 
-    def list(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0) -> list[MemoryItem]:
-        where = "" if include_archived else "archived = 0"
-        rows = self.sql.item_rows(user_id, where)
+    def list(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0,
+             metadata: tuple | None = None) -> list[MemoryItem]:
+        where, params = ([] if include_archived else ["archived = 0"]), []
+        if metadata:
+            sql, params = metadata_filter.sqlite_where(metadata)
+            where.append(sql)
+        rows = self.sql.item_rows(user_id, " AND ".join(where), params)
         end = None if limit is None else offset + limit
         return [row_to_item(r) for r in rows[offset:end]]
 
@@ -546,7 +551,7 @@ class SQLiteStore:
     def search_dense(self, user_id: str, qvec: np.ndarray, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
         with self._lock:
             part = self._part(user_id)
-            mask = part.allowed(part.vectors.ids, filters)
+            mask = part.allowed(part.vectors.ids, filters, self._metadata_rids(user_id, filters))
             return part.vectors.search(qvec, k, mask)
 
     def search_lexical(
@@ -558,13 +563,21 @@ class SQLiteStore:
         """
         with self._lock:
             part = self._part(user_id)
-            hits = part.lexical.top(query, k, lambda ids: part.allowed(ids, filters))
+            rids = self._metadata_rids(user_id, filters)
+            hits = part.lexical.top(query, k, lambda ids: part.allowed(ids, filters, rids))
             lex = part.lexical
             return hits.ids, hits.scores, lambda rids: lex.lookup(hits.row_scores, rids)
 
     def cosine(self, user_id: str, qvec: np.ndarray, rids: Sequence[int]) -> np.ndarray:
         with self._lock:
             return self._part(user_id).vectors.cosine(qvec, rids)
+
+    def _metadata_rids(self, user_id: str, filters: Filters) -> set[int] | None:
+        """The user's rows whose metadata passes ``filters.metadata`` (None without one)."""
+        if not filters.metadata:
+            return None
+        where, params = metadata_filter.sqlite_where(filters.metadata)
+        return {int(r[0]) for r in self.sql.query(f"SELECT rid FROM items WHERE user_id = ? AND {where}", [user_id, *params])}
 
     def signals(self, user_id: str, rids: Sequence[int]) -> tuple[np.ndarray, list[frozenset[str]]]:
         """Event times and tags of indexed items, from memory (no SQL on the read path)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from lightmem import metadata_filter
 from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.stores.access import AccessBuffer
 from lightmem.stores.base import DEFAULT_CAPACITY, DEFAULT_RETENTION_HALF_LIFE_DAYS, GraphUpdate, OfflineChanges, OfflineCommit
@@ -489,11 +491,22 @@ class PostgresStore:
     def get(self, user_id: str, item_id: str, include_archived: bool = False) -> MemoryItem:
         return self._db.read(lambda conn: self._get(conn, user_id, item_id, include_archived))
 
-    def list(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0) -> list[MemoryItem]:
-        where = "" if include_archived else " AND NOT archived"
+    def list(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0,
+             metadata: tuple | None = None) -> list[MemoryItem]:
+        where, params = ("" if include_archived else " AND NOT archived"), []
+        if metadata:
+            sql, params = metadata_filter.postgres_where(metadata)
+            where += f" AND {sql}"
         rows = self._query(f"SELECT {ITEM_COLS} FROM items WHERE user_id = %s{where} ORDER BY rid LIMIT %s OFFSET %s",
-                           (user_id, limit, offset))
+                           (user_id, *params, limit, offset))
         return [row_to_item(r) for r in rows]
+
+    def _metadata_rids(self, user_id: str, filters: Filters) -> set[int] | None:
+        """The user's rows whose metadata passes ``filters.metadata`` (None without one)."""
+        if not filters.metadata:
+            return None
+        sql, params = metadata_filter.postgres_where(filters.metadata)
+        return {int(r[0]) for r in self._query(f"SELECT rid FROM items WHERE user_id = %s AND {sql}", (user_id, *params))}
 
     def fetch(self, user_id: str, rids: Sequence[int]) -> dict[int, MemoryItem]:
         """Items of this user by row id; rows of anyone else are never returned."""
@@ -530,7 +543,9 @@ class PostgresStore:
         """Top-``k`` BM25 ids and scores (the embedded store's BM25), and this query's BM25 of any ids."""
         with self._mutex:
             view = self._view(user_id)
-            hits = view.lexical.top(query, k, lambda ids: filter_mask(view.meta, ids, filters, view.n_not_current == 0))
+            rids = self._metadata_rids(user_id, filters)
+            hits = view.lexical.top(query, k, lambda ids: filter_mask(view.meta, ids, filters, view.n_not_current == 0,
+                                                                        rids))
             lex = view.lexical
             return hits.ids, hits.scores, lambda rids: lex.lookup(hits.row_scores, rids)
 
@@ -661,4 +676,9 @@ def _filter_sql(user_id: str, f: Filters) -> tuple[str, dict[str, Any]]:
     if f.tags:
         where.append("tags && %(tags)s::text[]")
         params["tags"] = [t.lower() for t in f.tags]
+    if f.metadata:
+        sql, values = metadata_filter.postgres_where(f.metadata)
+        names = iter(f"m{i}" for i in range(len(values)))
+        where.append(re.sub(r"%s", lambda _: f"%({next(names)})s", sql))
+        params.update({f"m{i}": v for i, v in enumerate(values)})
     return " AND ".join(where), params

@@ -93,9 +93,10 @@ class Partition(MetaCounts):
         self.lexical.remove(rids)
         self.forget_meta(rids)
 
-    def allowed(self, ids: np.ndarray, f: Filters) -> np.ndarray | None:
-        """Boolean mask over ``ids`` for the filter, or None when it keeps everything."""
-        return filter_mask(self.meta, ids, f, all_current=self.n_not_current == 0)
+    def allowed(self, ids: np.ndarray, f: Filters, rids: set[int] | None = None) -> np.ndarray | None:
+        """Boolean mask over ``ids`` for the filter, or None when it keeps everything; ``rids``: the rows whose
+        metadata passes ``f.metadata`` (the store lists them)."""
+        return filter_mask(self.meta, ids, f, all_current=self.n_not_current == 0, rids=rids)
 
     def nbytes(self) -> int:
         """Estimated bytes of this view (``views.cache.ViewCache`` keeps the sum under a ceiling)."""
@@ -111,10 +112,17 @@ def meta_nbytes(n: int, n_tagged: int) -> int:
     return _META_ENTRY * n + _TAGS * n_tagged
 
 
-def filter_mask(meta: Mapping[int, IndexMeta], ids: np.ndarray, f: Filters, all_current: bool) -> np.ndarray | None:
-    """Boolean mask over ``ids`` (keys of ``meta``) for the filter, or None when it keeps everything."""
+def filter_mask(meta: Mapping[int, IndexMeta], ids: np.ndarray, f: Filters, all_current: bool,
+                rids: set[int] | None = None) -> np.ndarray | None:
+    """Boolean mask over ``ids`` (keys of ``meta``) for the filter, or None when it keeps everything; with a
+    metadata filter, ``rids`` are the rows that pass it (listed by the store)."""
     if f.is_trivial and all_current:
         return None
+    if f.metadata:
+        passing = rids or set()
+        base = filter_mask(meta, ids, Filters(**{**f.__dict__, "metadata": None}), all_current)
+        inside = np.fromiter((int(r) in passing for r in ids), dtype=bool, count=len(ids))
+        return inside if base is None else base & inside
     kinds = set(f.kinds) if f.kinds else None
     tags = {t.lower() for t in f.tags} if f.tags else None
     lo = -np.inf if f.time_from is None else f.time_from

@@ -1,0 +1,80 @@
+"""Metadata given with a message reaches its memories, comes back on every read, and filters searches and lists
+(exact match and LangGraph's $eq $ne $gt $gte $lt $lte), alike on both backends."""
+from __future__ import annotations
+
+import pytest
+
+from lightmem import InvalidInputError, Memory
+from lightmem.models.embedder import HashingEmbedder
+from lightmem.roles.selector import Stage1Selector
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def memory(request, tmp_path):
+    location = request.getfixturevalue("pg_uri") if request.param == "postgres" else tmp_path / "store"
+    m = Memory.open(location, embedder=HashingEmbedder(64), selector=Stage1Selector(), background_index=False)
+    notes = [("I run on Mondays", {"topic": "sport", "rank": 1, "done": True}),
+             ("I swim on Tuesdays", {"topic": "sport", "rank": 5, "done": False}),
+             ("I read on Wednesdays", {"topic": "books", "rank": 3, "nested": {"level": "b"}}),
+             ("I cook on Thursdays", {})]
+    for text, meta in notes:
+        m.add({"speaker": "ana", "text": text, "metadata": meta}, user_id="ana")
+    m.add({"speaker": "bob", "text": "I run on Mondays too", "metadata": {"topic": "sport"}}, user_id="bob")
+    yield m
+    m.close()
+
+
+def _texts(items) -> list[str]:
+    return [getattr(i, "item", i).text.split(": ", 1)[1] for i in items]
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ({"topic": "sport"}, ["I run on Mondays", "I swim on Tuesdays"]),
+    ({"topic": {"$ne": "sport"}}, ["I read on Wednesdays", "I cook on Thursdays"]),
+    ({"rank": {"$gte": 3}}, ["I swim on Tuesdays", "I read on Wednesdays"]),
+    ({"rank": {"$gt": 1, "$lt": 5}}, ["I read on Wednesdays"]),
+    ({"rank": {"$lte": 1}}, ["I run on Mondays"]),
+    ({"done": True}, ["I run on Mondays"]),
+    ({"done": False}, ["I swim on Tuesdays"]),
+    ({"nested.level": "b"}, ["I read on Wednesdays"]),
+    ({"topic": None}, ["I cook on Thursdays"]),
+    ({"topic": "sport", "rank": {"$gt": 2}}, ["I swim on Tuesdays"]),
+    ({"rank": {"$gt": "a"}}, []),  # a number is never ordered against a string
+])
+def test_lists_and_searches_filter_on_metadata(memory, spec, expected):
+    assert _texts(memory.get_all("ana", metadata=spec)) == expected
+    hits = memory.search("on days", "ana", k=10, filters={"metadata": spec})
+    assert sorted(_texts(hits)) == sorted(expected)
+    ctx = memory.build_context("What do I do?", "ana", filters={"metadata": spec}, budget=400)
+    assert sorted(_texts(ctx.memories)) == sorted(expected)
+
+
+def test_metadata_comes_back_and_stays_with_its_user(memory):
+    [item] = memory.get_all("ana", metadata={"nested.level": "b"})
+    assert item.metadata["nested"] == {"level": "b"} and item.metadata["topic"] == "books"
+    assert memory.get(item.id, "ana").metadata["rank"] == 3
+    assert _texts(memory.get_all("bob", metadata={"topic": "sport"})) == ["I run on Mondays too"]
+
+
+def test_a_filtered_search_returns_k_when_that_many_match(memory):
+    for i in range(30):
+        memory.add({"speaker": "ana", "text": f"I run on Mondays, lap {i}", "metadata": {"topic": "noise"}}, user_id="ana")
+    hits = memory.search("run Mondays lap", "ana", k=2, filters={"metadata": {"topic": "sport"}})
+    assert sorted(_texts(hits)) == ["I run on Mondays", "I swim on Tuesdays"]  # not cut to nothing by the 30 laps
+
+
+@pytest.mark.parametrize("spec, says", [
+    ({"a b": 1}, "not a field name"), ({"a": {"$in": [1]}}, "unknown operator"), ({"a": [1]}, "compare with"),
+    ({"a": {"$gt": None}}, "orders numbers and strings"), ({"a": float("nan")}, "compare with"), ("topic", "must be an object"),
+])
+def test_bad_filters_are_refused(memory, spec, says):
+    with pytest.raises(InvalidInputError, match=says):
+        memory.get_all("ana", metadata=spec)
+    with pytest.raises(InvalidInputError, match=says):
+        memory.search("x", "ana", filters={"metadata": spec})
+
+
+def test_system_keys_of_a_turn_do_not_reach_the_memory(memory):
+    [item] = memory.add({"speaker": "ana", "text": "hello", "metadata": {"keep": "9999", "excerpt": True, "x": 1}},
+                        user_id="ana")
+    assert "keep" not in item.metadata and "excerpt" not in item.metadata and item.metadata["x"] == 1

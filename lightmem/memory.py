@@ -1,6 +1,8 @@
 """The ``Memory`` facade: a thin delegator over the write path, the read path and the store."""
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import inspect
 import logging
 import time
@@ -12,7 +14,7 @@ from lightmem import metadata_filter
 from lightmem.batch import plan as plan_batch
 from lightmem.batch import run as run_batch
 from lightmem.build import memory_parts
-from lightmem.errors import InvalidInputError, shown
+from lightmem.errors import InvalidInputError, ItemNotFoundError, shown
 from lightmem.indexer import BackgroundIndexer
 from lightmem.ltm import CycleReport, LTMRuntime
 from lightmem.messages import (
@@ -35,7 +37,7 @@ from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
 from lightmem.retrieval.excerpts import keep_codes
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
-from lightmem.roles.writer import Writer, default_writer
+from lightmem.roles.writer import DraftItem, Writer, default_writer
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import MemoryStore
 from lightmem.timeutil import now as wall_clock
@@ -275,6 +277,38 @@ class Memory:
                 parse_timestamp(now)
         return self.composer.compose(query, stm, [h.item for h in hits], budget, layout=layout)
 
+    # -- memories addressed by the caller's key ------------------------------------------------
+    def put(self, key: str, text: str, user_id: str, metadata: Mapping[str, Any] | None = None,
+            timestamp: object = None) -> MemoryItem:
+        """Write the memory that ``key`` names for ``user_id`` (a caller's name for it, unique per user, as a
+        framework's ``put(namespace, key, value)`` has): a new one, or one that takes the place of the memory the key
+        named before, in one transaction (the old one is erased as ``delete`` erases it). The text is stored as
+        given, no Writer between; ``metadata`` comes back with it (``metadata["key"]`` is the key)."""
+        user_id, key = check_user_id(user_id), check_id(key, "key")
+        turn = to_turns({"speaker": "user", "text": text, "metadata": dict(metadata or {})}, timestamp)[0]
+        check_turn_lengths([turn], self.max_turn_chars)
+        item_id = key_id(user_id, key)
+        turn = dataclasses.replace(turn, turn_id=item_id, metadata={**turn.metadata, "key": key})
+        draft = DraftItem(text=text, provenance=[item_id], event_time=turn.timestamp,
+                          metadata={**turn.metadata, "key": key})
+
+        def write() -> MemoryItem:
+            try:
+                self.store.delete(user_id, item_id, self.clock(), encode=self.embedder.encode)
+            except ItemNotFoundError:
+                pass
+            return self._write.put(user_id, turn, draft, item_id)[0]
+
+        return self.store.run_atomic(write)
+
+    def get_by_key(self, key: str, user_id: str) -> MemoryItem:
+        """The memory ``put`` wrote under ``key`` (``ItemNotFoundError`` when there is none)."""
+        return self.get(key_id(check_user_id(user_id), check_id(key, "key")), user_id)
+
+    def users(self) -> list[str]:
+        """Every user the store holds turns or memories of."""
+        return self.store.users()
+
     # -- item management ---------------------------------------------------------------------
     def get(self, item_id: str, user_id: str, include_archived: bool = False) -> MemoryItem:
         return self.store.get(check_user_id(user_id), check_id(item_id, "item_id"), include_archived)
@@ -415,6 +449,11 @@ class Memory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def key_id(user_id: str, key: str) -> str:
+    """The item id of the memory a user's ``key`` names: the same for the same user and key, and no other's."""
+    return "k" + hashlib.sha256(f"{user_id}\x00{key}".encode("utf-8", "surrogatepass")).hexdigest()[:31]
 
 
 # ``Memory.open`` hands its arguments to ``memory_parts``: help() and editors show them there too.

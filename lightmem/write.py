@@ -97,9 +97,14 @@ class WritePipeline:
             wp.restore(user_id, snap)  # buffers go back to what the store holds
             raise
 
+    def put(self, user_id: str, turn: Turn, draft: DraftItem, item_id: str) -> list[MemoryItem]:
+        """Store one turn and one memory written as given (no Writer, no sensory stage) under ``item_id``."""
+        return self._commit(user_id, [turn], [draft], ids=[item_id])
+
     def _commit(self, user_id: str, turns: Sequence[Turn], drafts: Sequence[DraftItem],
-                pending: Sequence[str] | None = None) -> list[MemoryItem]:
-        """Embed the drafts and store them with the turns in one transaction."""
+                pending: Sequence[str] | None = None, ids: Sequence[str] | None = None) -> list[MemoryItem]:
+        """Embed the drafts and store them with the turns in one transaction (``ids``: the drafts' item ids,
+        new ones when not given)."""
         if not turns and not drafts and pending is None:
             return []
         texts = [d.text for d in drafts]
@@ -116,11 +121,11 @@ class WritePipeline:
         at = self.clock()
         items = [
             MemoryItem(
-                id=self.store.new_id(), user_id=user_id, text=d.text, provenance=list(d.provenance), created_at=at,
+                id=ids[j] if ids is not None else self.store.new_id(), user_id=user_id, text=d.text, provenance=list(d.provenance), created_at=at,
                 event_time=d.event_time, last_access=at, topic=d.topic, entities=list(d.entities), kind=d.kind,
                 valid_from=d.event_time, n_tokens=n, metadata=meta,
             )
-            for d, n, meta in zip(drafts, n_tokens, metadata)
+            for j, (d, n, meta) in enumerate(zip(drafts, n_tokens, metadata))
         ]
         written = self.store.write(user_id, turns, items, vecs, at, pending=pending)
         if deferred and written:

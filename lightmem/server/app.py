@@ -42,10 +42,12 @@ from lightmem.server.schemas import (
     HitsOut,
     ItemsOut,
     MemoryOut,
+    PutRequest,
     SearchRequest,
     UpdateRequest,
     UserDeletedOut,
     UserId,
+    UsersOut,
 )
 from lightmem.text import warm
 
@@ -239,6 +241,42 @@ def _routes() -> APIRouter:
                 raise ItemNotFoundError(f"ops[{exc.op_index}]: {exc.args[0] if exc.args else exc}; nothing of the "
                                         "atomic batch was written") from exc
         return BatchOut(results=[BatchResultOut.of(r) for r in results])
+
+    @r.put("/v1/keys/{key}", tags=["keys"], responses=_errors(401, 403, 413, 422))
+    def put(key: Annotated[str, Path(min_length=1, max_length=256)], body: PutRequest, user_id: QueryUser,
+            caller: Caller, request: Request) -> MemoryOut:
+        """Write the memory ``key`` names for the user: a new one, or in place of the one it named (erased)."""
+        authorize(caller, user_id)
+        with memory_of(request) as memory:
+            return MemoryOut.of(memory.put(key, body.text, user_id, metadata=body.metadata, timestamp=body.timestamp))
+
+    @r.get("/v1/keys/{key}", tags=["keys"], responses=item)
+    def get_by_key(key: Annotated[str, Path(min_length=1, max_length=256)], user_id: QueryUser, caller: Caller,
+                   request: Request) -> MemoryOut:
+        authorize(caller, user_id)
+        with memory_of(request) as memory:
+            return MemoryOut.of(memory.get_by_key(key, user_id))
+
+    @r.post("/v1/memories/{item_id}/archive", tags=["memories"], responses=item)
+    def archive(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> MemoryOut:
+        """Hide a memory from search without deleting it (``restore`` brings it back)."""
+        authorize(caller, user_id)
+        with memory_of(request) as memory:
+            return MemoryOut.of(memory.archive(item_id, user_id))
+
+    @r.post("/v1/memories/{item_id}/restore", tags=["memories"], responses=item)
+    def restore(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> MemoryOut:
+        authorize(caller, user_id)
+        with memory_of(request) as memory:
+            return MemoryOut.of(memory.restore(item_id, user_id))
+
+    @r.get("/v1/users", tags=["users"], responses=_errors(401, 403))
+    def users(caller: Caller, request: Request) -> UsersOut:
+        """Every user the store holds (admin keys only)."""
+        if caller.users is not None:
+            raise HTTPException(403, "only an admin key may list the users")
+        with memory_of(request) as memory:
+            return UsersOut(users=memory.users())
 
     @r.get("/v1/memories/{item_id}/history", tags=["memories"], responses=item)
     def history(item_id: str, user_id: QueryUser, caller: Caller, request: Request) -> HistoryOut:

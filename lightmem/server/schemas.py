@@ -167,6 +167,17 @@ class BatchRequest(_Request):
                                                   "answers, naming its index); by default each commits on its own.")
 
 
+class PutRequest(_Request):
+    text: Text = Field(description="The memory's text, stored as given.")
+    metadata: dict[str, Any] | None = Field(None, description="Comes back with the memory (its key added as "
+                                                               "metadata.key). " + METADATA_DOC)
+    timestamp: Timestamp | None = Field(None, description="When it was said or learned; defaults to now.")
+
+
+class UsersOut(BaseModel):
+    users: list[str]
+
+
 class ErrorOut(BaseModel):
     """The body of every error answer (401, 403, 404, 413, 422)."""
 

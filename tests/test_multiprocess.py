@@ -9,6 +9,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from lightmem.ltm import LTMOptions
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
@@ -24,6 +26,14 @@ PRELUDE = textwrap.dedent(
     m = Memory.open(sys.argv[1], embedder=HashingEmbedder(64), selector=Stage1Selector())
     """
 )
+
+
+@pytest.fixture(autouse=True, params=["background", "sync"])
+def indexing(request, monkeypatch):
+    """Every test twice: with the background indexer (as shipped) and embedding before add returns; the
+    processes the tests start inherit the setting."""
+    monkeypatch.setenv("LIGHTMEM_BACKGROUND_INDEX", "1" if request.param == "background" else "0")
+    return request.param
 
 
 def _open(path, **kw) -> Memory:

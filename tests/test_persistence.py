@@ -8,6 +8,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 
@@ -61,11 +63,13 @@ WRITER = textwrap.dedent(
 )
 
 
-def test_sigkill_mid_ingest_loses_no_acknowledged_turn(tmp_path):
+@pytest.mark.parametrize("background", ["1", "0"], ids=["background", "sync"])
+def test_sigkill_mid_ingest_loses_no_acknowledged_turn(tmp_path, background):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     store = tmp_path / "store"
-    proc = subprocess.Popen([sys.executable, str(script), str(store)], stdout=subprocess.PIPE, text=True, env={**os.environ})
+    proc = subprocess.Popen([sys.executable, str(script), str(store)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "LIGHTMEM_BACKGROUND_INDEX": background})
     acked = []
     deadline = time.time() + 120
     while len(acked) < 60 and time.time() < deadline:

@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.roles.selector import Stage1Selector
@@ -76,6 +78,13 @@ for i, (u, first, second) in enumerate(pairs):
 stop.touch()
 m.close()
 """
+
+
+@pytest.fixture(autouse=True, params=["background", "sync"])
+def indexing(request, monkeypatch):
+    """With the background indexer (as shipped) and without; the processes the tests start inherit it."""
+    monkeypatch.setenv("LIGHTMEM_BACKGROUND_INDEX", "1" if request.param == "background" else "0")
+    return request.param
 
 
 def _open(path: Path) -> Memory:

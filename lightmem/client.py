@@ -204,13 +204,11 @@ def _dumps(value: Any, what: str) -> bytes:
 
 
 def _segment(value: object, what: str, user_id: str | None = None) -> str:
-    """``value`` quoted as one URL path segment. ``/`` cannot be carried (the server's router splits on it):
-    an item id holding one names no memory (none has one), another value is refused."""
+    """``value`` quoted as one URL path segment. A key or a user id may hold ``/`` (their routes take the rest of
+    the path); an item id holding one names no memory (none has one)."""
     value = check_id(value, what)
-    if "/" in value:
-        if what == "item_id":
-            raise ItemNotFoundError(f"user {user_id!r} has no item {value!r}")
-        raise InvalidInputError(f"{what} {shown(value)} holds '/', which the HTTP API cannot carry in a URL path")
+    if "/" in value and what == "item_id":
+        raise ItemNotFoundError(f"user {user_id!r} has no item {value!r}")
     quoted = quote(value, safe="")
     return quoted.replace(".", "%2E") if set(value) == {"."} else quoted  # "." and ".." are no path steps
 

@@ -242,7 +242,7 @@ def _routes() -> APIRouter:
                                         "atomic batch was written") from exc
         return BatchOut(results=[BatchResultOut.of(r) for r in results])
 
-    @r.put("/v1/keys/{key}", tags=["keys"], responses=_errors(401, 403, 413, 422))
+    @r.put("/v1/keys/{key:path}", tags=["keys"], responses=_errors(401, 403, 413, 422))
     def put(key: Annotated[str, Path(min_length=1, max_length=256)], body: PutRequest, user_id: QueryUser,
             caller: Caller, request: Request) -> MemoryOut:
         """Write the memory ``key`` names for the user: a new one, or in place of the one it named (erased)."""
@@ -250,7 +250,7 @@ def _routes() -> APIRouter:
         with memory_of(request) as memory:
             return MemoryOut.of(memory.put(key, body.text, user_id, metadata=body.metadata, timestamp=body.timestamp))
 
-    @r.get("/v1/keys/{key}", tags=["keys"], responses=item)
+    @r.get("/v1/keys/{key:path}", tags=["keys"], responses=item)
     def get_by_key(key: Annotated[str, Path(min_length=1, max_length=256)], user_id: QueryUser, caller: Caller,
                    request: Request) -> MemoryOut:
         authorize(caller, user_id)
@@ -287,7 +287,7 @@ def _routes() -> APIRouter:
             raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
         return HistoryOut(id=item_id, events=[HistoryEventOut.of(e) for e in events])
 
-    @r.delete("/v1/users/{user_id}", tags=["users"], responses=read)
+    @r.delete("/v1/users/{user_id:path}", tags=["users"], responses=read)
     def delete_user(user_id: Annotated[UserId, Path(description=USER_DOC)], caller: Caller, request: Request) -> UserDeletedOut:
         """Erase everything of a user: turns, memories and history."""
         authorize(caller, user_id)

@@ -236,12 +236,13 @@ class HitOut(BaseModel):
     provenance: list[str]
     event_time: float
     kind: str
+    metadata: dict[str, Any] = Field(default_factory=dict, description="The memory's metadata, as MemoryOut shows it.")
 
     @classmethod
     def of(cls, hit: Hit) -> "HitOut":
         it = hit.item
         return cls(id=it.id, text=it.text, score=hit.score, scores=dict(hit.scores), provenance=list(it.provenance),
-                   event_time=it.event_time, kind=it.kind.value)
+                   event_time=it.event_time, kind=it.kind.value, metadata=MemoryOut._servable(it.metadata))
 
 
 class ItemsOut(BaseModel):

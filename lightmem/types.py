@@ -86,6 +86,9 @@ class MemoryItem:
     n_tokens: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
     keys: str = ""
+    # When its text, fields or archived state last changed: a store sets it (its created_at until then). Bookkeeping,
+    # like an id's row: left out of equality, so an item compares equal to itself read back.
+    updated_at: float | None = field(default=None, compare=False)
 
     @property
     def index_text(self) -> str:

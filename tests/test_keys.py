@@ -74,3 +74,17 @@ def test_keys_users_and_archive_over_http(tmp_path):
         assert c.post(f"/v1/memories/{item['id']}/restore", params=q, headers=h).json()["archived"] is False
         assert c.get("/v1/users", headers=h).status_code == 403
         assert c.get("/v1/users", headers={"Authorization": f"Bearer {admin}"}).json() == {"users": ["alice"]}
+
+
+def test_updated_at_follows_changes(location):
+    with _open(location) as m:
+        m.clock = lambda: 1_700_000_000.0
+        item = m.add("I live in Porto", user_id="ana")[0]
+        assert m.get(item.id, "ana").updated_at == item.created_at
+        m.clock = lambda: 1_700_000_500.0
+        changed = m.update(item.id, "ana", text="I live in Lisbon")
+        assert changed.updated_at == 1_700_000_500.0 == m.get(item.id, "ana").updated_at
+        m.clock = lambda: 1_700_000_900.0
+        assert m.archive(item.id, "ana").updated_at == 1_700_000_900.0
+        assert m.get(item.id, "ana", include_archived=True).updated_at == 1_700_000_900.0
+        assert m.get(item.id, "ana", include_archived=True).created_at == item.created_at

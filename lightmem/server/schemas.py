@@ -194,6 +194,7 @@ class MemoryOut(BaseModel):
     kind: str
     event_time: float
     created_at: float
+    updated_at: float = Field(description="When its text, fields or archived state last changed (created_at until then).")
     topic: str | None
     entities: list[str]
     archived: bool
@@ -212,7 +213,9 @@ class MemoryOut(BaseModel):
     @classmethod
     def of(cls, item: MemoryItem) -> "MemoryOut":
         return cls(id=item.id, user_id=item.user_id, text=item.text, provenance=list(item.provenance), kind=item.kind.value,
-                   event_time=item.event_time, created_at=item.created_at, topic=item.topic, entities=list(item.entities),
+                   event_time=item.event_time, created_at=item.created_at,
+                   updated_at=item.updated_at if item.updated_at is not None else item.created_at,
+                   topic=item.topic, entities=list(item.entities),
                    archived=item.archived, superseded_by=item.superseded_by, metadata=dict(item.metadata))
 
 

@@ -26,7 +26,7 @@ def retention_score(
 
 
 ITEM_COLS = ("rid, id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, topic, "
-             "entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, keys")
+             "entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, keys, updated_at")
 # The same columns read through the alias ``i`` (the consolidation-candidate joins).
 CANDIDATE_COLS = ", ".join(f"i.{c.strip()}" for c in ITEM_COLS.split(","))
 NODE_COLS = "id, key, kind, text, facts, confidence, evidence, first_seen, last_seen, last_cycle, active"
@@ -38,12 +38,12 @@ UPDATABLE = frozenset({"text", "n_tokens", "utility", "topic", "entities", "vali
 def row_to_item(row: Sequence[Any]) -> MemoryItem:
     """An ``ITEM_COLS`` row (JSON fields as text) → ``MemoryItem``."""
     (_, iid, uid, text, prov, created, event, last, count, util, topic, ents, kind, vf, vt, sup, arch, ntok, meta,
-     keys) = row
+     keys, updated) = row
     return MemoryItem(
         id=iid, user_id=uid, text=text, provenance=json.loads(prov), created_at=created, event_time=event,
         last_access=last, access_count=count, utility=util, topic=topic, entities=json.loads(ents),
         kind=ItemKind(kind), valid_from=vf, valid_to=vt, superseded_by=sup, archived=bool(arch), n_tokens=ntok,
-        metadata=json.loads(meta), keys=keys or "",
+        metadata=json.loads(meta), keys=keys or "", updated_at=created if updated is None else updated,
     )
 
 

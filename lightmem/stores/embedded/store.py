@@ -423,7 +423,7 @@ class SQLiteStore:
         with self._lock:
             old = self.get(user_id, item_id, include_archived=True)
             rewrite = rewrites_text(old.text, fields)
-            new = replace(old, **fields, **({"keys": ""} if rewrite else {}))
+            new = replace(old, **fields, **({"keys": ""} if rewrite else {}), updated_at=now)
             rid = self.sql.rid_of(user_id, item_id)
             redact = forgets_old_text(old.text, fields, keep_history)
             old_events = self.sql.history(user_id, item_id) if redact else []
@@ -439,6 +439,7 @@ class SQLiteStore:
                         sets[k] = json.dumps(sets[k])
                 if vector is not None:
                     sets["embedding"] = np.asarray(vector, dtype=np.float32).tobytes()
+                sets["updated_at"] = now
                 cols = ", ".join(f"{k} = ?" for k in sets)
                 c.execute(f"UPDATE items SET {cols} WHERE user_id = ? AND id = ?", [*sets.values(), user_id, item_id])
                 if redact:
@@ -468,10 +469,10 @@ class SQLiteStore:
                 return item
             rid = self.sql.rid_of(user_id, item_id)
             with self.sql.transaction() as c:
-                c.execute("UPDATE items SET archived = ? WHERE rid = ?", (int(archived), rid))
+                c.execute("UPDATE items SET archived = ?, updated_at = ? WHERE rid = ?", (int(archived), now, rid))
                 self.sql.log(c, user_id, item_id, "ARCHIVE" if archived else "RESTORE", item.text, item.text, now)
             self._parts.pop(user_id)  # reload lazily: restore needs the stored vector
-            return replace(item, archived=archived)
+            return replace(item, archived=archived, updated_at=now)
 
     def delete(self, user_id: str, item_id: str, now: float,
                encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:

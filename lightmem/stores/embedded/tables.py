@@ -60,7 +60,7 @@ CREATE TABLE IF NOT EXISTS items (
   valid_from REAL, valid_to REAL, superseded_by TEXT,
   archived INTEGER NOT NULL DEFAULT 0, n_tokens INTEGER NOT NULL DEFAULT 0,
   metadata TEXT NOT NULL DEFAULT '{}', embedding BLOB NOT NULL, keys TEXT NOT NULL DEFAULT '',
-  pad BLOB NOT NULL DEFAULT X''
+  pad BLOB NOT NULL DEFAULT X'', updated_at REAL
 );
 CREATE INDEX IF NOT EXISTS items_by_user ON items (user_id, archived);
 -- The background indexer's work list (items stored before their vector): a partial index, so that
@@ -148,6 +148,8 @@ def _add_keys(c: sqlite3.Connection) -> None:
         c.execute("DROP TRIGGER IF EXISTS items_changes_update")
     if cols and "pad" not in cols:
         c.execute("ALTER TABLE items ADD COLUMN pad BLOB NOT NULL DEFAULT X''")
+    if cols and "updated_at" not in cols:  # within schema 5 too: NULL reads as the item's created_at
+        c.execute("ALTER TABLE items ADD COLUMN updated_at REAL")
 
 
 # -- rows rewritten in place ------------------------------------------------------------------------------------
@@ -565,11 +567,11 @@ class SQLiteTables:
         cur = c.execute(
             "INSERT INTO items (id, user_id, text, provenance, created_at, event_time, last_access, access_count, "
             "utility, topic, entities, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding, "
-            "keys, pad) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "keys, pad, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (item.id, item.user_id, item.text, json.dumps(item.provenance), item.created_at, item.event_time,
              item.last_access, item.access_count, item.utility, item.topic, json.dumps(item.entities),
              item.kind.value, item.valid_from, item.valid_to, item.superseded_by, int(item.archived), item.n_tokens,
-             json.dumps(item.metadata), blob, item.keys, pad),
+             json.dumps(item.metadata), blob, item.keys, pad, item.updated_at or item.created_at),
         )
         return int(cur.lastrowid)
 

@@ -44,12 +44,14 @@ def insert_item(cur: Any, item: MemoryItem, vector: np.ndarray | None, tags: lis
     embedding NULL for the background indexer."""
     cur.execute(
         "INSERT INTO items (id, user_id, text, provenance, created_at, event_time, last_access, access_count, utility, "
-        "topic, entities, tags, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding, keys) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "topic, entities, tags, kind, valid_from, valid_to, superseded_by, archived, n_tokens, metadata, embedding, keys, "
+        "updated_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (item.id, item.user_id, item.text, json.dumps(item.provenance), item.created_at, item.event_time,
          item.last_access, item.access_count, item.utility, item.topic, json.dumps(item.entities), tags,
          item.kind.value, item.valid_from, item.valid_to, item.superseded_by, item.archived, item.n_tokens,
-         json.dumps(item.metadata), None if vector is None else np.asarray(vector, dtype=np.float32), item.keys),
+         json.dumps(item.metadata), None if vector is None else np.asarray(vector, dtype=np.float32), item.keys,
+         item.updated_at or item.created_at),
     )
 
 
@@ -73,7 +75,7 @@ def candidates(conn: Any, user_id: str, limit: int, reactivation: int, under_pre
                half_life_days: float) -> list[tuple[int, MemoryItem, str]]:
     """Algorithm 3, step 1 (as ``offline.candidates``): (rid, item, reason) of at most ``limit`` active items."""
     base = (f"SELECT {CANDIDATE_COLS} FROM items i LEFT JOIN consolidated c ON c.user_id = i.user_id AND c.item_id = i.id "
-            "WHERE i.user_id = %s AND NOT i.archived")
+            "WHERE i.user_id = %s AND NOT i.archived AND i.embedding IS NOT NULL")  # an item waiting for its vector waits
     rows = conn.execute(base + " AND c.item_id IS NULL ORDER BY i.rid", (user_id,)).fetchall()
     out = new_candidates([(int(r[0]), row_to_item(r)) for r in rows], limit, under_pressure, half_life_days)
     if len(out) < limit:

@@ -45,7 +45,10 @@ _ADD_KEYS = "ALTER TABLE items ADD COLUMN IF NOT EXISTS keys TEXT NOT NULL DEFAU
 # Version 4: an item may wait for its vector (written by the background indexer after ``add`` returns): the
 # embedding is NULL until then, and a partial index lists the rows still waiting. Code older than this would read
 # a NULL vector, so it may not open a version-4 store.
-_DEFER_VECTORS = "ALTER TABLE items ALTER COLUMN embedding DROP NOT NULL"
+_DEFER_VECTORS = """
+ALTER TABLE items ALTER COLUMN embedding DROP NOT NULL;
+ALTER TABLE items ADD COLUMN IF NOT EXISTS updated_at DOUBLE PRECISION;
+"""  # and when an item last changed (NULL, in rows from before: its created_at)
 
 FACT_TABLES = _FACT_TABLES.format(id="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", real="DOUBLE PRECISION")
 
@@ -69,7 +72,8 @@ CREATE TABLE IF NOT EXISTS items (
   kind TEXT NOT NULL DEFAULT 'episodic',
   valid_from DOUBLE PRECISION, valid_to DOUBLE PRECISION, superseded_by TEXT,
   archived BOOLEAN NOT NULL DEFAULT FALSE, n_tokens INTEGER NOT NULL DEFAULT 0,
-  metadata TEXT NOT NULL DEFAULT '{}', embedding vector({dim}), keys TEXT NOT NULL DEFAULT ''
+  metadata TEXT NOT NULL DEFAULT '{}', embedding vector({dim}), keys TEXT NOT NULL DEFAULT '',
+  updated_at DOUBLE PRECISION
 );
 CREATE INDEX IF NOT EXISTS items_by_user ON items (user_id, archived, rid);
 CREATE INDEX IF NOT EXISTS items_unembedded ON items (rid) WHERE embedding IS NULL;

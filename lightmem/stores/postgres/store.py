@@ -393,7 +393,7 @@ class PostgresStore:
         def op(cur: Any, _: bool) -> MemoryItem:
             old = self._get(cur, user_id, item_id, include_archived=True)
             rewrite = rewrites_text(old.text, fields)
-            new = replace(old, **fields, **({"keys": ""} if rewrite else {}))
+            new = replace(old, **fields, **({"keys": ""} if rewrite else {}), updated_at=now)
             sets: dict[str, Any] = dict(fields)
             if rewrite:
                 pg_offline.facts(cur).forget(user_id, item_id, encode)
@@ -405,6 +405,7 @@ class PostgresStore:
                 sets["tags"] = _tags(new)
             if vector is not None:
                 sets["embedding"] = np.asarray(vector, dtype=np.float32)
+            sets["updated_at"] = now
             cols = ", ".join(f"{k} = %s" for k in sets)
             cur.execute(f"UPDATE items SET {cols} WHERE user_id = %s AND id = %s", [*sets.values(), user_id, item_id])
             if forgets_old_text(old.text, fields, keep_history):
@@ -422,9 +423,10 @@ class PostgresStore:
             item = self._get(cur, user_id, item_id, include_archived=True)
             if item.archived == archived:
                 return item
-            cur.execute("UPDATE items SET archived = %s WHERE user_id = %s AND id = %s", (archived, user_id, item_id))
+            cur.execute("UPDATE items SET archived = %s, updated_at = %s WHERE user_id = %s AND id = %s",
+                        (archived, now, user_id, item_id))
             pg_offline.log(cur, user_id, item_id, "ARCHIVE" if archived else "RESTORE", item.text, item.text, now)
-            return replace(item, archived=archived)
+            return replace(item, archived=archived, updated_at=now)
 
         return self._write(op, user_id, "an archive" if archived else "a restore")
 

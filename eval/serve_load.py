@@ -11,8 +11,10 @@ checks that every acknowledged turn is in the store and that no search returned 
     python eval/serve_load.py --clients 1 --search-ratio 1 --big-turn 100000 --workers 1   # searches while a longest turn is added
     python eval/serve_load.py --clients 1 --search-ratio 1 --bulk 2000 --workers 1 --encoder tuned --store postgresql://...
                                                                # another user's searches while requests of 2,000 turns are added
+    python eval/serve_load.py --workers 2 --encoder tuned --selector trained --rss-every 1   # each worker's RSS over time
+    python eval/serve_load.py --plot OUT1 OUT2 --labels before after --figure rss.png        # one RSS figure of earlier runs
 
-Writes OUT/results.json and OUT/results.md (OUT: --out, default outputs/serve_load). The load generator
+Writes OUT/results.json and OUT/results.md (OUT: --out, default outputs/serve_load), with --rss-every OUT/rss.png too. The load generator
 runs on the same machine as the server, so the numbers include its CPU use.
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -53,6 +56,8 @@ def _start(args: argparse.Namespace, store: str, keys: Path, workers: int, log: 
         cmd += ["--encoder", args.encoder]
     if args.max_turn_chars:
         cmd += ["--max-turn-chars", str(args.max_turn_chars)]
+    if args.cache_mb is not None:
+        cmd += ["--cache-mb", f"{args.cache_mb:g}"]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + args.startup_timeout
@@ -84,13 +89,159 @@ def _rss_mb(pid: int) -> float:
     return total
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _status(pid: int) -> dict[str, int]:
+    """VmRSS, RssAnon, RssFile (KiB) and Threads of a process from /proc/<pid>/status (empty when it is gone)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile", "Threads"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+HEAP_MAX = 64 << 20  # glibc's thread arenas live in heaps of this size (x86-64, aarch64), aligned to it
+
+
+def _arenas(pid: int) -> tuple[int, float]:
+    """glibc's thread arenas of a process: (heaps, resident MiB), from /proc/<pid>/smaps. A heap is an anonymous
+    map aligned to 64 MiB whose read-write part and the reserved (---p) part after it span 64 MiB; the main
+    arena (brk) and other allocators' maps (pymalloc, ONNX Runtime's big blocks) are not counted. (0, 0) when
+    the process is gone."""
+    maps: list[list] = []
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return 0, 0.0
+    for line in text.splitlines():
+        if line.startswith("Rss:") and maps:
+            maps[-1][4] = int(line.split()[1])
+        elif line[:1] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+            f = line.split(None, 5)
+            lo, hi = (int(x, 16) for x in f[0].split("-"))
+            maps.append([lo, hi, f[1], f[5].strip() if len(f) > 5 else "", 0])
+    heaps, kib = 0, 0
+    for i, (lo, hi, perm, name, rss) in enumerate(maps):
+        if name or lo % HEAP_MAX or not perm.startswith("rw"):
+            continue
+        nxt = maps[i + 1] if i + 1 < len(maps) else None
+        end = nxt[1] if nxt and nxt[0] == hi and nxt[2].startswith("---") and not nxt[3] else hi
+        if end - lo == HEAP_MAX:
+            heaps, kib = heaps + 1, kib + rss
+    return heaps, kib / 1024
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return sorted(int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split())
+    except (OSError, ValueError):
+        return []
+
+
+def _worker_pids(pid: int) -> list[int]:
+    """The processes that serve: the server's children (uvicorn's workers) when it has any, else the server itself.
+    multiprocessing's resource tracker, when there is one, is no worker."""
+    kids = [c for c in _children(pid) if b"resource_tracker" not in _cmdline(c)]
+    return kids or [pid]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+class RssSampler(threading.Thread):
+    """Samples the RSS of each worker (and of uvicorn's supervisor, when there are workers under it) every
+    ``every`` seconds from /proc, until stopped. Times are monotonic; ``series`` makes them relative to the
+    start of the timed load (the seeding before it has negative times)."""
+
+    def __init__(self, pid: int, workers: int, every: float) -> None:
+        super().__init__(daemon=True, name="rss-sampler")
+        self.pid, self.workers, self.every = pid, workers, every
+        self.pids: list[int] = []
+        self.rows: list[tuple[float, list[dict[str, int]], dict[str, int]]] = []  # (time, per worker, supervisor)
+        self.arena_rows: list[tuple[float, list[tuple[int, float]]]] = []  # (time, (heaps, MiB) per worker), every ~5 s
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            t = time.monotonic()
+            found = _worker_pids(self.pid) if self.workers > 1 else [self.pid]
+            if len(found) >= len(self.pids):  # all the workers up (a worker that died and came back: its new pid)
+                self.pids = found[: max(self.workers, 1)]
+            self.rows.append((t, [_status(p) for p in self.pids], _status(self.pid) if self.workers > 1 else {}))
+            if len(self.rows) % max(1, round(5 / self.every)) == 1:  # smaps costs ~40 ms a read: every ~5 s
+                self.arena_rows.append((t, [_arenas(p) for p in self.pids]))
+            self._stop_event.wait(max(0.0, self.every - (time.monotonic() - t)))
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=10)
+
+    def series(self, t_load: float, t_end: float) -> dict:
+        """``samples``: [t_s, RSS MB of worker 1, worker 2, ...]; ``anon``: the same of RssAnon (the heap and
+        anonymous maps: what the allocators hold); ``threads``: threads per worker; ``supervisor``: [t_s, RSS MB]
+        of uvicorn's supervisor (several workers only); ``arenas``: [t_s, [heaps, MB] of worker 1, ...], glibc's
+        thread arenas (every ~5 s). ``workers``: start (the first sample of the timed load),
+        end (its last), peak (over the timed load) and peak over the whole run, MB, per worker."""
+        n = max((len(w) for _, w, _ in self.rows), default=0)
+
+        def col(key: str, scale: float = 1024) -> list[list[float]]:
+            return [[round(t - t_load, 2)] + [round(w[i].get(key, 0) / scale, 1) if i < len(w) else 0.0 for i in range(n)]
+                    for t, w, _ in self.rows]
+
+        samples = col("VmRSS")
+        load = [r for r, (t, _, _) in zip(samples, self.rows) if t_load <= t <= t_end] or samples
+        per_worker = [{"start_mb": load[0][i + 1], "end_mb": load[-1][i + 1], "peak_mb": max(r[i + 1] for r in load),
+                       "peak_mb_whole_run": max(r[i + 1] for r in samples),
+                       "threads_end": self.rows[-1][1][i].get("Threads") if i < len(self.rows[-1][1]) else None}
+                      for i in range(n)] if samples else []
+        return {"every_s": self.every, "pids": self.pids, "load_seconds": round(t_end - t_load, 1), "samples": samples,
+                "anon": col("RssAnon"), "threads": col("Threads", 1),
+                "supervisor": [[round(t - t_load, 2), round(s.get("VmRSS", 0) / 1024, 1)] for t, _, s in self.rows] if self.workers > 1 else [],
+                "arenas": [[round(t - t_load, 2)] + [[h, round(mb, 1)] for h, mb in w] for t, w in self.arena_rows],
+                "workers": per_worker}
+
+
+def _views_of_workers(base: str, workers: int, first: dict, tries: int = 30) -> list[dict]:
+    """The /healthz of as many workers as answer ``tries`` fresh connections (each connection goes to whichever
+    worker accepts it; after the load the workers' view counters are still, so distinct counters are distinct
+    workers): each one's views, with its indexer's status (``index``: the backlog not yet embedded), largest
+    views first."""
+    seen = {json.dumps(first.get("views"), sort_keys=True): first}
+    for _ in range(tries):
+        if len(seen) >= workers:
+            break
+        try:
+            h = httpx.get(f"{base}/healthz", timeout=10).json()
+        except httpx.HTTPError:
+            break
+        seen.setdefault(json.dumps(h.get("views"), sort_keys=True), h)
+    return sorted(({**(h.get("views") or {}), "index": h.get("index")} for h in seen.values()), key=lambda v: -v.get("mb", 0))
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 600) -> float:
+    """Stop the server and wait for every worker to exit (a worker's close drains its indexer's backlog, which
+    can outlast uvicorn's supervisor: a worker left running would share the CPUs with the next run). Returns
+    the seconds it took."""
+    t0, workers = time.monotonic(), _children(proc.pid)
     proc.send_signal(signal.SIGINT)  # graceful: in-flight requests finish, each worker closes its Memory
     try:
-        proc.wait(timeout=60)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    for w in workers:
+        while Path(f"/proc/{w}").exists() and time.monotonic() - t0 < timeout and b"spawn" in _cmdline(w):
+            time.sleep(0.2)
+        if Path(f"/proc/{w}").exists() and b"spawn" in _cmdline(w):
+            os.kill(w, signal.SIGKILL)
+    return time.monotonic() - t0
 
 
 def _turn(user: str, rng: random.Random) -> str:
@@ -116,6 +267,7 @@ class Load:
         self.errors: dict[str, int] = defaultdict(int)
         self.acked: dict[str, set[str]] = defaultdict(set)  # user -> turn ids the server acknowledged
         self.hits: list[tuple[str, list[str]]] = []  # (user, hit ids) per answered search
+        self.t_load = self.t_end = 0.0  # monotonic start and end of the timed load
 
     async def add(self, http: httpx.AsyncClient, user: str, key: str, turn_ids: list[str], rng: random.Random) -> None:
         body = {"user_id": user, "messages": [{"speaker": user, "text": _turn(user, rng), "id": t} for t in turn_ids]}
@@ -162,7 +314,8 @@ async def _drive(base: str, keys: dict[str, str], args: argparse.Namespace, load
 
         await asyncio.gather(*(seed_user(u) for u in users))
         load.ms.clear()
-        deadline = time.monotonic() + args.duration
+        load.t_load = time.monotonic()
+        deadline = load.t_load + args.duration
 
         async def client(c: int) -> None:
             rng, n = random.Random(seed * 1000 + c), 0
@@ -192,7 +345,8 @@ async def _drive(base: str, keys: dict[str, str], args: argparse.Namespace, load
         t0 = time.monotonic()
         extra = ([big_client()] if args.big_turn else []) + ([bulk_client()] if args.bulk else [])
         await asyncio.gather(*(client(c) for c in range(args.clients)), *extra)
-        return time.monotonic() - t0
+        load.t_end = time.monotonic()
+        return load.t_end - t0
 
 
 def _verify(store: str, load: Load, erase: bool) -> dict:
@@ -232,19 +386,30 @@ def run_one(args: argparse.Namespace, workers: int, out: Path) -> dict:
     load = Load()
     proc, base = _start(args, store, keys_file, workers, out / f"server-w{workers}.log")
     rss_start = _rss_mb(proc.pid)
+    sampler = RssSampler(proc.pid, workers, args.rss_every) if args.rss_every else None
+    if sampler:
+        sampler.start()
+        time.sleep(3 * args.rss_every)  # a few samples of the idle workers first
     try:
         elapsed = asyncio.run(_drive(base, keys, args, load, seed=workers))
         rss_end = _rss_mb(proc.pid)
-        views = httpx.get(f"{base}/healthz", timeout=10).json().get("views")  # one worker's, when there are several
+        health = httpx.get(f"{base}/healthz", timeout=10).json()
+        views = health.get("views")  # one worker's, when there are several
+        seen = _views_of_workers(base, workers, health)
     finally:
-        _stop(proc)
+        if sampler:
+            sampler.stop()
+        stop_s = _stop(proc)
     n = sum(len(v) for v in load.ms.values())
     row = {"store": "postgres" if args.store else "sqlite", "workers": workers, "clients": args.clients, "users": args.users,
            "big_turn_chars": args.big_turn, "bulk_turns": args.bulk, "rss_mb_start": round(rss_start), "rss_mb_end": round(rss_end), "views": views,
+           "views_seen": seen, "stop_seconds": round(stop_s, 1),
            "seconds": round(elapsed, 1), "requests": n, "rps": round(n / elapsed, 1), "errors": dict(load.errors)}
     for ep, ms in sorted(load.ms.items()):
         row[ep] = {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 1), "p95_ms": round(float(np.percentile(ms, 95)), 1),
                    "p99_ms": round(float(np.percentile(ms, 99)), 1), "max_ms": round(float(np.max(ms)), 1)}
+    if sampler:
+        row["rss"] = sampler.series(load.t_load, load.t_end)
     row.update(_verify(store, load, erase=bool(args.store)))
     return row
 
@@ -270,6 +435,74 @@ def table(rows: list[dict], note: str) -> str:
     return "\n".join(lines)
 
 
+def rss_table(configs: list[tuple[str, dict]]) -> str:
+    """Per configuration and worker: RSS at the start and end of the timed load, its peak, the views one worker
+    reported at the end, and search P50 / P95."""
+    lines = ["| configuration | workers | worker | RSS start → end MB | peak MB | RssAnon start → end MB | thread arenas start → end (heaps / MB) | threads | views (users / MB of each worker answering) | search P50 / P95 ms |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for label, results in configs:
+        for r in results["runs"]:
+            rss = r.get("rss")
+            if not rss:
+                continue
+            views = "; ".join(f"{v.get('views')} / {v.get('mb')}" + (f" (backlog {v['index'].get('backlog')})" if v.get("index") else "")
+                              for v in (r.get("views_seen") or [r.get("views")]) if v)
+            s = r.get("search", {})
+            anon = [row for row in rss["anon"] if 0 <= row[0] <= rss["load_seconds"]] or rss["anon"]
+            ar = [row for row in rss.get("arenas", []) if 0 <= row[0] <= rss["load_seconds"] + 1] or rss.get("arenas") or [[0]]
+            for i, w in enumerate(rss["workers"]):
+                lines.append(f"| {label} | {r['workers']} | {i + 1} | {w['start_mb']:,.0f} → {w['end_mb']:,.0f} | {w['peak_mb']:,.0f} | "
+                             f"{anon[0][i + 1]:,.0f} → {anon[-1][i + 1]:,.0f} | {_heaps(ar[0], i)} → {_heaps(ar[-1], i)} | {w['threads_end']} | {views} | "
+                             f"{s.get('p50_ms')} / {s.get('p95_ms')} |")
+    return "\n".join(lines)
+
+
+def _heaps(row: list, i: int) -> str:
+    return f"{row[i + 1][0]} / {row[i + 1][1]:,.0f}" if len(row) > i + 1 else "-"
+
+
+def plot_rss(configs: list[tuple[str, dict]], path: str | Path) -> Path:
+    """Each worker's RSS (left) and its growth over its first sample, taken idle before the users are seeded
+    (right), against seconds since the timed load began (the seeding before it is negative): one row per
+    encoder, one colour per configuration, one line style per worker (PNG)."""
+    sys.path.insert(0, str(ROOT))
+    from lightmem.evaluation.report import pyplot, save_figure
+
+    plt = pyplot()
+    encoders = list(dict.fromkeys(results["args"].get("encoder", "?") for _, results in configs))
+    fig, axes = plt.subplots(len(encoders), 2, figsize=(14, 4.6 * len(encoders)), squeeze=False)
+    styles = ["-", "--", ":", "-."]
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    c = 0
+    for label, results in configs:
+        row = axes[encoders.index(results["args"].get("encoder", "?"))]
+        for r in results["runs"]:
+            rss = r.get("rss")
+            if not rss or not rss["samples"]:
+                continue
+            colour = colours[c % len(colours)]
+            c += 1
+            name = label if len({x["workers"] for x in results["runs"]}) == 1 else f"{label}, {r['workers']} worker(s)"
+            t = [s[0] for s in rss["samples"]]
+            for i in range(len(rss["samples"][0]) - 1):
+                mb = [s[i + 1] for s in rss["samples"]]
+                row[0].plot(t, mb, styles[i % len(styles)], color=colour, linewidth=1.4, label=f"{name}: worker {i + 1}")
+                row[1].plot(t, [m - mb[0] for m in mb], styles[i % len(styles)], color=colour, linewidth=1.4)
+    for enc, row in zip(encoders, axes):
+        for ax, title in zip(row, ("RSS per worker (MB)", "growth over the idle worker (MB)")):
+            ax.axvline(0, color="grey", linewidth=0.8)
+            ax.set_xlabel("seconds since the timed load began (before 0: users seeded)")
+            ax.set_title(f"encoder {enc}: {title}")
+            ax.grid(alpha=0.3)
+        row[0].legend(fontsize=7, loc="lower right")
+    return save_figure(plt, fig, path)
+
+
+def _label(args: argparse.Namespace) -> str:
+    arenas = os.environ.get("MALLOC_ARENA_MAX")
+    return args.label or f"encoder {args.encoder}" + (f", MALLOC_ARENA_MAX={arenas}" if arenas else "")
+
+
 def run(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -279,9 +512,14 @@ def run(args: argparse.Namespace) -> dict:
             f"{os.cpu_count()} CPU cores shared with the load generator; load average {load_before:.1f} before the run")
     from lightmem.stores import describe
 
-    results = {"runs": rows, "note": note, "args": {**vars(args), "store": describe(args.store) if args.store else None}}
+    results = {"runs": rows, "note": note, "label": _label(args), "load_average_before": round(load_before, 2),
+               "env": {k: v for k, v in os.environ.items() if k.startswith(("MALLOC_", "LIGHTMEM_MALLOC"))},
+               "args": {**vars(args), "store": describe(args.store) if args.store else None}}
     (out / "results.json").write_text(json.dumps(results, indent=2))
     md = table(rows, note)
+    if args.rss_every:
+        md += "\n\nWorker memory under load (`--rss-every`; figure: rss.png)\n\n" + rss_table([(results["label"], results)])
+        plot_rss([(results["label"], results)], out / "rss.png")
     (out / "results.md").write_text(md + "\n")
     print(md)
     print(f"\nwrote {out}/results.json, results.md")
@@ -306,11 +544,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bulk", type=int, default=0, metavar="TURNS",
                    help="one more client adds requests of TURNS short turns each, back to back (default 0: none)")
     p.add_argument("--max-turn-chars", type=int, help="the server's limit per turn (default: lightmem's)")
+    p.add_argument("--cache-mb", type=float, help="the server's ceiling of each worker's views (default: lightmem's)")
     p.add_argument("--request-timeout", type=float, default=60, help="seconds before a request counts as an error")
     p.add_argument("--startup-timeout", type=float, default=180, help="seconds to wait for /healthz")
     p.add_argument("--store", help="postgresql://user:pw@host/db to load (default: a fresh SQLite store folder per worker count)")
+    p.add_argument("--rss-every", type=float, default=0, metavar="SECONDS",
+                   help="sample each worker's RSS from /proc every SECONDS into results.json and OUT/rss.png (default 0: only start and end)")
+    p.add_argument("--label", help="name of this configuration in the RSS table and figure (default: the encoder and MALLOC_ARENA_MAX)")
+    p.add_argument("--plot", nargs="+", metavar="OUT",
+                   help="run nothing: draw the RSS of earlier runs (their OUT folders, one configuration each) into --figure")
+    p.add_argument("--labels", nargs="+", help="with --plot: a name per OUT (default: each run's own label)")
+    p.add_argument("--figure", default="outputs/serve_load/rss.png", help="with --plot: the PNG to write")
     p.add_argument("--out", default="outputs/serve_load")
-    results = run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    if args.plot:
+        loaded = [json.loads((Path(o) / "results.json").read_text()) for o in args.plot]
+        labels = args.labels or [r.get("label", Path(o).name) for r, o in zip(loaded, args.plot)]
+        configs = list(zip(labels, loaded))
+        print(rss_table(configs))
+        print(f"\nwrote {plot_rss(configs, args.figure)}")
+        return 0
+    results = run(args)
     return 1 if any(r["lost_turns"] or r["cross_user_hits"] for r in results["runs"]) else 0
 
 

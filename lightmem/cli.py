@@ -274,7 +274,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     serve(ServeSettings(store=args.store, keys=args.keys, host=args.host, port=args.port, workers=args.workers,
                         encoder=args.encoder, selector=args.selector, max_body_bytes=args.max_body_bytes,
-                        cache_mb=args.cache_mb, max_turn_chars=args.max_turn_chars))
+                        cache_mb=args.cache_mb, max_turn_chars=args.max_turn_chars), malloc_arenas=args.malloc_arenas)
     return 0
 
 
@@ -418,6 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache-mb", type=_cache_mb, metavar="MB",
                    help=f"ceiling of each worker's per-user in-memory indexes; the least recently served users' "
                         f"are dropped and rebuilt from the store when next used (default {DEFAULT_CACHE_MB:g}; 0: none)")
+    s.add_argument("--malloc-arenas", type=int, metavar="N",
+                   help="glibc malloc arenas per worker: bounds the memory its threads leave allocated (default 2, "
+                        "or $LIGHTMEM_MALLOC_ARENAS; 0: glibc's default, 8 per core; a MALLOC_ARENA_MAX in the environment wins)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("mcp", help="serve one user's memory to an MCP client (stdio): add, search, list, delete, build context")

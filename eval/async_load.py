@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from lightmem import AsyncMemory, Memory
+from lightmem.async_memory import freeze_loaded
 
 THINGS = ["cello lessons", "a pottery class", "the marathon", "a chess club", "the bakery", "a jazz concert",
           "the climbing gym", "a book fair", "the observatory", "a cooking course"]
@@ -61,6 +62,7 @@ def _seed(memory: Memory, users: int) -> None:
 
 def run_sync(args: argparse.Namespace, ops: list, store: Path) -> dict:
     memory = Memory.open(store, **_options(args))
+    freeze_loaded()  # as AsyncMemory.open does: both runs pay the same collector, the comparison is of the APIs
     try:
         _seed(memory, args.users)
         ms = []

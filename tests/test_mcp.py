@@ -129,3 +129,19 @@ def test_stdio_round_trip(tmp_path):
     found, bad = run(params, calls)
     assert found.structured_content["hits"][0]["text"] == "Alice: I play the cello"
     assert bad.is_error
+
+
+def test_metadata_is_kept_and_filters_searches_and_lists(server):
+    async def calls(c):
+        await c.call_tool("add_memory", {"text": "I walk the dog at seven", "metadata": {"topic": "pets", "rank": 2}})
+        await c.call_tool("add_memory", {"text": "I walk to work at eight", "metadata": {"topic": "work", "rank": 5}})
+        found = await c.call_tool("search_memories", {"query": "walk", "k": 5, "metadata": {"topic": "pets"}})
+        listed = await c.call_tool("get_memories", {"metadata": {"rank": {"$gte": 3}}})
+        bad = await c.call_tool("get_memories", {"metadata": {"rank": {"$near": 3}}})
+        return found, listed, bad
+
+    found, listed, bad = run(server, calls)
+    assert [h["text"] for h in found.structured_content["hits"]] == ["user: I walk the dog at seven"]
+    assert found.structured_content["hits"][0]["metadata"]["topic"] == "pets"
+    assert [i["text"] for i in listed.structured_content["items"]] == ["user: I walk to work at eight"]
+    assert bad.is_error and "unknown operator" in bad.content[0].text

@@ -86,6 +86,9 @@ def _refuse(tool: str, problem: str) -> NoReturn:
 
 
 # -- the tools ---------------------------------------------------------------------------------
+METADATA_FILTER = ("Only memories whose metadata passes: {'field': value} or {'field': {'$gte': value}} "
+                   "($eq $ne $gt $gte $lt $lte).")
+
 def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     """Tools over ``memory`` that always act for ``user_id``: the agent cannot name another user.
 
@@ -127,10 +130,13 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
         speaker: Annotated[NonBlank, Field(description="Who said it: a name, 'user' or 'assistant'.")] = "user",
         timestamp: Annotated[Timestamp | None, Field(description="When it was said (ISO 8601, a date string, "
                                                                  "or Unix seconds); defaults to now.")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(description="Fields kept with the memory, to filter on "
+                                                                     "later, e.g. {'topic': 'pets'}.")] = None,
     ) -> ItemsOut:
         """Remember one message of the conversation. Returns the memories written."""
         check("add_memory", text=(text, long), speaker=(speaker, short), timestamp=(timestamp, short))
-        msg = {"speaker": speaker, "text": text, **({"timestamp": timestamp} if timestamp is not None else {})}
+        msg = {"speaker": speaker, "text": text, **({"timestamp": timestamp} if timestamp is not None else {}),
+               **({"metadata": metadata} if metadata is not None else {})}
         warm([text])  # the text's analysis outside the lock: other tool calls are not held behind it
         return ItemsOut(items=[MemoryOut.of(i) for i in call("add_memory", memory.add, msg, user_id=user_id)])
 
@@ -138,18 +144,22 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     def search_memories(
         query: Annotated[NonBlank, Field(description="What to look for, as a question or keywords.")],
         k: Annotated[K, Field(description="How many memories to return.")] = 5,
+        metadata: Annotated[dict[str, Any] | None, Field(description=METADATA_FILTER)] = None,
     ) -> HitsOut:
         """Find the memories most relevant to a query, best first, with their scores and source turns."""
         check("search_memories", query=(query, long))
-        return HitsOut(hits=[HitOut.of(h) for h in call("search_memories", memory.search, query, user_id, k=k)])
+        filters = {"metadata": metadata} if metadata is not None else None
+        return HitsOut(hits=[HitOut.of(h) for h in call("search_memories", memory.search, query, user_id, k=k,
+                                                          filters=filters)])
 
     @server.tool()
     def get_memories(
         limit: Annotated[Limit, Field(description="At most this many memories.")] = 50,
         offset: Annotated[Offset, Field(description="Skip this many first.")] = 0,
+        metadata: Annotated[dict[str, Any] | None, Field(description=METADATA_FILTER)] = None,
     ) -> ItemsOut:
         """List the stored memories, oldest first."""
-        items = call("get_memories", memory.get_all, user_id, limit=limit, offset=offset)
+        items = call("get_memories", memory.get_all, user_id, limit=limit, offset=offset, metadata=metadata)
         return ItemsOut(items=[MemoryOut.of(i) for i in items])
 
     @server.tool()

@@ -1,9 +1,11 @@
-"""The LangGraph adapter's per-call overhead over the direct lightmem call (writes numbers, asserts nothing).
+"""The adapters' per-call overhead over the direct lightmem call (writes numbers, asserts nothing).
 
 Each pair runs ``--n`` times, the adapter's call and the direct one alternating (so a machine's drift hits both),
 on the same store: ``store.get`` against ``memory.get_by_key``, ``store.put`` against ``memory.put`` (with the
 metadata the adapter writes) for a new key and for a key that exists, and ``store.search`` with a query against
-``memory.search`` with the namespace filter. The overhead is the difference of the medians (P50).
+``memory.search`` with the namespace filter; and the instruction hooks of the OpenAI Agents SDK
+(``lightmem_instructions``) and of Pydantic AI (``LightmemMemory.instructions``) against ``memory.build_context``, both
+sides awaited on one event loop. The overhead is the difference of the medians (P50).
 
     python eval/adapter_overhead.py                       # hashing encoder, 500 calls per operation
     python eval/adapter_overhead.py --n 2000 --encoder tuned
@@ -78,6 +80,29 @@ def measure(memory: Memory, n: int) -> dict[str, dict[str, float]]:
         pair("search (query, k=10)", partial(store.search, NS, query=q, limit=10),
              partial(memory.search, q, "alice", k=10, filters=filters), i)
 
+    import asyncio
+    from types import SimpleNamespace
+
+    from lightmem.integrations.openai_agents import lightmem_instructions
+    from lightmem.integrations.pydantic_ai import LightmemMemory
+
+    loop = asyncio.new_event_loop()
+    agents_hook = lightmem_instructions(memory, "alice", base="", budget=600)
+    pydantic_hook = LightmemMemory(memory, "alice", budget=600)
+
+    async def direct_context(q: str) -> str:
+        return memory.build_context(q, "alice", budget=600).prompt
+
+    for i in range(n):
+        q = f"When did alice go to {THINGS[i % len(THINGS)]}?"
+        agents_ctx = SimpleNamespace(turn_input=[{"role": "user", "content": q}])
+        pair("OpenAI Agents instructions", lambda c=agents_ctx: loop.run_until_complete(agents_hook(c, None)),
+             lambda q=q: loop.run_until_complete(direct_context(q)), i)
+        pydantic_ctx = SimpleNamespace(prompt=q, messages=[], deps=None)
+        pair("Pydantic AI instructions", lambda c=pydantic_ctx: loop.run_until_complete(pydantic_hook.instructions(c)),
+             lambda q=q: loop.run_until_complete(direct_context(q)), i)
+    loop.close()
+
     out = {}
     for name, (a, d) in runs.items():
         a_ms, d_ms = np.array(a), np.array(d)
@@ -109,13 +134,13 @@ def main(argv: list[str] | None = None) -> int:
 
     report = {"results": results, "n": args.n, "encoder": args.encoder, "store": "embedded (SQLite)",
               "python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
-              "versions": {pkg: version(pkg) for pkg in ("langgraph", "langchain-core")},
+              "versions": {pkg: version(pkg) for pkg in ("langgraph", "langchain-core", "openai-agents", "pydantic-ai-slim")},
               "command": "python eval/adapter_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{'operation':<22}{'adapter P50':>13}{'direct P50':>12}{'overhead P50':>14}{'adapter P90':>13}{'direct P90':>12}")
+    print(f"{'operation':<28}{'adapter P50':>13}{'direct P50':>12}{'overhead P50':>14}{'adapter P90':>13}{'direct P90':>12}")
     for name, r in results.items():
-        print(f"{name:<22}{r['adapter_p50_ms']:>10.3f} ms{r['direct_p50_ms']:>9.3f} ms{r['overhead_p50_ms']:>11.3f} ms"
+        print(f"{name:<28}{r['adapter_p50_ms']:>10.3f} ms{r['direct_p50_ms']:>9.3f} ms{r['overhead_p50_ms']:>11.3f} ms"
               f"{r['adapter_p90_ms']:>10.3f} ms{r['direct_p90_ms']:>9.3f} ms")
     print(f"wrote {args.out / 'results.json'}")
     return 0

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError, LightMemError, StoreError, shown
 from lightmem.messages import check_id, check_item_fields, check_turn_lengths, check_user_id, to_turns
 from lightmem.stores.rows import check_update
 
-if TYPE_CHECKING:
-    from lightmem.memory import Memory
+Memory = Any  # a lightmem.Memory (this module sits below it: memory.py imports it)
 
 MAX_BATCH_OPS = 1_000
 OPS = ("add", "update", "delete")

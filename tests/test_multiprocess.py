@@ -28,12 +28,11 @@ PRELUDE = textwrap.dedent(
 )
 
 
-@pytest.fixture(autouse=True, params=["background", "sync"])
-def indexing(request, monkeypatch):
-    """Every test twice: with the background indexer (as shipped) and embedding before add returns; the
-    processes the tests start inherit the setting."""
-    monkeypatch.setenv("LIGHTMEM_BACKGROUND_INDEX", "1" if request.param == "background" else "0")
-    return request.param
+@pytest.fixture(autouse=True)
+def indexing(monkeypatch):
+    """The shipped default: the background indexer on, in this process and in those the tests start (they
+    inherit it); nothing these tests check differs without it (tests/test_background_index.py covers both)."""
+    monkeypatch.setenv("LIGHTMEM_BACKGROUND_INDEX", "1")
 
 
 def _open(path, **kw) -> Memory:

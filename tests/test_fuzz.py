@@ -30,7 +30,7 @@ from lightmem.server import KeyRing, create_app
 ADMIN, ALICE = "admin-key-0000000003", "alice-key-0000000001"
 KEYS = {ADMIN: ["*"], ALICE: ["alice"]}
 AUTH = {"Authorization": f"Bearer {ADMIN}"}  # past 401 and 403, so the fuzzer reaches validation
-MAX_EXAMPLES = 40
+MAX_EXAMPLES = 30
 # Past the range of a float (10**309 made float() raise), of int64 (SQLite's integers), the largest floats
 EXTREMES = [10**309, -(10**309), 10**400, 2**63, -(2**63) - 1, 1.7976931348623157e308, -1e308, 5e-324, 0, -1]
 FUZZ = settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))

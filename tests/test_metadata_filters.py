@@ -2,6 +2,8 @@
 (exact match and LangGraph's $eq $ne $gt $gte $lt $lte), alike on both backends."""
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from lightmem import InvalidInputError, Memory
@@ -9,9 +11,17 @@ from lightmem.models.embedder import HashingEmbedder
 from lightmem.roles.selector import Stage1Selector
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def memory(request, tmp_path):
-    location = request.getfixturevalue("pg_uri") if request.param == "postgres" else tmp_path / "store"
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def memory(request, tmp_path_factory):
+    """One store per backend for the module (the tests that write use users of their own)."""
+    location, drop = tmp_path_factory.mktemp("filters") / "store", None
+    if request.param == "postgres":
+        import psycopg
+
+        server, name = request.getfixturevalue("pg_server"), f"t_metadata_filters_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(server.get_uri(), autocommit=True) as c:
+            c.execute(f"CREATE DATABASE {name} TEMPLATE lightmem_template")
+        location, drop = server.get_uri(name), (server, name)
     m = Memory.open(location, embedder=HashingEmbedder(64), selector=Stage1Selector(), background_index=False)
     notes = [("I run on Mondays", {"topic": "sport", "rank": 1, "done": True}),
              ("I swim on Tuesdays", {"topic": "sport", "rank": 5, "done": False}),
@@ -22,6 +32,11 @@ def memory(request, tmp_path):
     m.add({"speaker": "bob", "text": "I run on Mondays too", "metadata": {"topic": "sport"}}, user_id="bob")
     yield m
     m.close()
+    if drop is not None:
+        import psycopg
+
+        with psycopg.connect(drop[0].get_uri(), autocommit=True) as c:
+            c.execute(f"DROP DATABASE {drop[1]} WITH (FORCE)")
 
 
 def _texts(items) -> list[str]:
@@ -57,9 +72,11 @@ def test_metadata_comes_back_and_stays_with_its_user(memory):
 
 
 def test_a_filtered_search_returns_k_when_that_many_match(memory):
+    memory.add([{"speaker": "cat", "text": "I run on Mondays", "metadata": {"topic": "sport"}},
+                {"speaker": "cat", "text": "I swim on Tuesdays", "metadata": {"topic": "sport"}}], user_id="cat")
     for i in range(30):
-        memory.add({"speaker": "ana", "text": f"I run on Mondays, lap {i}", "metadata": {"topic": "noise"}}, user_id="ana")
-    hits = memory.search("run Mondays lap", "ana", k=2, filters={"metadata": {"topic": "sport"}})
+        memory.add({"speaker": "cat", "text": f"I run on Mondays, lap {i}", "metadata": {"topic": "noise"}}, user_id="cat")
+    hits = memory.search("run Mondays lap", "cat", k=2, filters={"metadata": {"topic": "sport"}})
     assert sorted(_texts(hits)) == ["I run on Mondays", "I swim on Tuesdays"]  # not cut to nothing by the 30 laps
 
 
@@ -75,6 +92,6 @@ def test_bad_filters_are_refused(memory, spec, says):
 
 
 def test_system_keys_of_a_turn_do_not_reach_the_memory(memory):
-    [item] = memory.add({"speaker": "ana", "text": "hello", "metadata": {"keep": "9999", "excerpt": True, "x": 1}},
-                        user_id="ana")
+    [item] = memory.add({"speaker": "dan", "text": "hello", "metadata": {"keep": "9999", "excerpt": True, "x": 1}},
+                        user_id="dan")
     assert "keep" not in item.metadata and "excerpt" not in item.metadata and item.metadata["x"] == 1

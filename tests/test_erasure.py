@@ -68,6 +68,7 @@ def test_item_deletion_erases_the_text_its_history_and_its_source_turn(location)
             ("DELETE", None, None)]
         assert [t.turn_id for t in m.store.turns("alice")] == [keep.provenance[0]]
         assert [i.id for i in m.get_all("alice", include_archived=True)] == [keep.id]
+        assert m.flush_index(timeout=60)  # found by its vector: "password" is none of its words
         assert m.search("password", "alice", k=5)[0].item.id == keep.id
         assert _holders(location) == []  # still open: the delete already emptied the write-ahead log
     finally:

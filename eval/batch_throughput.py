@@ -17,45 +17,22 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from lightmem.client import MemoryClient
+from lightmem.server import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "batch-throughput-admin-key"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _serve(out: Path, encoder: str) -> tuple[subprocess.Popen, str]:
     (out / "keys.json").write_text(json.dumps({KEY: ["*"]}))
-    port = _free_port()
-    cmd = [sys.executable, "-m", "lightmem.cli", "serve", "--store", str(out / "store"), "--keys", str(out / "keys.json"),
-           "--port", str(port), "--workers", "1"] + ([] if encoder == "tuned" else ["--encoder", encoder])
-    proc = subprocess.Popen(cmd, stdout=(out / "server.log").open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode}; see {out / 'server.log'}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("the server did not answer /healthz in 300 s")
+    options = ["--workers", "1"] + ([] if encoder == "tuned" else ["--encoder", encoder])
+    return launch.start(out / "store", out / "keys.json", out / "server.log", options, timeout=300, cwd=ROOT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             batched, atomic_s = timed["batched"], timed["atomic"]
             stored = {u: len(client.get_all(u)) for u in ("single", "batched", "atomic")}
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        launch.stop(proc, timeout=60)
     results = {"turns": args.turns, "ops_per_batch": args.ops, "encoder": args.encoder, "load_average_before": round(load, 2),
                "single": {"seconds": round(single, 2), "turns_per_s": round(args.turns / single, 1)},
                "batch": {"seconds": round(batched, 2), "turns_per_s": round(args.turns / batched, 1)},

@@ -25,7 +25,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,42 +35,23 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from lightmem.server import launch
+
 ROOT = Path(__file__).resolve().parents[1]
 PLACES = ["Lisbon", "Kyoto", "Oslo", "Lima", "Cairo", "Quito", "Perth", "Riga", "Turin", "Hanoi"]
 THINGS = ["cello lessons", "a pottery class", "the marathon", "a chess club", "the bakery", "a jazz concert",
           "the climbing gym", "a book fair", "the observatory", "a cooking course"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(args: argparse.Namespace, store: str, keys: Path, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    cmd = [sys.executable, "-m", "lightmem.cli", "serve", "--store", store, "--keys", str(keys), "--port", str(port),
-           "--workers", str(workers), "--selector", args.selector]
+    options = ["--workers", str(workers), "--selector", args.selector]
     if args.encoder != "tuned":
-        cmd += ["--encoder", args.encoder]
+        options += ["--encoder", args.encoder]
     if args.max_turn_chars:
-        cmd += ["--max-turn-chars", str(args.max_turn_chars)]
+        options += ["--max-turn-chars", str(args.max_turn_chars)]
     if args.cache_mb is not None:
-        cmd += ["--cache-mb", f"{args.cache_mb:g}"]
-    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + args.startup_timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode}; see {log}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError(f"the server did not answer /healthz within {args.startup_timeout} s; see {log}")
+        options += ["--cache-mb", f"{args.cache_mb:g}"]
+    return launch.start(store, keys, log, options, timeout=args.startup_timeout, cwd=ROOT)
 
 
 def _rss_mb(pid: int) -> float:

@@ -72,7 +72,7 @@ from lightmem.errors import (
     StoreFullError,
     shown,
 )
-from lightmem.messages import check_id
+from lightmem.messages import check_id, message_list
 from lightmem.timeutil import parse_timestamp
 from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem
 
@@ -278,12 +278,7 @@ def _first(msg: Mapping[str, Any], keys: Sequence[str]) -> Any:
 def _messages(messages: Any, timestamp: Any, session_id: str | None) -> tuple[Any, str | None]:
     """``Memory.add``'s messages (a string, a dict, a list of them) as ``POST /v1/memories``' ``messages``, and
     the request's session. What the server validates (types, emptiness, bounds) is left to it: it names the field."""
-    if isinstance(messages, (str, Mapping)):
-        messages = [messages]
-    if not isinstance(messages, Sequence) or isinstance(messages, (bytes, bytearray)):
-        raise InvalidInputError(f"messages must be a string, a dict or a list of them, got {type(messages).__name__}")
-    if len(messages) == 0:
-        raise InvalidInputError("messages is empty: nothing to add")
+    messages = message_list(messages)
     out, sessions = [], {session_id} - {None}
     for i, msg in enumerate(messages):
         if isinstance(msg, str):

@@ -289,6 +289,21 @@ def message_to_turn(
     return Turn(turn_id, speaker.strip() or default_speaker, text, ts, sid, caption, _metadata(msg))
 
 
+def message_list(messages: object) -> Sequence[Any]:
+    """``add``'s ``messages`` (a string, a dict, or a list of them) as a non-empty list.
+
+    Raises:
+        InvalidInputError: another type, or no message.
+    """
+    if isinstance(messages, (str, Mapping)):
+        messages = [messages]
+    if not isinstance(messages, Sequence) or isinstance(messages, (bytes, bytearray)):
+        raise InvalidInputError(f"messages must be a string, a dict or a list of them, got {type(messages).__name__}")
+    if len(messages) == 0:
+        raise InvalidInputError("messages is empty: nothing to add")
+    return messages
+
+
 def to_turns(
     messages: str | Mapping[str, Any] | Sequence[str | Mapping[str, Any]],
     timestamp: object = None,
@@ -309,12 +324,7 @@ def to_turns(
         InvalidInputError: Empty or non-string text, wrong field types, a non-serialisable
             extra field, duplicate turn ids, or an unparsable timestamp.
     """
-    if isinstance(messages, (str, Mapping)):
-        messages = [messages]
-    if not isinstance(messages, Sequence) or isinstance(messages, (bytes, bytearray)):
-        raise InvalidInputError(f"messages must be a string, a dict or a list of them, got {type(messages).__name__}")
-    if len(messages) == 0:
-        raise InvalidInputError("messages is empty: nothing to add")
+    messages = message_list(messages)
     base_ts = now() if timestamp is None else parse_timestamp(timestamp)
     if session_id is not None:
         check_id(session_id, "session_id")

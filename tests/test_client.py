@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from conftest import ROOT
 
 from lightmem.client import AsyncMemoryClient, AuthError, MemoryClient, ServerError, ServerUnavailableError
 from lightmem.errors import InvalidInputError, ItemNotFoundError, LightMemError, StoreError
+from lightmem.server import launch
 from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem
 
 ALICE = "alice-key-" + "0" * 16  # alice and bob
@@ -32,43 +32,18 @@ SERVED = ("id", "user_id", "text", "provenance", "kind", "event_time", "created_
           "superseded_by", "metadata")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = launch.free_port
 
 
 def _start(store: str, tmp: Path) -> tuple[subprocess.Popen, str]:
     """``lightmem serve`` (one worker: uvicorn in this process) on a free port, once ``/healthz`` answers."""
     keys = tmp / "keys.json"
     keys.write_text(json.dumps(KEYS))
-    port = _free_port()
-    cmd = [sys.executable, "-m", "lightmem.cli", "serve", "--store", store, "--keys", str(keys), "--port", str(port),
-           "--workers", "1", "--encoder", "hashing", "--selector", "none"]
-    log = tmp / "server.log"
-    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the server exited with {proc.returncode}: {log.read_text()[-2000:]}"
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError(f"the server did not answer /healthz within 60 s: {log.read_text()[-2000:]}")
+    return launch.start(store, keys, tmp / "server.log", ["--workers", "1", "--encoder", "hashing", "--selector", "none"],
+                        timeout=60, cwd=ROOT)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+_stop = launch.stop
 
 
 class Served:

@@ -275,8 +275,11 @@ class TwoStageRetriever:
                 user_id: str) -> tuple[list[int], list[int], Callable[[Sequence[int]], np.ndarray]]:
         """The dense and BM25 top-``depth`` row ids of one query, and its BM25 of any rows (call holding
         the store's lock). A signal with weight 0 cannot move a candidate: its search is not paid for."""
-        d_ids = self.store.search_dense(user_id, qvec, depth, plan.filters)[0].tolist() if self.w_dense and depth else []
-        l_ids, _, bm25_of = self.store.search_lexical(user_id, text, depth if self.w_lexical else 0, plan.filters)
+        # A metadata filter's rows are listed once for both searches (a query over the user's rows).
+        rids = {"rids": self.store.metadata_rows(user_id, plan.filters)} if plan.filters.metadata else {}
+        d_ids = self.store.search_dense(user_id, qvec, depth, plan.filters, **rids)[0].tolist() \
+            if self.w_dense and depth else []
+        l_ids, _, bm25_of = self.store.search_lexical(user_id, text, depth if self.w_lexical else 0, plan.filters, **rids)
         return d_ids, l_ids.tolist(), bm25_of
 
     def _fuse(self, qvec: np.ndarray, rows: list[int], d_ids: list[int], l_ids: list[int],

@@ -297,13 +297,20 @@ class SearchIndex(Protocol):
         """Re-entrant; hold it for several reads that must see one state of the store."""
         ...
 
-    def search_dense(self, user_id: str, qvec: np.ndarray, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
-        """(row ids, cosines) of the top ``k`` active items passing ``filters``, best first."""
+    def search_dense(self, user_id: str, qvec: np.ndarray, k: int, filters: Filters,
+                     rids: set[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids, cosines) of the top ``k`` active items passing ``filters``, best first (``rids``: the rows that
+        pass ``filters.metadata``, as ``metadata_rows`` lists them; listed here when not given)."""
         ...
 
-    def search_lexical(self, user_id: str, query: str, k: int,
-                       filters: Filters) -> tuple[np.ndarray, np.ndarray, Callable[[Sequence[int]], np.ndarray]]:
-        """(row ids, BM25 scores) of the top ``k``, and this query's BM25 of any row ids."""
+    def search_lexical(self, user_id: str, query: str, k: int, filters: Filters, rids: set[int] | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, Callable[[Sequence[int]], np.ndarray]]:
+        """(row ids, BM25 scores) of the top ``k``, and this query's BM25 of any row ids (``rids``: as above)."""
+        ...
+
+    def metadata_rows(self, user_id: str, filters: Filters) -> set[int] | None:
+        """The user's rows whose metadata passes ``filters.metadata`` (None without one): one query's two searches
+        share it."""
         ...
 
     def cosine(self, user_id: str, qvec: np.ndarray, rids: Sequence[int]) -> np.ndarray: ...

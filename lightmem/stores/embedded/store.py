@@ -549,14 +549,15 @@ class SQLiteStore:
         """Items of this user by row id; rows of anyone else are never returned."""
         return self.sql.items_by_rid(user_id, rids)
 
-    def search_dense(self, user_id: str, qvec: np.ndarray, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
+    def search_dense(self, user_id: str, qvec: np.ndarray, k: int, filters: Filters,
+                     rids: set[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         with self._lock:
             part = self._part(user_id)
-            mask = part.allowed(part.vectors.ids, filters, self._metadata_rids(user_id, filters))
+            mask = part.allowed(part.vectors.ids, filters, self.metadata_rows(user_id, filters) if rids is None else rids)
             return part.vectors.search(qvec, k, mask)
 
     def search_lexical(
-        self, user_id: str, query: str, k: int, filters: Filters
+        self, user_id: str, query: str, k: int, filters: Filters, rids: set[int] | None = None
     ) -> tuple[np.ndarray, np.ndarray, Callable[[Sequence[int]], np.ndarray]]:
         """Top-``k`` BM25 ids and scores, and a lookup of this query's BM25 for any ids.
 
@@ -564,7 +565,7 @@ class SQLiteStore:
         """
         with self._lock:
             part = self._part(user_id)
-            rids = self._metadata_rids(user_id, filters)
+            rids = self.metadata_rows(user_id, filters) if rids is None else rids
             hits = part.lexical.top(query, k, lambda ids: part.allowed(ids, filters, rids))
             lex = part.lexical
             return hits.ids, hits.scores, lambda rids: lex.lookup(hits.row_scores, rids)
@@ -573,7 +574,7 @@ class SQLiteStore:
         with self._lock:
             return self._part(user_id).vectors.cosine(qvec, rids)
 
-    def _metadata_rids(self, user_id: str, filters: Filters) -> set[int] | None:
+    def metadata_rows(self, user_id: str, filters: Filters) -> set[int] | None:
         """The user's rows whose metadata passes ``filters.metadata`` (None without one)."""
         if not filters.metadata:
             return None

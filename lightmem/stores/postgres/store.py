@@ -503,7 +503,7 @@ class PostgresStore:
                            (user_id, *params, limit, offset))
         return [row_to_item(r) for r in rows]
 
-    def _metadata_rids(self, user_id: str, filters: Filters) -> set[int] | None:
+    def metadata_rows(self, user_id: str, filters: Filters) -> set[int] | None:
         """The user's rows whose metadata passes ``filters.metadata`` (None without one)."""
         if not filters.metadata:
             return None
@@ -516,10 +516,15 @@ class PostgresStore:
                            (user_id, [int(r) for r in rids]))
         return {int(r[0]): row_to_item(r) for r in rows}
 
-    def search_dense(self, user_id: str, qvec: np.ndarray, k: int, filters: Filters) -> tuple[np.ndarray, np.ndarray]:
+    def search_dense(self, user_id: str, qvec: np.ndarray, k: int, filters: Filters,
+                     rids: set[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         if k <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        where, params = _filter_sql(user_id, filters)
+        if rids is not None and filters.metadata:  # the rows already listed: not the metadata read again
+            where, params = _filter_sql(user_id, replace(filters, metadata=None))
+            where, params = f"{where} AND rid = ANY(%(rids)s)", {**params, "rids": sorted(rids)}
+        else:
+            where, params = _filter_sql(user_id, filters)
         params = {**params, "q": np.asarray(qvec, dtype=np.float32).ravel(), "k": int(k)}
         sql = f"SELECT rid, 1 - (embedding <=> %(q)s) FROM items WHERE {where} ORDER BY {{}} LIMIT %(k)s"
 
@@ -540,12 +545,12 @@ class PostgresStore:
         return (np.asarray([r[0] for r in rows], dtype=np.int64), np.asarray([r[1] for r in rows], dtype=np.float32))
 
     def search_lexical(
-        self, user_id: str, query: str, k: int, filters: Filters
+        self, user_id: str, query: str, k: int, filters: Filters, rids: set[int] | None = None
     ) -> tuple[np.ndarray, np.ndarray, Callable[[Sequence[int]], np.ndarray]]:
         """Top-``k`` BM25 ids and scores (the embedded store's BM25), and this query's BM25 of any ids."""
         with self._mutex:
             view = self._view(user_id)
-            rids = self._metadata_rids(user_id, filters)
+            rids = self.metadata_rows(user_id, filters) if rids is None else rids
             hits = view.lexical.top(query, k, lambda ids: filter_mask(view.meta, ids, filters, view.n_not_current == 0,
                                                                         rids))
             lex = view.lexical

@@ -120,7 +120,7 @@ def filter_mask(meta: Mapping[int, IndexMeta], ids: np.ndarray, f: Filters, all_
         return None
     if f.metadata:
         passing = rids or set()
-        base = filter_mask(meta, ids, Filters(**{**f.__dict__, "metadata": None}), all_current)
+        base = filter_mask(meta, ids, replace(f, metadata=None), all_current)
         inside = np.fromiter((int(r) in passing for r in ids), dtype=bool, count=len(ids))
         return inside if base is None else base & inside
     kinds = set(f.kinds) if f.kinds else None

@@ -11,8 +11,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 # Memories opened in tests embed before add returns unless a test asks for the background indexer, so that a test
 # that searches right after add sees the same vectors on every run. The shipped default (the indexer on) is what the
-# erasure, crash, multi-process and concurrency tests run (test_erasure and test_persistence also without it),
-# as do tests/test_background_index.py and every Hydra-built memory.
+# erasure, crash, multi-process and concurrency tests run (test_erasure, test_persistence, test_faults' SIGKILL tests
+# also without it; test_multiprocess, test_snapshot_race, test_postgres_restart's crashes with it), as do
+# tests/test_background_index.py and every Hydra-built memory.
 os.environ.setdefault("LIGHTMEM_BACKGROUND_INDEX", "0")
 # Evaluations share a vector cache in outputs/ by default (conf/paths); a test's runs embed every turn unless it
 # names a cache (tests/test_vector_cache.py), and write nothing into the checkout.

@@ -425,11 +425,12 @@ KILLED_INSIDE = textwrap.dedent(
 )
 
 
-def _kill_inside(store: Path, verb: str, nth: int, action: str) -> None:
-    """Run ``action`` (Python, ``m`` is the memory) in a new process and SIGKILL it at the ``nth``
-    ``verb`` statement of a transaction."""
+def _kill_inside(store: Path, verb: str, nth: int, action: str, background: str = "1") -> None:
+    """Run ``action`` (Python, ``m`` is the memory, with the background indexer as ``background`` says) in a new
+    process and SIGKILL it at the ``nth`` ``verb`` statement of a transaction."""
     proc = subprocess.Popen([sys.executable, "-c", KILLED_INSIDE, str(store), verb, str(nth), action],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, "LIGHTMEM_BACKGROUND_INDEX": background})
     try:
         line = proc.stdout.readline()
         assert line.strip() == "inside", proc.stderr.read()
@@ -445,10 +446,11 @@ def _seed(store: Path) -> None:
                   user_id=user, timestamp=T0)
 
 
-def test_sigkill_inside_delete_user_leaves_the_user_whole(tmp_path):
+@pytest.mark.parametrize("background", ["1", "0"], ids=["background", "sync"])
+def test_sigkill_inside_delete_user_leaves_the_user_whole(tmp_path, background):
     store = tmp_path / "store"
     _seed(store)
-    _kill_inside(store, "DELETE", 2, "m.delete_user('u')")  # the user's items are gone inside the transaction
+    _kill_inside(store, "DELETE", 2, "m.delete_user('u')", background)  # the user's items are gone inside the transaction
     with _open(store) as m:
         assert len(m.store.turns("u")) == 10 and len(m.get_all("u")) == 10 and len(m.get_all("v")) == 10
         assert all(m.history(i.id, "u") for i in m.get_all("u"))
@@ -457,11 +459,12 @@ def test_sigkill_inside_delete_user_leaves_the_user_whole(tmp_path):
         assert m.store.users() == ["v"]
 
 
-def test_sigkill_inside_add_leaves_no_part_of_the_batch(tmp_path):
+@pytest.mark.parametrize("background", ["1", "0"], ids=["background", "sync"])
+def test_sigkill_inside_add_leaves_no_part_of_the_batch(tmp_path, background):
     store = tmp_path / "store"
     _seed(store)
     batch = [{"speaker": "u", "text": f"new note {i}", "id": f"new{i}"} for i in range(5)]
-    _kill_inside(store, "INSERT", 2, f"m.add({batch!r}, user_id='u', timestamp={T0 + 1})")
+    _kill_inside(store, "INSERT", 2, f"m.add({batch!r}, user_id='u', timestamp={T0 + 1})", background)
     with _open(store) as m:
         assert {t.turn_id for t in m.store.turns("u")} == {f"u{i}" for i in range(10)}
         assert len(m.get_all("u")) == 10 and _integrity(store / "lightmem.sqlite") == "ok"

@@ -393,8 +393,10 @@ def test_writes_stay_exactly_once_while_the_server_restarts_and_crashes(server, 
     stopped for a second, and crashed (immediate shutdown, recovery at start): every acknowledged write
     is stored once, none fails, and the same Memory searches and writes afterwards without reopening."""
     stop, uri = tmp_path / "stop", server.database("writer")
+    # the writer runs as shipped: its background indexer writes the vectors through the same restarts
     proc = subprocess.Popen([sys.executable, "-c", _WRITER, uri, str(stop)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "LIGHTMEM_BACKGROUND_INDEX": "1"})
     out = _Lines(proc)
     try:
         out.wait_for(20, proc)

@@ -23,9 +23,9 @@ from lightmem.models.word_scorer import Compressor, default_word_scorer
 from lightmem.retrieval.composer import DEFAULT_BUDGET, ContextComposer
 from lightmem.retrieval.engine import TwoStageRetriever
 from lightmem.retrieval.spec import retrieval_specs
+from lightmem.retrieval.stage2 import Selector, default_selector
 from lightmem.roles.controller import Controller
 from lightmem.roles.maintenance import Maintainer
-from lightmem.roles.selector import Selector, default_selector
 from lightmem.roles.writer import Writer
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore

@@ -35,7 +35,7 @@ def _open(store: str, encoder: str | None = None, must_exist: bool = False, sele
     one); only ``search`` needs a Stage-2 model (``selector="trained"``)."""
     from lightmem.build import resolve_embedder
     from lightmem.memory import Memory
-    from lightmem.roles.selector import Stage1Selector, default_selector
+    from lightmem.retrieval.stage2 import Stage1Selector, default_selector
     from lightmem.stores.factory import describe, stored_embedder
 
     if must_exist and stored_embedder(store) is None:  # a file that is there but unusable raised, saying why

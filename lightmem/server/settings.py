@@ -63,7 +63,7 @@ def open_memory(store: str, encoder: str | None = None, selector: str = "trained
             wrote the existing store.
     """
     from lightmem.build import resolve_embedder
-    from lightmem.roles.selector import Stage1Selector, default_selector
+    from lightmem.retrieval.stage2 import Stage1Selector, default_selector
 
     if selector not in SELECTORS:
         raise LightMemError(f"unknown selector {selector!r}; choose one of {list(SELECTORS)}")

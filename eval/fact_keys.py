@@ -27,7 +27,7 @@ from lightmem.errors import InvalidInputError
 from lightmem.evaluation.fact_keys import CATEGORIES, KEYS, conversation_ranks, pipeline_ceiling, recall_table
 from lightmem.evaluation.locomo import CATEGORY_NAMES
 from lightmem.evaluation.report import markdown_table
-from lightmem.evaluation.stats import paired_bootstrap
+from lightmem.metrics.stats import paired_bootstrap
 
 NAMES = {**{c: CATEGORY_NAMES[int(c)] for c in CATEGORIES}, "all": "all"}
 

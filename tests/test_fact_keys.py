@@ -99,7 +99,7 @@ def test_the_pipeline_ceiling_scores_both_keys_of_every_question(tmp_path, monke
     out = tmp_path / "fk.json"
     assert run_entry_point(monkeypatch, ["--data", str(TINY_LOCOMO), "--pipeline", "--resamples", "50", "--set",
                                          "encoder=hashing", "--set", "vector_cache=null", "--json", str(out)]) == 0
-    from lightmem.evaluation.metrics import normalize_evidence
+    from lightmem.metrics.evidence import normalize_evidence
 
     got = json.loads(out.read_text())
     convs = load_locomo(TINY_LOCOMO)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from lightmem.evaluation.stats import share_bootstrap
 from lightmem.evaluation.transfer import read_scores, transfer_share
+from lightmem.metrics.stats import share_bootstrap
 
 sys.path.insert(0, str(ROOT))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from lightmem.evaluation.stats import MeanStd, mean_std, paired_bootstrap
+from lightmem.metrics.stats import MeanStd, mean_std, paired_bootstrap
 
 # (column, how to read it from a results.json); None when the run has no such number
 COLUMNS: dict[str, Any] = {

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from lightmem.evaluation.metrics import percentile
+from lightmem.metrics.stats import percentile
 from lightmem.models.embedder import Embedder
 
 

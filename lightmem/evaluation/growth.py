@@ -17,10 +17,10 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation, QAItem
-from lightmem.evaluation.metrics import evidence_recall, normalize_evidence, percentile
-from lightmem.evaluation.stats import spread
 from lightmem.evaluation.system import is_whole
-from lightmem.roles.selector import Stage1Selector
+from lightmem.metrics.evidence import evidence_recall, normalize_evidence
+from lightmem.metrics.stats import percentile, spread
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.types import Turn
 
 USER = "trajectory"

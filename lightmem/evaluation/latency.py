@@ -10,8 +10,8 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation
-from lightmem.evaluation.metrics import percentile
 from lightmem.memory import Memory
+from lightmem.metrics.stats import percentile
 from lightmem.types import Turn
 
 

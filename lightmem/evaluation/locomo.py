@@ -25,7 +25,6 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation
-from lightmem.evaluation.metrics import answer_coverage, evidence_precision, evidence_recall, normalize_evidence, percentile
 from lightmem.evaluation.packed import (
     answer_controls,
     control_contexts,
@@ -37,8 +36,10 @@ from lightmem.evaluation.packed import (
     packed_recall,
 )
 from lightmem.evaluation.qa import LOCOMO_JUDGE_PROMPT, QAOptions, answer_questions, locomo_scores, parse_locomo_label, qa_summary
-from lightmem.evaluation.stats import spread
 from lightmem.evaluation.system import System
+from lightmem.metrics.answers import answer_coverage
+from lightmem.metrics.evidence import evidence_precision, evidence_recall, normalize_evidence
+from lightmem.metrics.stats import percentile, spread
 from lightmem.models import vector_cache
 
 log = logging.getLogger(__name__)

@@ -24,10 +24,12 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation
-from lightmem.evaluation.metrics import answer_coverage, dedupe, ndcg_at_k, percentile, recall_at_k, token_f1
 from lightmem.evaluation.packed import answer_controls, control_contexts, control_f1, control_means, control_scores, memory_text
 from lightmem.evaluation.qa import QAOptions, answer_questions, longmemeval_judge_prompt, parse_yes_no, qa_summary
 from lightmem.evaluation.system import System, is_whole
+from lightmem.metrics.answers import answer_coverage, token_f1
+from lightmem.metrics.ranking import dedupe, ndcg_at_k, recall_at_k
+from lightmem.metrics.stats import percentile
 from lightmem.models import vector_cache
 from lightmem.types import ComposedContext
 

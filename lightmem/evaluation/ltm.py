@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from lightmem.datasets.formats import Conversation
-from lightmem.evaluation.metrics import percentile
 from lightmem.memory import Memory
+from lightmem.metrics.stats import percentile
 
 log = logging.getLogger(__name__)
 

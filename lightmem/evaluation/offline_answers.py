@@ -12,9 +12,9 @@ import numpy as np
 
 from lightmem.datasets.formats import read_json
 from lightmem.evaluation.locomo import CATEGORY_NAMES
-from lightmem.evaluation.metrics import bleu1, locomo_f1, token_f1
 from lightmem.evaluation.qa import clean_answer
-from lightmem.evaluation.stats import paired_bootstrap
+from lightmem.metrics.answers import bleu1, locomo_f1, token_f1
+from lightmem.metrics.stats import paired_bootstrap
 
 CATEGORIES = {c: name for c, name in CATEGORY_NAMES.items() if c != 5}  # F1 is over 1-4; adversarial apart
 

@@ -17,8 +17,8 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from lightmem.evaluation.metrics import bleu1, locomo_f1, rouge_l
 from lightmem.llm.base import LLM, GenerationError
+from lightmem.metrics.answers import bleu1, locomo_f1, rouge_l
 
 
 @dataclass

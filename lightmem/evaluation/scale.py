@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from lightmem.evaluation.metrics import percentile
+from lightmem.metrics.stats import percentile
 from lightmem.stores.base import DEFAULT_CAPACITY
 
 DIM = 384
@@ -157,7 +157,7 @@ def serve(location: str, point: Point, cache_mb: float | None, warm_users: int =
     """
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     rss0 = rss_mb()
     memory = Memory.open(location, embedder=HashingEmbedder(DIM), selector=Stage1Selector(),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lightmem.evaluation.comparison import RunResult
-from lightmem.evaluation.stats import ShareResult, share_bootstrap
+from lightmem.metrics.stats import ShareResult, share_bootstrap
 
 METRICS = ("recall", "coverage")  # recall_all within the budget (turns), answer coverage within the budget
 _LOCOMO = {"recall": "R_all@budget", "coverage": "coverage@budget"}  # comparison.PAIRED's readers

@@ -16,7 +16,7 @@ from lightmem.datasets import load_conversations
 from lightmem.evaluation.latency import corpus_and_queries, latency_table, measure_growth, plot_latency
 from lightmem.memory import Memory
 from lightmem.metric_logger import make_run_logger, quiet_third_party_logs
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 
 
 def _device(cfg: DictConfig, backend: str) -> tuple[str, callable]:

@@ -17,8 +17,8 @@ from lightmem.evaluation.failures import failures_md, qa_failures, qa_usage, usa
 from lightmem.evaluation.longmemeval import evaluate_longmemeval
 from lightmem.evaluation.report import longmemeval_table, plot_longmemeval
 from lightmem.evaluation.runs.common import qa_options
-from lightmem.evaluation.stats import spread
 from lightmem.metric_logger import log_results, quiet_third_party_logs
+from lightmem.metrics.stats import spread
 from lightmem.models.embedder import MemoEmbedder
 from lightmem.seeding import seed_everything
 
@@ -26,7 +26,7 @@ from lightmem.seeding import seed_everything
 def select_instances(instances: list[Conversation], max_instances: int | None, types: list[str] | None,
                      splits: list[str] | None = None) -> list[Conversation]:
     if splits:
-        from lightmem.training.distill import split_of
+        from lightmem.datasets.splits import split_of
 
         unknown = set(splits) - {"train", "val", "test"}
         if unknown:

@@ -1,7 +1,8 @@
-"""Ranking and classification metrics for the trained models: pure functions."""
+"""Ranking and classification scores: of a scored candidate list (the trained models) and of a ranked id list
+(LongMemEval's session- and turn-level retrieval)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -47,3 +48,36 @@ def accuracy(pred: Sequence[int], gold: Sequence[int]) -> float:
 def nanmean(values: Sequence[float]) -> float:
     vals = [v for v in values if not np.isnan(v)]
     return float(np.mean(vals)) if vals else float("nan")
+
+
+# -- ranked retrieval (LongMemEval's session- and turn-level metrics) ---------------------
+def dedupe(ranked: Iterable[str]) -> list[str]:
+    """First occurrences in order (turn hits -> their sessions, ranked by first appearance)."""
+    return list(dict.fromkeys(ranked))
+
+
+def recall_at_k(ranked: Sequence[str], gold: Iterable[str], k: int) -> tuple[float, float]:
+    """(recall_any, recall_all) of ``gold`` among the first ``k`` ranked ids.
+
+    Raises:
+        ValueError: ``gold`` is empty or ``k`` is not positive.
+    """
+    gold = set(gold)
+    if not gold:
+        raise ValueError("recall needs at least one gold id")
+    if k <= 0:
+        raise ValueError("k must be positive")
+    top = set(ranked[:k])
+    return float(bool(gold & top)), float(gold <= top)
+
+
+def ndcg_at_k(ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
+    """Binary-relevance NDCG@k: sum of 1/log2(rank+1) over gold ids in the top k, over the ideal."""
+    gold = set(gold)
+    if not gold:
+        raise ValueError("NDCG needs at least one gold id")
+    if k <= 0:
+        raise ValueError("k must be positive")
+    dcg = sum(1.0 / np.log2(i + 2) for i, r in enumerate(ranked[:k]) if r in gold)
+    idcg = sum(1.0 / np.log2(i + 2) for i in range(min(len(gold), k)))
+    return float(dcg / idcg)

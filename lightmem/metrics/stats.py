@@ -1,4 +1,4 @@
-"""Statistics over evaluation runs: mean ± std across seeds, paired bootstrap (LightMem-SLM §9.1).
+"""Statistics over evaluation runs: percentiles, mean ± std across seeds, paired bootstrap (LightMem-SLM §9.1).
 
 Pure functions of per-question score arrays.
 """
@@ -17,6 +17,11 @@ def spread(items: Sequence, n: int | None) -> list:
     if n <= 0:
         return []
     return [items[i] for i in np.unique(np.linspace(0, len(items) - 1, n).round().astype(int))]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (linear interpolation); NaN for no values."""
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
 
 
 @dataclass(frozen=True)

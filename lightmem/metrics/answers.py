@@ -1,63 +1,14 @@
-"""Pure evaluation metrics: evidence recall from provenance, LoCoMo answer F1, percentiles."""
+"""Answer scores: LoCoMo's answer F1, BLEU-1 and ROUGE-L, and the gold answer's coverage by a context."""
 from __future__ import annotations
 
 import re
 import string
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
 from lightmem.text import STOPWORDS, stem, words
-
-_EVIDENCE = re.compile(r"^D:?(\d+):0*(\d+)$")
-
-
-def normalize_evidence(raw: Iterable[str]) -> list[str]:
-    """Clean LoCoMo evidence ids: split ``"D8:6; D9:17"``, fix ``"D:11:26"``, drop junk like ``"D"``."""
-    out: list[str] = []
-    for entry in raw:
-        for tok in re.split(r"[;,\s]+", str(entry).strip()):
-            m = _EVIDENCE.match(tok)
-            if m:
-                out.append(f"D{int(m.group(1))}:{int(m.group(2))}")
-            elif tok and not tok.startswith("D"):
-                out.append(tok)  # other datasets' ids pass through unchanged
-    return list(dict.fromkeys(out))
-
-
-@dataclass(frozen=True)
-class Recall:
-    """Evidence coverage of a retrieved set: all covered, any covered, fraction covered."""
-
-    all: float
-    any: float
-    mean: float
-
-
-def evidence_recall(provenances: Sequence[Sequence[str]], evidence: Sequence[str]) -> Recall:
-    """Coverage of ``evidence`` by the union of the retrieved items' provenance.
-
-    Raises:
-        ValueError: ``evidence`` is empty (such a question cannot be scored).
-    """
-    gold = set(evidence)
-    if not gold:
-        raise ValueError("a question without evidence cannot be scored for recall")
-    covered = gold & {p for prov in provenances for p in prov}
-    return Recall(float(covered == gold), float(bool(covered)), len(covered) / len(gold))
-
-
-def evidence_precision(provenances: Sequence[Sequence[str]], evidence: Sequence[str]) -> float:
-    """Share of the retrieved items that cite at least one evidence turn (0 for an empty set)."""
-    gold = set(evidence)
-    return sum(1 for prov in provenances if gold & set(prov)) / len(provenances) if provenances else 0.0
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (linear interpolation); NaN for no values."""
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
 
 
 def content_words(text: str) -> set[str]:
@@ -161,36 +112,3 @@ def rouge_l(prediction: str, reference: str) -> float:
         return 0.0
     p, r = lcs / len(pred), lcs / len(ref)
     return 2 * p * r / (p + r)
-
-
-# -- ranked retrieval (LongMemEval's session- and turn-level metrics) ---------------------
-def dedupe(ranked: Iterable[str]) -> list[str]:
-    """First occurrences in order (turn hits -> their sessions, ranked by first appearance)."""
-    return list(dict.fromkeys(ranked))
-
-
-def recall_at_k(ranked: Sequence[str], gold: Iterable[str], k: int) -> tuple[float, float]:
-    """(recall_any, recall_all) of ``gold`` among the first ``k`` ranked ids.
-
-    Raises:
-        ValueError: ``gold`` is empty or ``k`` is not positive.
-    """
-    gold = set(gold)
-    if not gold:
-        raise ValueError("recall needs at least one gold id")
-    if k <= 0:
-        raise ValueError("k must be positive")
-    top = set(ranked[:k])
-    return float(bool(gold & top)), float(gold <= top)
-
-
-def ndcg_at_k(ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
-    """Binary-relevance NDCG@k: sum of 1/log2(rank+1) over gold ids in the top k, over the ideal."""
-    gold = set(gold)
-    if not gold:
-        raise ValueError("NDCG needs at least one gold id")
-    if k <= 0:
-        raise ValueError("k must be positive")
-    dcg = sum(1.0 / np.log2(i + 2) for i, r in enumerate(ranked[:k]) if r in gold)
-    idcg = sum(1.0 / np.log2(i + 2) for i in range(min(len(gold), k)))
-    return float(dcg / idcg)

@@ -58,7 +58,7 @@ def test_the_served_trees_ranker_was_fitted_on_the_linear_rankers_groups():
 def test_default_memory_uses_the_trained_embedder_and_ranker(tmp_path):
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import LearnedRanker
+    from lightmem.retrieval.stage2 import LearnedRanker
 
     m = Memory.open(tmp_path / "new")
     try:

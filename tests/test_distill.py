@@ -54,7 +54,7 @@ def test_split_is_stable_and_roughly_proportional():
 
 def test_mined_groups_label_stage1_candidates_by_evidence(tmp_path, embedder):
     from lightmem.memory import Memory
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     convs = load_locomo(TINY_LOCOMO)[:1]
     mk = lambda cid: Memory.open(tmp_path / cid, embedder=embedder, selector=Stage1Selector(),  # noqa: E731

@@ -23,8 +23,8 @@ from lightmem.evaluation.qa import generate_answers
 from lightmem.evaluation.runs.locomo import run as run_locomo
 from lightmem.llm.base import GenerationError
 from lightmem.models.embedder import HashingEmbedder
+from lightmem.retrieval.stage2 import ThresholdSelector
 from lightmem.roles.controller import PassthroughController
-from lightmem.roles.selector import ThresholdSelector
 from lightmem.roles.writer import TurnWriter
 from lightmem.types import Filters, Hit, MemoryItem, RetrievalPlan, Turn
 

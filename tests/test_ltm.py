@@ -23,7 +23,7 @@ from lightmem.ltm.recursive import ClusterSpec, affinity, dense_clusters, extrac
 from lightmem.ltm.sleep import Decision, QueueSpec, resolve, rule_decision, update_queues
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.stores import is_server
 from lightmem.types import Edge, ItemKind, KnowledgeNode, NodeKind
 
@@ -387,7 +387,7 @@ def test_sigkill_during_consolidation_leaves_mtm_and_ltm_consistent(tmp_path, po
         from lightmem.memory import Memory
         from lightmem.ltm import LTMOptions
         from lightmem.models.embedder import HashingEmbedder
-        from lightmem.roles.selector import Stage1Selector
+        from lightmem.retrieval.stage2 import Stage1Selector
         m = Memory.open({str(store)!r}, embedder=HashingEmbedder(dim=64), selector=Stage1Selector(),
                         ltm=LTMOptions(background=False))
         m.add([{{"speaker": "Ann", "text": f"The Science Fair project {{i}} won a prize.", "id": str(i)}} for i in range(6)],

@@ -11,7 +11,7 @@ from fakes import ScriptedLLM
 from lightmem.errors import InvalidInputError
 from lightmem.memory import Memory
 from lightmem.models.word_scorer import _WordCompressor
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.roles.writer import ExtractiveWriter, GenerativeWriter
 from lightmem.sensory.pipeline import GateSpec, NormalizeSpec, SegmentSpec, SensorySpec, SensoryStage
 from lightmem.sensory.segmenter import TopicSegmenter

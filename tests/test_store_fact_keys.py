@@ -16,7 +16,7 @@ from lightmem.ltm import ConsolidationSpec, LTMOptions
 from lightmem.ltm.fact_keys import SLMFactKeyer, plan_rekey
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.stores import is_server
 from lightmem.types import MemoryItem
 

@@ -236,7 +236,7 @@ def cmd_delete_user(args: argparse.Namespace) -> int:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    from lightmem.stores.embedded.backup import backup
+    from lightmem.stores.backup import backup
 
     summary = backup(args.store, args.out, force=args.force)
     console.print(escape(f"backed up {_shown(args.store)} to {summary.path}: {summary}"))
@@ -244,7 +244,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from lightmem.stores.embedded.backup import restore
+    from lightmem.stores.backup import restore
 
     done = restore(args.backup, args.store, force=args.force)
     for line in done.lines(_shown(args.store), args.backup):
@@ -253,7 +253,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from lightmem.stores.embedded.backup import compact
+    from lightmem.stores.backup import compact
 
     for line in compact(args.store, wal=args.wal).lines():
         console.print(escape(line), soft_wrap=True)
@@ -261,7 +261,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from lightmem.stores.embedded.backup import check
+    from lightmem.stores.backup import check
 
     summary = check(args.store)
     console.print(escape(f"{summary.path}: integrity ok; {summary}"))

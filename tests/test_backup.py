@@ -19,8 +19,8 @@ from lightmem.errors import LightMemError, StoreCorruptError
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.retrieval.stage2 import Stage1Selector
+from lightmem.stores.backup import backup, restore, without_password
 from lightmem.stores.embedded import openlock
-from lightmem.stores.embedded.backup import backup, restore, without_password
 from lightmem.stores.embedded.openlock import StoreInUseError
 
 ROOT = Path(__file__).resolve().parents[1]

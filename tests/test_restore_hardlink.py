@@ -21,8 +21,8 @@ from lightmem.cli import main
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.retrieval.stage2 import Stage1Selector
+from lightmem.stores.backup import backup, restore
 from lightmem.stores.embedded import openlock
-from lightmem.stores.embedded.backup import backup, restore
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "link"), reason="needs hard links")
 

@@ -99,4 +99,3 @@ def without_password(uri: str) -> str:
         netloc = f"{cred.split(':', 1)[0]}@{hosts}"
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"])
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-

@@ -1,7 +1,7 @@
 """The transfer share of a training source, read from three evaluation runs of the same questions: the untrained
 model (base), the model trained on that source only (part) and the one trained on the reference data (full).
 Reads the ``questions.jsonl`` that ``eval/locomo.py`` and ``eval/longmemeval.py`` write; ``stats.share_bootstrap``
-does the arithmetic."""
+does the arithmetic (``experiments/transfer/run.py`` is the command)."""
 from __future__ import annotations
 
 import json

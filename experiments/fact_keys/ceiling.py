@@ -18,7 +18,8 @@ consolidation cycle keys each memory by the observations citing its turns, in th
 ``pipeline_ceiling`` takes the same facts through the whole read path: each memory is stored and indexed (vector
 and BM25 terms) under ``text + facts`` (``FactKeyedWriter``), Stage 1 and the served Stage 2 rank it as they rank
 any memory, and the prompt packs the memory as written, without the facts (strict recall of the composed prompt,
-as the ranker's trainer scores it: ``training.ranker.ServedPacking``).
+as the ranker's trainer scores it: ``lightmem.training.ranker.ServedPacking``). ``run.py`` beside this file is the
+command; docs/results/locomo.md records what it measured.
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ huge channels (the feed-forward output projections of some layers of mpnet) lose
 resolution. ``layer_sensitivity`` quantizes every MatMul of the graph, keeps a family of them (by default
 the feed-forward output projections) in fp32 but for one, and measures how far the vectors move from fp32:
 the matrices whose quantization alone moves them most are the ones ``onnx_encoder.FP32_MATMULS`` lists.
+``run.py`` beside this file is the command; docs/results/locomo.md records what it measured.
 """
 from __future__ import annotations
 

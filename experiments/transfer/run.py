@@ -5,7 +5,7 @@
     python eval/locomo.py data.conversations=3-4 encoder=minilm out_dir=runs/l_base
     python eval/locomo.py data.conversations=3-4 encoder.adapter=runs/emb_synth/best out_dir=runs/l_synth
     python eval/locomo.py data.conversations=3-4 encoder.adapter=runs/emb_real/best out_dir=runs/l_real
-    python eval/transfer.py runs/l_base runs/l_synth runs/l_real            # share = (synth - base) / (real - base)
+    python -m experiments.transfer.run runs/l_base runs/l_synth runs/l_real            # share = (synth - base) / (real - base)
 
 Works as well on three eval/longmemeval.py runs. Prints a markdown table; --json writes the numbers.
 """
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from lightmem.evaluation.transfer import METRICS, transfer_share
+from experiments.transfer.share import METRICS, transfer_share
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,12 +1,12 @@
 """How far fact keys could lift the first hop: LoCoMo's annotated observations as extra keys of the turns they cite.
 
-    python eval/fact_keys.py --conversations 3-4                # the default encoder, dev data
-    python eval/fact_keys.py --conversations 0-2 --json out.json
-    python eval/fact_keys.py --conversations 3-4 --pipeline     # the whole read path, strict recall of the prompt
-    python eval/fact_keys.py --conversations 3-4 --pipeline --set retrieval.candidate_factor=8
+    python -m experiments.fact_keys.run --conversations 3-4             # the default encoder, dev data
+    python -m experiments.fact_keys.run --conversations 0-2 --json out.json
+    python -m experiments.fact_keys.run --conversations 3-4 --pipeline  # the whole read path, strict recall of the prompt
+    python -m experiments.fact_keys.run --conversations 3-4 --pipeline --set retrieval.candidate_factor=8
 
 Prints recall_all@N of a dense first hop per key and category, and each key's paired-bootstrap difference from the
-plain text key (lightmem/evaluation/fact_keys.py says what each key is). With --pipeline: the default pipeline
+plain text key (experiments/fact_keys/ceiling.py says what each key is). With --pipeline: the default pipeline
 (conf/locomo.yaml, changed by --set) stores each memory under its text + facts, ranks as it serves, and packs
 the memory as written; printed per category are the Stage-1 pool's recall_all and strict recall_all@budget.
 """
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.fact_keys.ceiling import CATEGORIES, KEYS, conversation_ranks, pipeline_ceiling, recall_table
 from lightmem.build import ENCODER_CHOICES, new_embedder
 from lightmem.datasets.catalog import repo_root
 from lightmem.datasets.formats import read_json
 from lightmem.datasets.locomo import parse_locomo, parse_selection
 from lightmem.errors import InvalidInputError
-from lightmem.evaluation.fact_keys import CATEGORIES, KEYS, conversation_ranks, pipeline_ceiling, recall_table
 from lightmem.evaluation.locomo import CATEGORY_NAMES
 from lightmem.evaluation.report import markdown_table
 from lightmem.metrics.stats import paired_bootstrap

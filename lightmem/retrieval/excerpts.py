@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from lightmem.language.phatic import sentence_units
 from lightmem.models.word_scorer import protected
-from lightmem.sensory.phatic import sentence_units
 from lightmem.text import analyze
 
 # "Speaker: text": the speaker prefix of a turn memory is kept on its excerpt.

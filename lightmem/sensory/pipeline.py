@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from lightmem.sensory.entities import ANCHOR_LABELS, entities_many
+from lightmem.language.entities import ANCHOR_LABELS, entities_many
+from lightmem.language.normalize import Referents, anchor_dates, name_speakers, resolve_pronouns
 from lightmem.sensory.gates import GateHistory, entropy_gate, importance_windows
-from lightmem.sensory.normalize import Referents, anchor_dates, name_speakers, resolve_pronouns
 from lightmem.sensory.segmenter import segments_from
 from lightmem.text import STOPWORDS, words
 from lightmem.types import Turn

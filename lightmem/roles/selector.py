@@ -11,9 +11,9 @@ import logging
 from collections.abc import Sequence
 
 from lightmem.deprecation import moved
+from lightmem.llm import prompts
 from lightmem.llm.base import LLM, GenerationError
 from lightmem.retrieval import stage2
-from lightmem.roles import prompts
 from lightmem.timeutil import iso
 from lightmem.types import Hit, RetrievalPlan
 

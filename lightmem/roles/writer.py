@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field
 
 from lightmem.language.normalize import anchor_dates, name_speakers
 from lightmem.language.phatic import caption_note, compact_turn, sentence_units
+from lightmem.llm import prompts
 from lightmem.llm.base import LLM
-from lightmem.roles import prompts
-from lightmem.roles.jsonio import call_json
+from lightmem.llm.jsonio import call_json
 from lightmem.timeutil import iso
 from lightmem.types import ItemKind, Turn
 

@@ -19,7 +19,7 @@ from lightmem.messages import MAX_TURN_CHARS
 from lightmem.models.embedder import Embedder
 from lightmem.models.prompt_tokens import DEFAULT_TOKENIZER, prompt_counter
 from lightmem.models.tokens import TokenCounter
-from lightmem.models.word_scorer import Compressor, default_word_scorer
+from lightmem.models.word_scorer import WordScorer, default_word_scorer
 from lightmem.retrieval.composer import DEFAULT_BUDGET, ContextComposer
 from lightmem.retrieval.engine import TwoStageRetriever
 from lightmem.retrieval.spec import retrieval_specs
@@ -116,7 +116,7 @@ def memory_parts(
     retrieval: Mapping[str, Any] | None = None,
     sensory_stage: SensoryStage | None = None,
     ltm: LTMOptions | None = None,
-    word_scorer: Compressor | str | None = None,
+    word_scorer: WordScorer | str | None = None,
     tokenizer: str | TokenCounter | None = DEFAULT_TOKENIZER,
     group_dates: bool = True,
     max_turn_chars: int = MAX_TURN_CHARS,
@@ -151,7 +151,7 @@ def memory_parts(
             search. None by default: MTM only.
         word_scorer: Scores each new memory's words for keeping, so that Stage 2 can squeeze the
             excerpts in the tail of a budget (``retrieval.excerpt_rate``); ``"default"``: the trained
-            compressor of checkpoints/compressor (loaded once per process). None (the default): no scores;
+            word scorer of checkpoints/word_scorer (loaded once per process). None (the default): no scores;
             the default packing (``whole_share=1.0``) packs whole memories only and never reads them.
         tokenizer: What a prompt budget is counted with (``build_context`` and ``search(budget=)``): the
             default reader's tokenizer (``qwen2.5``, packaged), ``embedder``, a tokenizer file or folder, or a
@@ -205,7 +205,7 @@ def memory_parts(
         background_index = os.environ.get("LIGHTMEM_BACKGROUND_INDEX", "1").strip().lower() not in ("0", "false", "no", "off")
     if isinstance(word_scorer, str):
         if word_scorer != "default":
-            raise ValueError(f"word_scorer must be a compressor, None or 'default', got {word_scorer!r}")
+            raise ValueError(f"word_scorer must be a WordScorer, None or 'default', got {word_scorer!r}")
         word_scorer = default_word_scorer()
     return {"store": store, "embedder": embedder, "retriever": retriever, "composer": composer, "controller": controller,
             "writer": writer, "maintainer": maintainer, "counter": counter, "k": k, "sensory_stage": sensory_stage,

@@ -31,10 +31,9 @@ from lightmem.messages import (
 )
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
-from lightmem.models.word_scorer import Compressor
+from lightmem.models.word_scorer import WordScorer, keep_codes
 from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
-from lightmem.retrieval.excerpts import keep_codes
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import DraftItem, Writer, default_writer
@@ -74,7 +73,7 @@ class Memory:
         clock: Callable[[], float] = wall_clock,
         sensory_stage: SensoryStage | None = None,
         ltm: LTMRuntime | None = None,
-        word_scorer: Compressor | None = None,
+        word_scorer: WordScorer | None = None,
         max_turn_chars: int = MAX_TURN_CHARS,
         background_index: bool = False,
     ) -> None:

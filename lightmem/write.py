@@ -13,8 +13,7 @@ from lightmem.indexer import BackgroundIndexer
 from lightmem.ltm import LTMRuntime
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
-from lightmem.models.word_scorer import Compressor
-from lightmem.retrieval.excerpts import keep_codes
+from lightmem.models.word_scorer import WordScorer, keep_codes
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import DraftItem, Writer, write_segments
 from lightmem.sensory.pipeline import SensoryStage
@@ -34,7 +33,7 @@ class WritePipeline:
         sensory_stage: Sensory stages and STM buffer before the Writer; None: the Writer gets raw turns.
         maintainer: Online maintenance after each write (merges, supersessions); None: none.
         ltm: The LTM runtime whose scheduler is told of new turns; None: MTM only.
-        word_scorer: Scores each item's words for keeping (the trained compressor): stored with the item as
+        word_scorer: Scores each item's words for keeping (the trained word scorer): stored with the item as
             ``metadata["keep"]``, so that Stage 2 can squeeze its excerpts; None: items carry no scores.
         indexer: Embeds (and scores) the items after the write returns (``lightmem.indexer``); None: the
             caller's thread does it before the write. Online maintenance needs the vectors at once, so a
@@ -51,7 +50,7 @@ class WritePipeline:
         sensory_stage: SensoryStage | None = None,
         maintainer: Maintainer | None = None,
         ltm: LTMRuntime | None = None,
-        word_scorer: Compressor | None = None,
+        word_scorer: WordScorer | None = None,
         indexer: BackgroundIndexer | None = None,
     ) -> None:
         self.word_scorer, self.indexer = word_scorer, indexer

@@ -5,11 +5,11 @@ import random
 
 import pytest
 
+from lightmem.models.word_scorer import encode_keep
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.excerpts import (
     best_excerpt,
     coded_excerpt,
-    encode_keep,
     keep_scores,
     pack_whole_then_excerpts,
     query_terms,

@@ -247,11 +247,11 @@ class ServedPacking:
         self.excerpt_rate, self.word_scorer = float(excerpt_rate), word_scorer
         self.composer = ContextComposer(counter, group_dates=group_dates)
         self._count = CachedCount(lambda: counter, max_size=1 << 20)
-        self._codes: dict[str, str] = {}  # memory text -> its keep code (retrieval.excerpts.encode_keep)
+        self._codes: dict[str, str] = {}  # memory text -> its keep code (models.word_scorer.encode_keep)
 
     def _score(self, texts: Sequence[str]) -> None:
         """Score the words of the memory texts not scored yet (one batch)."""
-        from lightmem.retrieval.excerpts import keep_codes
+        from lightmem.models.word_scorer import keep_codes
 
         todo = [t for t in dict.fromkeys(texts) if t not in self._codes]
         self._codes.update(zip(todo, keep_codes(self.word_scorer, todo)))

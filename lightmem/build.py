@@ -15,7 +15,6 @@ from typing import Any
 
 from lightmem.errors import InvalidInputError, LightMemError
 from lightmem.ltm import LTMOptions, build_ltm
-from lightmem.messages import MAX_TURN_CHARS
 from lightmem.models.embedder import Embedder
 from lightmem.models.prompt_tokens import DEFAULT_TOKENIZER, prompt_counter
 from lightmem.models.tokens import TokenCounter
@@ -30,6 +29,7 @@ from lightmem.roles.writer import Writer
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
 from lightmem.stores.factory import open_store
+from lightmem.validation import MAX_TURN_CHARS
 
 # Named embedders a new store can be built with (besides "tuned", the default: all-mpnet-base-v2 with the
 # trained memory adapter of checkpoints/embedder); each is rebuilt by its stored name.

@@ -14,8 +14,8 @@ from rich.table import Table
 
 from lightmem.build import ENCODER_CHOICES
 from lightmem.errors import LightMemError, StoreFullError
-from lightmem.messages import MAX_TURN_CHARS
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ceiling_bytes
+from lightmem.validation import MAX_TURN_CHARS
 
 console = Console(stderr=True)
 ENCODER_HELP = ("embedder of a new store; an existing one reopens with its own (default tuned: all-mpnet-base-v2 with "

@@ -17,18 +17,6 @@ from lightmem.build import memory_parts
 from lightmem.errors import InvalidInputError, ItemNotFoundError, shown
 from lightmem.indexer import BackgroundIndexer
 from lightmem.ltm import CycleReport, LTMRuntime
-from lightmem.messages import (
-    MAX_TURN_CHARS,
-    check_budget,
-    check_id,
-    check_item_fields,
-    check_k,
-    check_query,
-    check_stm,
-    check_turn_lengths,
-    check_user_id,
-    to_turns,
-)
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
 from lightmem.models.word_scorer import WordScorer, keep_codes
@@ -42,6 +30,18 @@ from lightmem.stores.base import MemoryStore
 from lightmem.timeutil import now as wall_clock
 from lightmem.timeutil import parse_timestamp
 from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, MemoryItem, Turn
+from lightmem.validation import (
+    MAX_TURN_CHARS,
+    check_budget,
+    check_id,
+    check_item_fields,
+    check_k,
+    check_query,
+    check_stm,
+    check_turn_lengths,
+    check_user_id,
+    to_turns,
+)
 from lightmem.write import WritePipeline
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 
 from lightmem.errors import LightMemError
 from lightmem.memory import Memory
-from lightmem.messages import MAX_TURN_CHARS
+from lightmem.validation import MAX_TURN_CHARS
 
 log = logging.getLogger(__name__)
 ENV = "LIGHTMEM_SERVE"  # a worker process reads its ServeSettings from here (uvicorn starts workers by import string)

@@ -64,9 +64,9 @@ def new_embedder(encoder: str | None = None) -> Embedder:
     from lightmem.models.embedder import (
         HashingEmbedder,
         SentenceTransformerEmbedder,
-        default_embedder,
         default_encoding,
         tuned_adapter,
+        tuned_embedder,
     )
 
     _check_choice(encoder)
@@ -74,15 +74,17 @@ def new_embedder(encoder: str | None = None) -> Embedder:
         raise LightMemError("--encoder tuned needs the trained adapter in checkpoints/embedder (set LIGHTMEM_CHECKPOINTS "
                             "or run `make train`); --encoder mpnet is its base model")
     if encoder in (None, "tuned"):
-        return default_embedder()
+        return tuned_embedder()
     if encoder == "hashing":
         return HashingEmbedder(int(ENCODERS["hashing"].removeprefix("hashing-")))
     return SentenceTransformerEmbedder(ENCODERS[encoder], **default_encoding())
 
 
 def resolve_embedder(location: str | Path, encoder: str | None = None, *, python: bool = False) -> Embedder:
-    """The embedder of the store at ``location``: the one that wrote it; for a new store ``encoder``
-    (``new_embedder``). ``python``: the messages name ``encoder=`` rather than ``--encoder`` (``memory_parts``).
+    """The embedder of the store at ``location``: the one that wrote it; for a new store (or one that records no
+    embedder, ``unknown``) ``encoder`` (``new_embedder``; None: the tuned default). The one place the embedder of a
+    store is chosen, for Python, the CLI and the servers. ``python``: the messages name ``encoder=`` rather than
+    ``--encoder`` (``memory_parts``).
 
     Raises:
         LightMemError: an unknown ``encoder``, one that is not the one that wrote the store, or ``tuned``
@@ -98,7 +100,7 @@ def resolve_embedder(location: str | Path, encoder: str | None = None, *, python
                else "drop --encoder or use a new --store")
         raise LightMemError(f"{describe(location)} was built with {stored} (encoder {encoder_kind(stored)!r}), "
                             f"not {encoder!r}: {fix}")
-    if stored:
+    if stored and stored != "unknown":
         return embedder_for(stored)
     return new_embedder(encoder)
 
@@ -190,9 +192,7 @@ def memory_parts(
         store = path
     else:
         if embedder is None:
-            from lightmem.models.embedder import default_embedder
-
-            embedder = default_embedder(path)
+            embedder = resolve_embedder(path, python=True)
         store = open_store(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
     runtime = build_ltm(store, embedder, ltm) if ltm is not None else None
     routing = {} if ltm is None else {"routing": ltm.routing, "cross_share": ltm.cross_share, "ltm_hops": ltm.hops}

@@ -5,7 +5,13 @@ import math
 
 import pytest
 
-from lightmem.evaluation.qa import clean_answer, locomo_scores, longmemeval_judge_prompt, parse_locomo_label, parse_yes_no
+from lightmem.evaluation.harnesses.qa import (
+    clean_answer,
+    locomo_scores,
+    longmemeval_judge_prompt,
+    parse_locomo_label,
+    parse_yes_no,
+)
 from lightmem.metrics.answers import answer_coverage, bleu1, content_words, rouge_l
 from lightmem.metrics.ranking import dedupe, ndcg_at_k, recall_at_k
 from lightmem.metrics.stats import mean_std, paired_bootstrap

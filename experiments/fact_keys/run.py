@@ -25,8 +25,8 @@ from lightmem.datasets.catalog import repo_root
 from lightmem.datasets.formats import read_json
 from lightmem.datasets.locomo import parse_locomo, parse_selection
 from lightmem.errors import InvalidInputError
-from lightmem.evaluation.locomo import CATEGORY_NAMES
-from lightmem.evaluation.report import markdown_table
+from lightmem.evaluation.harnesses.locomo import CATEGORY_NAMES
+from lightmem.evaluation.reports.report import markdown_table
 from lightmem.metrics.stats import paired_bootstrap
 
 NAMES = {**{c: CATEGORY_NAMES[int(c)] for c in CATEGORIES}, "all": "all"}

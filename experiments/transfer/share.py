@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightmem.evaluation.comparison import RunResult
+from lightmem.evaluation.reports.comparison import RunResult
 from lightmem.metrics.stats import ShareResult, share_bootstrap
 
 METRICS = ("recall", "coverage")  # recall_all within the budget (turns), answer coverage within the budget

@@ -33,7 +33,7 @@ class QAConfig:
     max_new_tokens: int = 32
     window: int = 2048  # the full-context baseline's default prompt budget (the run's budget is used when set)
     controls: bool = False  # also answer from the gold-evidence and random control contexts (3x the reader's time)
-    instruction: str = "decline"  # the reader's instruction (lightmem.evaluation.qa.READER_INSTRUCTIONS): decline | guess
+    instruction: str = "decline"  # the reader's instruction (lightmem.evaluation.harnesses.qa.READER_INSTRUCTIONS): decline | guess
 
 
 @dataclass

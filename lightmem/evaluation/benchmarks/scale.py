@@ -200,7 +200,7 @@ def serve_in_child(location: str, point: Point, cache_mb: float | None,
                    snapshot_min_items: int | None = None) -> dict[str, Any]:
     """``serve`` in a fresh Python process, so that its memory is that of a new worker."""
     cmd = [sys.executable, "-c",
-           "import json, sys; from lightmem.evaluation.scale import Point, serve; a = json.loads(sys.argv[1]); "
+           "import json, sys; from lightmem.evaluation.benchmarks.scale import Point, serve; a = json.loads(sys.argv[1]); "
            "print('RESULT ' + json.dumps(serve(a['loc'], Point(**a['point']), a['cache_mb'], snapshot_min_items=a['snap'])))",
            json.dumps({"loc": location, "point": asdict(point), "cache_mb": cache_mb, "snap": snapshot_min_items})]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])

@@ -8,7 +8,7 @@ LLM (the benchmark's per-type answer checks), overlap F1 is reported always. Bes
 two controls LoCoMo's harness has (``evaluation.packed``): the ``has_answer`` turns alone and a random
 context of the same haystack, composed within the same budget; ``qa.controls=true`` has the reader answer
 them too. The QA pass and its
-aggregate are ``lightmem.evaluation.qa``'s, shared with LoCoMo; ``lightmem.evaluation.runs.longmemeval``
+aggregate are ``lightmem.evaluation.harnesses.qa``'s, shared with LoCoMo; ``lightmem.evaluation.runs.longmemeval``
 builds the systems from a config and writes the results.
 """
 from __future__ import annotations
@@ -24,9 +24,16 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation
-from lightmem.evaluation.packed import answer_controls, control_contexts, control_f1, control_means, control_scores, memory_text
-from lightmem.evaluation.qa import QAOptions, answer_questions, longmemeval_judge_prompt, parse_yes_no, qa_summary
-from lightmem.evaluation.system import System, is_whole
+from lightmem.evaluation.harnesses.packed import (
+    answer_controls,
+    control_contexts,
+    control_f1,
+    control_means,
+    control_scores,
+    memory_text,
+)
+from lightmem.evaluation.harnesses.qa import QAOptions, answer_questions, longmemeval_judge_prompt, parse_yes_no, qa_summary
+from lightmem.evaluation.harnesses.system import System, is_whole
 from lightmem.metrics.answers import answer_coverage, token_f1
 from lightmem.metrics.ranking import dedupe, ndcg_at_k, recall_at_k
 from lightmem.metrics.stats import percentile

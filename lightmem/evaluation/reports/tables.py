@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from lightmem.evaluation.report import markdown_table, pyplot, save_figure
+from lightmem.evaluation.reports.report import markdown_table, pyplot, save_figure
 
 LOCOMO_CATEGORIES = ("1-multi-hop", "2-temporal", "3-open-domain", "4-single-hop")
 CONTROLS = {"gold": "control: the gold evidence turns alone", "random": "control: a random context of the conversation"}
@@ -221,7 +221,7 @@ CARD_METRICS: dict[str, list[tuple[str, str, str]]] = {
                  ("LongMemEval test", "test/longmemeval/stage1/recall_all@10", "test/longmemeval/selector/recall_all@10")],
     "complexity": [("accuracy against the majority class, LoCoMo 3-4", "test/locomo/majority", "test/locomo/accuracy"),
                    ("LongMemEval test", "test/longmemeval/majority", "test/longmemeval/accuracy")],
-    "compressor": [("word keep F1 against random, LoCoMo 3-4 turns", "test/random/token_f1", "test/trained/token_f1"),
+    "word_scorer": [("word keep F1 against random, LoCoMo 3-4 turns", "test/random/token_f1", "test/trained/token_f1"),
                    ("answer words kept at r=0.5", "test/random/answer_kept@r0.5", "test/trained/answer_kept@r0.5")],
 }
 # Extra facts of a card worth a line: (label, metric, formatter).
@@ -279,7 +279,7 @@ CHECKPOINT_ROLES = {
     "slm": "`SLMSelector` (`selector=slm`; off: served, it has not beaten the ranker, see docs/results/locomo.md)",
     "cross_encoder": "`CrossEncoderSelector` (`selector=cross_encoder`, the Stage 2 before the ranker)",
     "complexity": "`TrainedComplexity` (`controller=experimental/fast_trained`)",
-    "compressor": "`TokenClassifierCompressor` (squeezed excerpts, `memory.word_scores`; the sensory stage)",
+    "word_scorer": "`TokenClassifierWordScorer` (squeezed excerpts, `memory.word_scores`; the sensory stage)",
 }
 RUN_TABLES = {"reader": reader_table, "retrieval": retrieval_table}
 # The scores of the 0.5B and 1.5B readers on all of LoCoMo 3-4 (docs/results/gpu.md), rendered by gpu_reader_table

@@ -5,10 +5,10 @@ question's evidence is covered when those ids reach the retrieved set (at K, or 
 a token budget packed exactly as the context composer packs memories). With ``QAOptions``
 the memories packed within the budget become the context of a generator's answer, scored
 with LoCoMo's F1, BLEU-1, ROUGE-L and, when a judge LLM is configured, the LLM judge
-(the QA pass and its aggregate are ``lightmem.evaluation.qa``'s, shared with LongMemEval).
+(the QA pass and its aggregate are ``lightmem.evaluation.harnesses.qa``'s, shared with LongMemEval).
 
-The system under test is any ``System`` (``lightmem.evaluation.system``), so baselines that are
-not a ``Memory`` (``lightmem.evaluation.baselines``) run through it unchanged.
+The system under test is any ``System`` (``lightmem.evaluation.harnesses.system``), so baselines that are
+not a ``Memory`` (``lightmem.evaluation.harnesses.baselines``) run through it unchanged.
 ``lightmem.evaluation.runs.locomo`` builds the systems from a config and writes the results.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation
-from lightmem.evaluation.packed import (
+from lightmem.evaluation.harnesses.packed import (
     answer_controls,
     control_contexts,
     control_f1,
@@ -35,8 +35,15 @@ from lightmem.evaluation.packed import (
     packed_lines,
     packed_recall,
 )
-from lightmem.evaluation.qa import LOCOMO_JUDGE_PROMPT, QAOptions, answer_questions, locomo_scores, parse_locomo_label, qa_summary
-from lightmem.evaluation.system import System
+from lightmem.evaluation.harnesses.qa import (
+    LOCOMO_JUDGE_PROMPT,
+    QAOptions,
+    answer_questions,
+    locomo_scores,
+    parse_locomo_label,
+    qa_summary,
+)
+from lightmem.evaluation.harnesses.system import System
 from lightmem.metrics.answers import answer_coverage
 from lightmem.metrics.evidence import evidence_precision, evidence_recall, normalize_evidence
 from lightmem.metrics.stats import percentile, spread

@@ -1,6 +1,6 @@
 """The system under test: what the benchmark harnesses call, so a ``Memory`` and a baseline run alike.
 
-``Memory`` satisfies ``System``; so does ``lightmem.evaluation.baselines.FullContext``, which
+``Memory`` satisfies ``System``; so does ``lightmem.evaluation.harnesses.baselines.FullContext``, which
 has no long-term memory (``ltm`` is None and the consolidation methods do nothing). The
 harnesses (``locomo``, ``longmemeval``, ``growth``) are typed against it.
 """

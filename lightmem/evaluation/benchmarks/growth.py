@@ -17,7 +17,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lightmem.datasets.formats import Conversation, QAItem
-from lightmem.evaluation.system import is_whole
+from lightmem.evaluation.harnesses.system import is_whole
 from lightmem.metrics.evidence import evidence_recall, normalize_evidence
 from lightmem.metrics.stats import percentile, spread
 from lightmem.retrieval.stage2 import Stage1Selector

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from lightmem.datasets.formats import read_json
-from lightmem.evaluation.locomo import CATEGORY_NAMES
-from lightmem.evaluation.qa import clean_answer
+from lightmem.evaluation.harnesses.locomo import CATEGORY_NAMES
+from lightmem.evaluation.harnesses.qa import clean_answer
 from lightmem.metrics.answers import bleu1, locomo_f1, token_f1
 from lightmem.metrics.stats import paired_bootstrap
 

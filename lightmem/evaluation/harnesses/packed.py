@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from lightmem.evaluation.baselines import turn_item
-from lightmem.evaluation.system import is_whole
+from lightmem.evaluation.harnesses.baselines import turn_item
+from lightmem.evaluation.harnesses.system import is_whole
 from lightmem.metrics.answers import answer_coverage
 from lightmem.metrics.evidence import evidence_precision, evidence_recall
 from lightmem.retrieval.composer import ContextComposer, format_memory

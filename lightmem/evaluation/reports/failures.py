@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lightmem.evaluation.qa import QAOptions
+    from lightmem.evaluation.harnesses.qa import QAOptions
 
 _EFFECT = {"generator": "their questions were answered with an empty string",
            "judge": "their answers count as unjudged"}

@@ -3,7 +3,7 @@
 Dense RAG over raw turns, BM25 and dense+BM25 fusion are Memory configurations
 (``conf/experiment/baseline_*.yaml``: one raw turn per memory, packed whole). Full context is not:
 it replays the most recent turns that fit the prompt budget. ``FullContext`` satisfies the
-evaluation's ``System`` protocol (``lightmem.evaluation.system``), so it runs through the same
+evaluation's ``System`` protocol (``lightmem.evaluation.harnesses.system``), so it runs through the same
 harness and its prompt is counted by the same composer.
 """
 from __future__ import annotations

@@ -76,7 +76,7 @@ def test_the_former_names_of_the_word_scorers_still_resolve_with_a_warning(monke
 
     monkeypatch.setattr(deprecation, "_warned", set())  # each old name warns once per process
     for old, new in (("Compressor", "WordScorer"), ("CrossEntropyCompressor", "CrossEntropyWordScorer"),
-                     ("TokenClassifierWordScorer", "TokenClassifierWordScorer")):
+                     ("TokenClassifierCompressor", "TokenClassifierWordScorer")):
         with pytest.warns(DeprecationWarning, match=f"{old} is now"):
             assert getattr(word_scorer, old) is getattr(word_scorer, new)
 

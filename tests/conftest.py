@@ -121,11 +121,11 @@ def tiny_models() -> TinyModels:
     return TinyModels(AutoTokenizer.from_pretrained(str(ModelRegistry().embedder_path())))
 
 
-def entry_point(name: str):
-    """``eval/<name>.py`` loaded as a module (an entry point's ``run``/``main`` called in-process)."""
+def entry_point(name: str, folder: str = "eval"):
+    """``<folder>/<name>.py`` (eval/ or tools/) loaded as a module (an entry point's ``run``/``main`` called in-process)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(f"eval_{name}", ROOT / "eval" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", ROOT / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""eval/scale.py end to end on a tiny grid: it builds, serves in a fresh process and reports the
+"""tools/scale.py end to end on a tiny grid: it builds, serves in a fresh process and reports the
 numbers it promises (an HNSW point with its recall against exact search)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "eval"))
+sys.path.insert(0, str(ROOT / "tools"))
 import scale  # noqa: E402
 
 

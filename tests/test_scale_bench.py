@@ -13,6 +13,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import scale  # noqa: E402
 
 
+@pytest.mark.multiprocess  # each point is served by a process of its own
 def test_a_tiny_grid_reports_memory_latency_and_hnsw_recall(tmp_path, capsys):
     rc = scale.main(["--grid", "3x40", "1x300:hnsw", "--work", str(tmp_path / "stores"), "--out", str(tmp_path / "out"),
                      "--snapshot-min-items", "100"])

@@ -273,6 +273,7 @@ def test_every_experiment_config_composes(name):
     assert cfg.system is None or cfg.system._target_ == "lightmem.evaluation.harnesses.baselines.FullContext"
 
 
+@pytest.mark.slow  # the whole evaluation suite, every run and table
 def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -419,6 +420,7 @@ def test_suite_entry_point_exits_non_zero_when_a_planned_run_fails(tmp_path):
     assert tail[5] == f'  see the "failed runs" section of {out / "suite.md"}'
 
 
+@pytest.mark.slow  # the evaluation suite end to end, twice
 def test_suite_reruns_a_run_that_recorded_failures_and_reports_reused_ones(tmp_path):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir

@@ -36,6 +36,7 @@ def test_auto_is_onnx_on_the_cpu_and_torch_on_a_gpu():
         _resolve_backend("tensorrt", "cpu")
 
 
+@pytest.mark.slow  # the committed word scorer on the packaged MiniLM, on torch and ONNX
 def test_onnx_keep_probabilities_equal_torchs_including_windowed_long_inputs(pair):
     torch_c, onnx_c = pair
     docs = [t.split() for t in TURNS] + [[f"w{i}" for i in range(450)], ["hi"]]
@@ -45,6 +46,7 @@ def test_onnx_keep_probabilities_equal_torchs_including_windowed_long_inputs(pai
     assert torch_c.compress_many(TURNS, 0.5) == onnx_c.compress_many(TURNS, 0.5)
 
 
+@pytest.mark.slow  # the committed word scorer on the packaged MiniLM, on torch and ONNX
 def test_onnx_attention_equals_torchs_and_gives_the_same_boundaries(pair):
     from lightmem.sensory.segmenter import TopicSegmenter
 
@@ -58,6 +60,7 @@ def test_onnx_attention_equals_torchs_and_gives_the_same_boundaries(pair):
     assert st.boundaries(TURNS) == so.boundaries(TURNS)
 
 
+@pytest.mark.slow  # the committed word scorer on the packaged MiniLM, on torch and ONNX
 def test_graphs_are_cached_per_weights_and_reused(pair, tiny_models):
     from lightmem.models.registry import ModelRegistry
     from lightmem.models.word_scorer import TokenClassifierWordScorer

@@ -35,6 +35,7 @@ def test_every_entry_point_builds_the_same_encoder_for_a_name(choice, tmp_path):
         assert resolve_embedder(tmp_path / folder).name == expected
 
 
+@pytest.mark.slow  # opens a store on the default (packaged, tuned) encoder
 def test_the_default_is_the_tuned_encoder(tmp_path):
     with Memory.open(tmp_path / "s") as memory:
         assert memory.embedder.name == new_embedder("tuned").name == new_embedder(None).name

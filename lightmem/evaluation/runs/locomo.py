@@ -66,8 +66,27 @@ def after_ingest_hook(cfg: DictConfig, everything: Sequence[Conversation]) -> Ca
     return hook
 
 
-def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
+def chain(*hooks: Callable | None) -> Callable | None:
+    """One ``after_ingest`` hook running ``hooks`` in order (None where there are none); their stats merge."""
+    hooks = tuple(h for h in hooks if h is not None)
+    if len(hooks) < 2:
+        return hooks[0] if hooks else None
+
+    def hook(memory, conv: Conversation) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for h in hooks:
+            out.update(h(memory, conv))
+        return out
+
+    return hook
+
+
+def run(cfg: DictConfig, quiet: bool = False,
+        after_ingest: Callable[[Any, Conversation], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Evaluate and write results.json, questions.jsonl, results.md and recall.png to out_dir.
+
+    ``after_ingest(memory, conv)`` runs after each conversation's ingestion and consolidation, before its
+    questions (an experiment writes its offline memories there); its ``injected_`` stats are summed in the results.
 
     ``results["failures"]`` lists what did not complete (QA calls whose backend failed); the
     numbers are written either way, and ``eval/locomo.py`` exits non-zero when it is not empty.
@@ -87,7 +106,8 @@ def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
     results, records = evaluate_locomo(
         system_factory(cfg, stores, embedder, shared, everything), convs, ks=ks, budget=int(cfg.budget),
         categories=list(cfg.data.categories), show_progress=sys.stderr.isatty(), max_questions=cfg.data.max_questions,
-        qa_options=qa_options(cfg, shared), after_ingest=after_ingest_hook(cfg, everything), seed=int(cfg.seed),
+        qa_options=qa_options(cfg, shared), after_ingest=chain(after_ingest, after_ingest_hook(cfg, everything)),
+        seed=int(cfg.seed),
     )
     if not cfg.keep_stores:
         shutil.rmtree(stores, ignore_errors=True)

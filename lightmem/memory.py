@@ -262,20 +262,40 @@ class Memory:
         (budget-aware set); with ``k``, the best ``k`` are packed. The returned ``memories`` are what the
         prompt holds: an excerpt is a copy with ``metadata["excerpt"]`` set.
         """
+        return self.explain_context(query, user_id, stm, budget, k, filters, now)[0]
+
+    def explain_context(
+        self,
+        query: str,
+        user_id: str,
+        stm: Sequence[str] = (),
+        budget: int | None = None,
+        k: int | None = None,
+        filters: Filters | Mapping[str, Any] | None = None,
+        now: object = None,
+    ) -> tuple[ComposedContext, RetrievalResult | None]:
+        """``build_context`` with the retrieval behind its prompt: the Stage-1 candidates (with the ranker's
+        scores), the hits packed and the per-stage milliseconds (``compose`` added). The retrieval is None
+        when nothing but the question fits the budget (no search runs then)."""
         user_id, budget, stm = check_user_id(user_id), check_budget(budget), check_stm(stm)
         query = check_query(query)
         budget = self.composer.budget if budget is None else budget
         layout = self.composer.layout(query, stm, budget)  # composed once: compose() reuses it
-        hits: list[Hit] = []
+        result: RetrievalResult | None = None
         if k is not None:
-            hits = self.search(query, user_id, k, filters, stm, now)
+            result = self.retrieve(query, user_id, k, filters, stm, now)
         elif layout.memory_budget > 0:
-            hits = self.search(query, user_id, None, filters, stm, now, layout.memory_budget)
+            result = self.retrieve(query, user_id, None, filters, stm, now, layout.memory_budget)
         else:  # nothing but the question fits: no search, but the arguments are still checked
             Filters.from_mapping(filters)
             if now is not None:
                 parse_timestamp(now)
-        return self.composer.compose(query, stm, [h.item for h in hits], budget, layout=layout)
+        t0 = time.perf_counter()
+        hits = result.hits if result is not None else []
+        context = self.composer.compose(query, stm, [h.item for h in hits], budget, layout=layout)
+        if result is not None:
+            result.timings_ms["compose"] = (time.perf_counter() - t0) * 1000
+        return context, result
 
     # -- memories addressed by the caller's key ------------------------------------------------
     def put(self, key: str, text: str, user_id: str, metadata: Mapping[str, Any] | None = None,

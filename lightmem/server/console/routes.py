@@ -29,10 +29,11 @@ from lightmem.server.console.session import Visitor
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 # No script may run on these pages (there is none to run), styles come from the console's own file only, and
-# forms post back to the console alone; no other site may frame it.
+# forms post back to the console alone; no other site may frame it. Referrers stay on the site (queries hold
+# user ids and search words); "no-referrer" would make browsers send "Origin: null" with the forms.
 CSP = ("default-src 'none'; script-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
-SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
                     "Cache-Control": "no-store", "X-Frame-Options": "DENY"}
 MAX_FORM_BYTES = 1 << 20
 

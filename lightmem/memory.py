@@ -42,7 +42,7 @@ from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import MemoryStore
 from lightmem.timeutil import now as wall_clock
 from lightmem.timeutil import parse_timestamp
-from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, MemoryItem, Turn
+from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem, Turn
 from lightmem.write import WritePipeline
 
 log = logging.getLogger(__name__)
@@ -334,13 +334,23 @@ class Memory:
         return self.store.get(check_user_id(user_id), check_id(item_id, "item_id"), include_archived)
 
     def get_all(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0,
-                metadata: Mapping[str, Any] | None = None) -> list[MemoryItem]:
-        """The user's memories, oldest first; ``metadata``: only those whose metadata passes this filter
-        (``{"field": value}`` or ``{"field": {"$gte": value}}``: ``lightmem.metadata_filter``)."""
+                metadata: Mapping[str, Any] | None = None, *, text: str | None = None, time_from: object = None,
+                time_to: object = None, kind: str | None = None, newest_first: bool = False) -> list[MemoryItem]:
+        """The user's memories, oldest first (``newest_first``: the reverse); ``metadata``: only those whose metadata
+        passes this filter (``{"field": value}`` or ``{"field": {"$gte": value}}``: ``lightmem.metadata_filter``);
+        ``text``: only those whose text holds it (case-insensitive); ``time_from``/``time_to``: only those whose event
+        time is within these bounds (Unix seconds or a date); ``kind``: only ``episodic`` or ``abstract`` ones."""
         conditions = None if metadata is None else metadata_filter.parse(metadata, "metadata")
-        if conditions:
-            return self.store.list(check_user_id(user_id), include_archived, limit, offset, metadata=conditions)
-        return self.store.list(check_user_id(user_id), include_archived, limit, offset)
+        if text is not None and not isinstance(text, str):
+            raise InvalidInputError(f"text must be a string, got {type(text).__name__}")
+        if kind is not None and kind not in (ItemKind.EPISODIC.value, ItemKind.ABSTRACT.value):
+            raise InvalidInputError(f"kind must be 'episodic' or 'abstract', got {shown(kind)}")
+        bounds = {"time_from": None if time_from is None else parse_timestamp(time_from),
+                  "time_to": None if time_to is None else parse_timestamp(time_to)}
+        extra = {k: v for k, v in {"text": text or None, "kind": kind, **bounds}.items() if v is not None}
+        if newest_first:
+            extra["newest_first"] = True
+        return self.store.list(check_user_id(user_id), include_archived, limit, offset, metadata=conditions or None, **extra)
 
     def update(self, item_id: str, user_id: str, text: str | None = None, keep_history: bool = False,
                **fields: Any) -> MemoryItem:

@@ -87,31 +87,30 @@ class ListQuery:
 
 @dataclass(frozen=True)
 class ListPage:
+    """A page of memories; ``total`` is known without a filter only (the store's counts)."""
+
     items: list[MemoryItem]
-    total: int
+    total: int | None
     page: int
-    pages: int
+    has_next: bool
+
+    @property
+    def pages(self) -> int | None:
+        return None if self.total is None else max((self.total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
 
 
 def list_page(memory: Memory, user_id: str, query: ListQuery) -> ListPage:
-    """One page of the user's memories under ``query``'s filters, newest first."""
+    """One page of the user's memories under ``query``'s filters, newest first; the store filters and cuts the
+    page, so a page costs the same at 100 memories and at 10,000."""
     spec = query.spec()
     lo, hi = query.bounds()
+    items = memory.get_all(user_id, include_archived=query.archived, limit=PAGE_SIZE + 1, offset=query.page * PAGE_SIZE,
+                           metadata=spec, text=query.text or None, time_from=lo, time_to=hi, newest_first=True)
+    total = None
     if not query.text and lo is None and hi is None and spec is None:
-        # Unfiltered: the store's counts say how many there are, so only the page's rows are turned into items.
         counts = memory.stats().get(user_id, {})
         total = counts.get("items", 0) + (counts.get("archived", 0) if query.archived else 0)
-        start = max(total - (query.page + 1) * PAGE_SIZE, 0)
-        end = max(total - query.page * PAGE_SIZE, 0)
-        items = memory.get_all(user_id, include_archived=query.archived, limit=end - start, offset=start) if end else []
-        return ListPage(items[::-1], total, query.page, max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1))
-    items = memory.get_all(user_id, include_archived=query.archived, metadata=spec)
-    needle = query.text.casefold()
-    kept = [m for m in items if (not needle or needle in m.text.casefold())
-            and (lo is None or m.event_time >= lo) and (hi is None or m.event_time <= hi)]
-    kept.reverse()
-    page = kept[query.page * PAGE_SIZE:(query.page + 1) * PAGE_SIZE]
-    return ListPage(page, len(kept), query.page, max((len(kept) + PAGE_SIZE - 1) // PAGE_SIZE, 1))
+    return ListPage(items[:PAGE_SIZE], total, query.page, len(items) > PAGE_SIZE)
 
 
 @dataclass
@@ -129,13 +128,12 @@ class Detail:
 def detail(memory: Memory, user_id: str, item_id: str) -> Detail:
     """Raises ``ItemNotFoundError`` when the user has no such memory (another user's included)."""
     item = memory.get(item_id, user_id, include_archived=True)
-    wanted = set(item.provenance)
-    turns = [t for t in memory.store.turns(user_id) if t.turn_id in wanted] if wanted else []
+    turns = memory.store.turns(user_id, item.provenance) if item.provenance else []
     found = {t.turn_id for t in turns}
     sources = memory.sources(item_id, user_id) if item.metadata.get("members") else []
     # An episode consolidated into an abstract is archived by that cycle: only then look for the abstracts.
-    abstracts = [m for m in memory.get_all(user_id, include_archived=True)
-                 if m.kind is ItemKind.ABSTRACT and item.id in m.metadata.get("members", ())] if item.archived else []
+    abstracts = [m for m in memory.get_all(user_id, include_archived=True, kind=ItemKind.ABSTRACT.value)
+                 if item.id in m.metadata.get("members", ())] if item.archived else []
     return Detail(item, turns, [t for t in item.provenance if t not in found], memory.history(item_id, user_id),
                   sources, abstracts)
 

@@ -139,7 +139,7 @@ def test_no_url_or_form_field_reaches_another_users_memories(client):
     token = sign_in(client, ALICE)
     vault = items(client, "bob", BOB)["Bob's secret: the vault code is 4512"]
     for path in ("/ui/memories?user=bob", f"/ui/memory?user=bob&id={vault}", "/ui/context?user=bob&q=vault+code",
-                 f"/ui/memory/delete?user=bob&id={vault}", f"/ui/memories?user=bob&q=vault"):
+                 f"/ui/memory/delete?user=bob&id={vault}", "/ui/memories?user=bob&q=vault"):
         r = client.get(path)
         assert r.status_code == 403 and "4512" not in r.text, path
     r = client.get(f"/ui/memory?user=alice&id={vault}")  # bob's id under alice's name: as if it did not exist

@@ -74,7 +74,8 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     with sync_playwright() as p:
-        args = ["--no-sandbox"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # root: no sandbox possible
+        # As root (a CI container) Chromium runs only without its sandbox; a small /dev/shm would crash its renderer.
+        args = ["--disable-dev-shm-usage", *(["--no-sandbox"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])]
         b = p.chromium.launch(executable_path=chromium(), args=args)
         yield b
         b.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import re
@@ -95,12 +96,15 @@ def measure(base: str, n: int, repeats: int) -> dict[str, dict[str, float]]:
 def markdown(results: dict, args: argparse.Namespace) -> str:
     rows = "\n".join(f"| {label} | `{r['path']}` | {r['server_median_ms']:.1f} | {r['server_max_ms']:.1f} | "
                      f"{r['client_median_ms']:.1f} | {r['bytes'] / 1024:.0f} |" for label, r in results["pages"].items())
+    written = ("The store was an earlier run's." if results["write_s"] is None
+               else f"Writing the store took {results['write_s']:.0f} s.")
     return f"""# Console page times
 
-Server time of each page of the web console (`/ui`, docs/console.md) for a user with {args.memories:,} memories,
+Server time of each page of the [web console](../console.md) (`/ui`) for a user with {args.memories:,} memories,
 as the server's `Server-Timing` header reports it (from the request's arrival at the console's route to its
 rendered HTML), median and maximum of {args.repeats} requests after one warm-up; the client's round trip on the
-same machine beside it. One worker, {args.encoder} embedder, the trained ranker, SQLite store.
+same machine beside it. One worker, {args.encoder} embedder, the trained ranker, SQLite store. The script is
+`eval/console_timing.py`:
 
     python eval/console_timing.py --memories {args.memories} --repeats {args.repeats} --results docs/results/console.md
 
@@ -108,7 +112,7 @@ same machine beside it. One worker, {args.encoder} embedder, the trained ranker,
 |---|---|---:|---:|---:|---:|
 {rows}
 
-Target: at most 200 ms of server time per page. Writing the store took {results['write_s']:.0f} s.
+Target: at most 200 ms of server time per page. {written}
 Machine: {results['machine']}.
 """
 
@@ -124,13 +128,14 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     store = out / f"store-{args.memories}-{args.encoder}"
-    write_s = 0.0 if store.exists() else write_store(store, args.memories, args.encoder)
+    write_s = None if store.exists() else write_store(store, args.memories, args.encoder)  # None: an earlier run's store
     keys = out / "keys.json"
     keys.write_text(json.dumps({KEY: ["*"]}))
     proc, base = launch.start(store, keys, out / "server.log", ["--workers", "1", "--selector", "trained"])
     try:
         results = {"pages": measure(base, args.memories, args.repeats), "write_s": write_s,
-                   "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, Python {sys.version.split()[0]}"}
+                   "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f} "
+                              f"at the end of the run, Python {sys.version.split()[0]}"}
     finally:
         launch.stop(proc)
     (out / "results.json").write_text(json.dumps(results, indent=2))

@@ -547,11 +547,13 @@ class SQLiteStore:
             if value is not None:
                 where.append(clause)
                 params = [*params, value]
-        # The page is cut in SQL, by row ids first (read from the user's index, no sort of whole rows), then only
-        # its rows are read: a page of a user's 10,000 items reads 50 rows, not all of them.
-        sql = (f"SELECT rid FROM items WHERE user_id = ?{''.join(f' AND {w}' for w in where)} "
-               f"ORDER BY rid{' DESC' if newest_first else ''} LIMIT ? OFFSET ?")
-        rids = [r[0] for r in self.sql.query(sql, [user_id, *params, -1 if limit is None else limit, offset])]
+        order = f"rid{' DESC' if newest_first else ''} LIMIT ? OFFSET ?"
+        if limit is None:  # every row from offset on: one read
+            return [row_to_item(r) for r in self.sql.item_rows(user_id, " AND ".join(where), [*params, -1, offset], order)]
+        # A page is cut by row ids first (read from the user's index, no sort of whole rows), then only its rows are
+        # read: a page of a user's 10,000 items reads 50 rows, not all of them.
+        sql = f"SELECT rid FROM items WHERE user_id = ?{''.join(f' AND {w}' for w in where)} ORDER BY {order}"
+        rids = [r[0] for r in self.sql.query(sql, [user_id, *params, limit, offset])]
         found = self.sql.items_by_rid(user_id, rids)
         return [found[r] for r in rids if r in found]  # a row deleted in between is left out
 

@@ -210,3 +210,21 @@ def test_next_after_sign_in_stays_inside_the_console(client):
     for target in ("https://evil.example/", "//evil.example/ui", "/v1/users"):
         r = client.post("/ui/login", data={"key": ALICE, "next": target}, follow_redirects=False)
         assert r.headers["location"] == "/ui", target
+
+
+def test_a_user_id_or_question_in_the_address_is_escaped_too(client):
+    bad = '<img src=x onerror="alert(1)">'
+    for path, params in [("/ui/memories", {"user": bad}), ("/ui/context", {"user": "alice", "q": bad}),
+                         ("/ui/memories", {"user": "alice", "q": bad, "session": bad})]:
+        page = client.get(path, params=params, headers=auth(ADMIN)).text
+        assert "<img src=x" not in page and "&lt;img src=x" in page, params
+    page = client.get("/ui/memories", params={"user": "alice", "meta": bad}, headers=auth(ADMIN))
+    assert page.status_code == 422 and "<img src=x" not in page.text
+
+
+def test_signing_out_ends_the_session(client):
+    token = sign_in(client, ALICE)
+    assert client.post("/ui/logout", data={"csrf": "wrong"}).status_code == 403  # another site cannot sign you out
+    r = client.post("/ui/logout", data={"csrf": token}, follow_redirects=False)
+    assert r.status_code == 303 and session.COOKIE in r.headers["set-cookie"]
+    assert client.get("/ui/memories", follow_redirects=False).status_code == 303

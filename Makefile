@@ -64,7 +64,7 @@ test-fast: install $(BROWSER)  ## tests without the slow (real-model) ones
 	$(PYTEST_PAR) -m "not slow"
 
 lint: install  ## ruff (pyflakes, bugbear, import order)
-	$(VENV)/bin/ruff check lightmem eval train data_gen tests
+	$(VENV)/bin/ruff check lightmem eval train data_gen tests experiments tools
 
 docs: install  ## regenerate the results tables of README.md and checkpoints/README.md, and docs/figures/, from docs/results/runs/ and the model cards
 	$(PY) eval/docs.py

@@ -20,6 +20,7 @@ from lightmem.config import SharedRuntime, build_embedder, build_memory
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.datasets.formats import read_json
 from lightmem.datasets.longmemeval import load_longmemeval
+from lightmem.datasets.splits import split_of
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.training import distill
 from lightmem.training.schemas import register_configs
@@ -51,7 +52,7 @@ def run(cfg: DictConfig) -> dict:
     raw = read_json(cfg.locomo_path)
     by_split = {"train": select_conversations(locomo_all, cfg.locomo_train), "test": select_conversations(locomo_all, cfg.locomo_test)}
     lme = load_longmemeval(cfg.lme_path)[: cfg.lme_max]
-    lme_split = {s: [c for c in lme if distill.split_of(c.conv_id) == s] for s in ("train", "val", "test")}
+    lme_split = {s: [c for c in lme if split_of(c.conv_id) == s] for s in ("train", "val", "test")}
     synth = {s: _read_jsonl(Path(cfg.synth_dir) / f"{s}.jsonl") for s in ("train", "val", "test")}
 
     selector, complexity, compressor = {}, {}, {}

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lightmem.evaluation.tables import (  # noqa: E402
+from lightmem.evaluation.reports.tables import (  # noqa: E402
     DOCS_WITH_TABLES,
     GPU_READER_FIGURE,
     RUN_TABLES,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from lightmem.evaluation.failures import exit_on_failures
+from lightmem.evaluation.reports.failures import exit_on_failures
 from lightmem.evaluation.runs.common import optimized_metric
 from lightmem.evaluation.runs.roles import metrics, run
 from lightmem.evaluation.schemas import register_configs

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from lightmem.evaluation.scale import Result, build, parse_point, serve_in_child, write_report
+from lightmem.evaluation.benchmarks.scale import Result, build, parse_point, serve_in_child, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 

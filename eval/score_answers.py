@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lightmem.datasets.formats import read_json  # noqa: E402
-from lightmem.evaluation.offline_answers import answers_by_id, compare, score_run, summarize  # noqa: E402
+from lightmem.evaluation.reports.offline_answers import answers_by_id, compare, score_run, summarize  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -446,7 +446,7 @@ def plot_rss(configs: list[tuple[str, dict]], path: str | Path) -> Path:
     (right), against seconds since the timed load began (the seeding before it is negative): one row per
     encoder, one colour per configuration, one line style per worker (PNG)."""
     sys.path.insert(0, str(ROOT))
-    from lightmem.evaluation.report import pyplot, save_figure
+    from lightmem.evaluation.reports.report import pyplot, save_figure
 
     plt = pyplot()
     encoders = list(dict.fromkeys(results["args"].get("encoder", "?") for _, results in configs))

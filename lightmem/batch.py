@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError, LightMemError, StoreError, shown
-from lightmem.messages import check_id, check_item_fields, check_turn_lengths, check_user_id, to_turns
 from lightmem.stores.rows import check_update
+from lightmem.validation import check_id, check_item_fields, check_turn_lengths, check_user_id, to_turns
 
 Memory = Any  # a lightmem.Memory (this module sits below it: memory.py imports it)
 

@@ -15,21 +15,21 @@ from typing import Any
 
 from lightmem.errors import InvalidInputError, LightMemError
 from lightmem.ltm import LTMOptions, build_ltm
-from lightmem.messages import MAX_TURN_CHARS
 from lightmem.models.embedder import Embedder
 from lightmem.models.prompt_tokens import DEFAULT_TOKENIZER, prompt_counter
 from lightmem.models.tokens import TokenCounter
-from lightmem.models.word_scorer import Compressor, default_word_scorer
+from lightmem.models.word_scorer import WordScorer, default_word_scorer
 from lightmem.retrieval.composer import DEFAULT_BUDGET, ContextComposer
 from lightmem.retrieval.engine import TwoStageRetriever
 from lightmem.retrieval.spec import retrieval_specs
+from lightmem.retrieval.stage2 import Selector, default_selector
 from lightmem.roles.controller import Controller
 from lightmem.roles.maintenance import Maintainer
-from lightmem.roles.selector import Selector, default_selector
 from lightmem.roles.writer import Writer
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import DEFAULT_CAPACITY, MemoryStore
 from lightmem.stores.factory import open_store
+from lightmem.validation import MAX_TURN_CHARS
 
 # Named embedders a new store can be built with (besides "tuned", the default: all-mpnet-base-v2 with the
 # trained memory adapter of checkpoints/embedder); each is rebuilt by its stored name.
@@ -64,9 +64,9 @@ def new_embedder(encoder: str | None = None) -> Embedder:
     from lightmem.models.embedder import (
         HashingEmbedder,
         SentenceTransformerEmbedder,
-        default_embedder,
         default_encoding,
         tuned_adapter,
+        tuned_embedder,
     )
 
     _check_choice(encoder)
@@ -74,15 +74,17 @@ def new_embedder(encoder: str | None = None) -> Embedder:
         raise LightMemError("--encoder tuned needs the trained adapter in checkpoints/embedder (set LIGHTMEM_CHECKPOINTS "
                             "or run `make train`); --encoder mpnet is its base model")
     if encoder in (None, "tuned"):
-        return default_embedder()
+        return tuned_embedder()
     if encoder == "hashing":
         return HashingEmbedder(int(ENCODERS["hashing"].removeprefix("hashing-")))
     return SentenceTransformerEmbedder(ENCODERS[encoder], **default_encoding())
 
 
 def resolve_embedder(location: str | Path, encoder: str | None = None, *, python: bool = False) -> Embedder:
-    """The embedder of the store at ``location``: the one that wrote it; for a new store ``encoder``
-    (``new_embedder``). ``python``: the messages name ``encoder=`` rather than ``--encoder`` (``memory_parts``).
+    """The embedder of the store at ``location``: the one that wrote it; for a new store (or one that records no
+    embedder, ``unknown``) ``encoder`` (``new_embedder``; None: the tuned default). The one place the embedder of a
+    store is chosen, for Python, the CLI and the servers. ``python``: the messages name ``encoder=`` rather than
+    ``--encoder`` (``memory_parts``).
 
     Raises:
         LightMemError: an unknown ``encoder``, one that is not the one that wrote the store, or ``tuned``
@@ -98,7 +100,7 @@ def resolve_embedder(location: str | Path, encoder: str | None = None, *, python
                else "drop --encoder or use a new --store")
         raise LightMemError(f"{describe(location)} was built with {stored} (encoder {encoder_kind(stored)!r}), "
                             f"not {encoder!r}: {fix}")
-    if stored:
+    if stored and stored != "unknown":
         return embedder_for(stored)
     return new_embedder(encoder)
 
@@ -116,7 +118,7 @@ def memory_parts(
     retrieval: Mapping[str, Any] | None = None,
     sensory_stage: SensoryStage | None = None,
     ltm: LTMOptions | None = None,
-    word_scorer: Compressor | str | None = None,
+    word_scorer: WordScorer | str | None = None,
     tokenizer: str | TokenCounter | None = DEFAULT_TOKENIZER,
     group_dates: bool = True,
     max_turn_chars: int = MAX_TURN_CHARS,
@@ -151,7 +153,7 @@ def memory_parts(
             search. None by default: MTM only.
         word_scorer: Scores each new memory's words for keeping, so that Stage 2 can squeeze the
             excerpts in the tail of a budget (``retrieval.excerpt_rate``); ``"default"``: the trained
-            compressor of checkpoints/compressor (loaded once per process). None (the default): no scores;
+            word scorer of checkpoints/word_scorer (loaded once per process). None (the default): no scores;
             the default packing (``whole_share=1.0``) packs whole memories only and never reads them.
         tokenizer: What a prompt budget is counted with (``build_context`` and ``search(budget=)``): the
             default reader's tokenizer (``qwen2.5``, packaged), ``embedder``, a tokenizer file or folder, or a
@@ -190,9 +192,7 @@ def memory_parts(
         store = path
     else:
         if embedder is None:
-            from lightmem.models.embedder import default_embedder
-
-            embedder = default_embedder(path)
+            embedder = resolve_embedder(path, python=True)
         store = open_store(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
     runtime = build_ltm(store, embedder, ltm) if ltm is not None else None
     routing = {} if ltm is None else {"routing": ltm.routing, "cross_share": ltm.cross_share, "ltm_hops": ltm.hops}
@@ -205,7 +205,7 @@ def memory_parts(
         background_index = os.environ.get("LIGHTMEM_BACKGROUND_INDEX", "1").strip().lower() not in ("0", "false", "no", "off")
     if isinstance(word_scorer, str):
         if word_scorer != "default":
-            raise ValueError(f"word_scorer must be a compressor, None or 'default', got {word_scorer!r}")
+            raise ValueError(f"word_scorer must be a WordScorer, None or 'default', got {word_scorer!r}")
         word_scorer = default_word_scorer()
     return {"store": store, "embedder": embedder, "retriever": retriever, "composer": composer, "controller": controller,
             "writer": writer, "maintainer": maintainer, "counter": counter, "k": k, "sensory_stage": sensory_stage,

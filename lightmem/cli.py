@@ -14,8 +14,8 @@ from rich.table import Table
 
 from lightmem.build import ENCODER_CHOICES
 from lightmem.errors import LightMemError, StoreFullError
-from lightmem.messages import MAX_TURN_CHARS
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ceiling_bytes
+from lightmem.validation import MAX_TURN_CHARS
 
 console = Console(stderr=True)
 ENCODER_HELP = ("embedder of a new store; an existing one reopens with its own (default tuned: all-mpnet-base-v2 with "
@@ -35,7 +35,7 @@ def _open(store: str, encoder: str | None = None, must_exist: bool = False, sele
     one); only ``search`` needs a Stage-2 model (``selector="trained"``)."""
     from lightmem.build import resolve_embedder
     from lightmem.memory import Memory
-    from lightmem.roles.selector import Stage1Selector, default_selector
+    from lightmem.retrieval.stage2 import Stage1Selector, default_selector
     from lightmem.stores.factory import describe, stored_embedder
 
     if must_exist and stored_embedder(store) is None:  # a file that is there but unusable raised, saying why
@@ -236,7 +236,7 @@ def cmd_delete_user(args: argparse.Namespace) -> int:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    from lightmem.stores.embedded.backup import backup
+    from lightmem.stores.backup import backup
 
     summary = backup(args.store, args.out, force=args.force)
     console.print(escape(f"backed up {_shown(args.store)} to {summary.path}: {summary}"))
@@ -244,7 +244,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from lightmem.stores.embedded.backup import restore
+    from lightmem.stores.backup import restore
 
     done = restore(args.backup, args.store, force=args.force)
     for line in done.lines(_shown(args.store), args.backup):
@@ -253,7 +253,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from lightmem.stores.embedded.backup import compact
+    from lightmem.stores.backup import compact
 
     for line in compact(args.store, wal=args.wal).lines():
         console.print(escape(line), soft_wrap=True)
@@ -261,7 +261,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from lightmem.stores.embedded.backup import check
+    from lightmem.stores.backup import check
 
     summary = check(args.store)
     console.print(escape(f"{summary.path}: integrity ok; {summary}"))

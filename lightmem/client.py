@@ -72,9 +72,9 @@ from lightmem.errors import (
     StoreFullError,
     shown,
 )
-from lightmem.messages import check_id, message_list
 from lightmem.timeutil import parse_timestamp
 from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem
+from lightmem.validation import check_id, message_list
 
 __all__ = ["MemoryClient", "AsyncMemoryClient", "AuthError", "ServerUnavailableError", "ServerError"]
 

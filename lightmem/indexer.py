@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from lightmem.models.embedder import Embedder
-from lightmem.retrieval.excerpts import keep_codes
+from lightmem.models.word_scorer import keep_codes
 
 log = logging.getLogger(__name__)
 

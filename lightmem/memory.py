@@ -17,7 +17,20 @@ from lightmem.build import memory_parts
 from lightmem.errors import InvalidInputError, ItemNotFoundError, shown
 from lightmem.indexer import BackgroundIndexer
 from lightmem.ltm import CycleReport, LTMRuntime
-from lightmem.messages import (
+from lightmem.models.embedder import Embedder
+from lightmem.models.tokens import TokenCounter
+from lightmem.models.word_scorer import WordScorer, keep_codes
+from lightmem.retrieval.composer import ContextComposer
+from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
+from lightmem.roles.controller import Controller, PassthroughController
+from lightmem.roles.maintenance import Maintainer
+from lightmem.roles.writer import DraftItem, Writer, default_writer
+from lightmem.sensory.pipeline import SensoryStage
+from lightmem.stores.base import MemoryStore
+from lightmem.timeutil import now as wall_clock
+from lightmem.timeutil import parse_timestamp
+from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem, Turn
+from lightmem.validation import (
     MAX_TURN_CHARS,
     check_budget,
     check_id,
@@ -29,20 +42,6 @@ from lightmem.messages import (
     check_user_id,
     to_turns,
 )
-from lightmem.models.embedder import Embedder
-from lightmem.models.tokens import TokenCounter
-from lightmem.models.word_scorer import Compressor
-from lightmem.retrieval.composer import ContextComposer
-from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
-from lightmem.retrieval.excerpts import keep_codes
-from lightmem.roles.controller import Controller, PassthroughController
-from lightmem.roles.maintenance import Maintainer
-from lightmem.roles.writer import DraftItem, Writer, default_writer
-from lightmem.sensory.pipeline import SensoryStage
-from lightmem.stores.base import MemoryStore
-from lightmem.timeutil import now as wall_clock
-from lightmem.timeutil import parse_timestamp
-from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem, Turn
 from lightmem.write import WritePipeline
 
 log = logging.getLogger(__name__)
@@ -74,7 +73,7 @@ class Memory:
         clock: Callable[[], float] = wall_clock,
         sensory_stage: SensoryStage | None = None,
         ltm: LTMRuntime | None = None,
-        word_scorer: Compressor | None = None,
+        word_scorer: WordScorer | None = None,
         max_turn_chars: int = MAX_TURN_CHARS,
         background_index: bool = False,
     ) -> None:

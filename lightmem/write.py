@@ -13,8 +13,7 @@ from lightmem.indexer import BackgroundIndexer
 from lightmem.ltm import LTMRuntime
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
-from lightmem.models.word_scorer import Compressor
-from lightmem.retrieval.excerpts import keep_codes
+from lightmem.models.word_scorer import WordScorer, keep_codes
 from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import DraftItem, Writer, write_segments
 from lightmem.sensory.pipeline import SensoryStage
@@ -34,7 +33,7 @@ class WritePipeline:
         sensory_stage: Sensory stages and STM buffer before the Writer; None: the Writer gets raw turns.
         maintainer: Online maintenance after each write (merges, supersessions); None: none.
         ltm: The LTM runtime whose scheduler is told of new turns; None: MTM only.
-        word_scorer: Scores each item's words for keeping (the trained compressor): stored with the item as
+        word_scorer: Scores each item's words for keeping (the trained word scorer): stored with the item as
             ``metadata["keep"]``, so that Stage 2 can squeeze its excerpts; None: items carry no scores.
         indexer: Embeds (and scores) the items after the write returns (``lightmem.indexer``); None: the
             caller's thread does it before the write. Online maintenance needs the vectors at once, so a
@@ -51,7 +50,7 @@ class WritePipeline:
         sensory_stage: SensoryStage | None = None,
         maintainer: Maintainer | None = None,
         ltm: LTMRuntime | None = None,
-        word_scorer: Compressor | None = None,
+        word_scorer: WordScorer | None = None,
         indexer: BackgroundIndexer | None = None,
     ) -> None:
         self.word_scorer, self.indexer = word_scorer, indexer
@@ -64,37 +63,39 @@ class WritePipeline:
         turns = [t for t in turns if t.turn_id not in known]  # a resumed ingest skips what is stored
         if self.sensory_stage is None:
             return self._commit(user_id, turns, self.writer.write(turns, context) if turns else [])
-        return self._through_write_path(user_id, turns, context, drain=False)
+        return self._through_sensory_stage(user_id, turns, context, drain=False)
 
     def flush(self, user_id: str, context: Sequence[str] = ()) -> list[MemoryItem]:
         """Write everything the sensory stage still buffers for ``user_id``."""
         if self.sensory_stage is None:
             return []
-        return self._through_write_path(user_id, [], context, drain=True)
+        return self._through_sensory_stage(user_id, [], context, drain=True)
 
     def forget(self, user_id: str) -> None:
         """Drop the sensory stage's buffers of a user (their turns are being deleted)."""
         if self.sensory_stage is not None:
             self.sensory_stage.forget(user_id)
 
-    def _through_write_path(self, user_id: str, turns: Sequence[Turn], context: Sequence[str], drain: bool) -> list[MemoryItem]:
-        wp = self.sensory_stage
-        assert wp is not None
+    def _through_sensory_stage(self, user_id: str, turns: Sequence[Turn], context: Sequence[str], drain: bool) -> list[MemoryItem]:
+        """Push ``turns`` through the sensory stage and write the segments it flushes (``drain``: all it buffers);
+        on any error its buffers go back to what the store holds."""
+        stage = self.sensory_stage
+        assert stage is not None
         # After a restart, the buffers start from the turns the store marks pending.
-        restored = [] if wp.has_state(user_id) else self.store.pending_turns(user_id)
-        if not turns and not restored and not (drain and wp.pending(user_id)):
+        restored = [] if stage.has_state(user_id) else self.store.pending_turns(user_id)
+        if not turns and not restored and not (drain and stage.pending(user_id)):
             return []
-        snap = wp.snapshot(user_id)
+        snap = stage.snapshot(user_id)
         try:
-            flushed = wp.push(user_id, [*restored, *turns])
+            flushed = stage.push(user_id, [*restored, *turns])
             if drain:
-                more = wp.drain(user_id)
+                more = stage.drain(user_id)
                 flushed.segments += more.segments
                 flushed.dropped += more.dropped
             drafts = write_segments(self.writer, flushed.segments, context) if flushed.segments else []
-            return self._commit(user_id, turns, drafts, pending=[t.turn_id for t in wp.pending(user_id)])
+            return self._commit(user_id, turns, drafts, pending=[t.turn_id for t in stage.pending(user_id)])
         except BaseException:
-            wp.restore(user_id, snap)  # buffers go back to what the store holds
+            stage.restore(user_id, snap)  # buffers go back to what the store holds
             raise
 
     def put(self, user_id: str, turn: Turn, draft: DraftItem, item_id: str) -> list[MemoryItem]:

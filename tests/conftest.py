@@ -56,7 +56,7 @@ def embedder():
 @pytest.fixture
 def memory(tmp_path, embedder):
     from lightmem.memory import Memory
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     # Retrieval tests assert on fully indexed memory: the vectors are written before add returns here
     # (said explicitly, as LIGHTMEM_BACKGROUND_INDEX above says it for every Memory.open in the tests).

@@ -9,7 +9,7 @@ import pytest
 
 from lightmem import AsyncMemory, LightMemError, Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 
 
 class GatedEmbedder(HashingEmbedder):

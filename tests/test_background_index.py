@@ -19,7 +19,7 @@ import pytest
 
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 
 TEXTS = [f"On day {i} I practised {w} with my neighbour in {p}." for i, (w, p) in enumerate(
     [("cello", "Lisbon"), ("pottery", "Kyoto"), ("chess", "Oslo"), ("climbing", "Lima"), ("baking", "Cairo"),
@@ -161,7 +161,7 @@ CHILD = textwrap.dedent("""
     import sys, time
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     class Slow(HashingEmbedder):
         def encode(self, texts, *, is_query=False):

@@ -138,7 +138,7 @@ def test_submits_past_the_bound_after_a_reopen_are_counted_once(tmp_path):
 def test_a_memory_reopened_with_leftovers_reports_them_all(tmp_path):
     # Through Memory.open (the default max_queue, 10,000), a backlog under the bound: the count the server reports.
     from lightmem.memory import Memory
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     path = tmp_path / "s"
     _write_without_vectors(path, 12)

@@ -18,9 +18,9 @@ from lightmem.cli import main
 from lightmem.errors import LightMemError, StoreCorruptError
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
+from lightmem.stores.backup import backup, restore, without_password
 from lightmem.stores.embedded import openlock
-from lightmem.stores.embedded.backup import backup, restore, without_password
 from lightmem.stores.embedded.openlock import StoreInUseError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ WRITER = textwrap.dedent(
     import sys
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
     m = Memory.open(sys.argv[1], embedder=HashingEmbedder(64), selector=Stage1Selector(), synchronous="NORMAL")
     for i in range(100_000):  # one turn (and its item) per transaction
         m.add({"speaker": "u", "text": f"turn number {i}", "id": f"T{i}"}, user_id="u", timestamp=1_600_000_000 + i)
@@ -45,7 +45,7 @@ STOPPABLE_WRITER = textwrap.dedent(
     import os, sys
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
     m = Memory.open(sys.argv[1], embedder=HashingEmbedder(64), selector=Stage1Selector(), synchronous="NORMAL")
     i = 0
     while not os.path.exists(sys.argv[2]):
@@ -268,7 +268,7 @@ def test_a_store_opened_during_a_restore_waits_for_it(tmp_path):
         import sys, time
         from lightmem.memory import Memory
         from lightmem.models.embedder import HashingEmbedder
-        from lightmem.roles.selector import Stage1Selector
+        from lightmem.retrieval.stage2 import Stage1Selector
         print("opening", flush=True)
         with Memory.open(sys.argv[1], embedder=HashingEmbedder(64), selector=Stage1Selector()) as m:
             print(time.time(), len(m.get_all("u")), flush=True)

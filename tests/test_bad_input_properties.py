@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.types import FILTER_KEYS, Filters, ItemKind
 
 PROPERTY = settings(max_examples=300, deadline=None, derandomize=True, database=None,

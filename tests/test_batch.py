@@ -8,7 +8,7 @@ import pytest
 from lightmem import InvalidInputError, ItemNotFoundError, Memory, StoreError
 from lightmem.batch import MAX_BATCH_OPS
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 
 
 def _open(location) -> Memory:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-NAMES = ("embedder", "embedder_minilm", "cross_encoder", "complexity", "compressor")
+NAMES = ("embedder", "embedder_minilm", "cross_encoder", "complexity", "word_scorer")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -58,7 +58,7 @@ def test_the_served_trees_ranker_was_fitted_on_the_linear_rankers_groups():
 def test_default_memory_uses_the_trained_embedder_and_ranker(tmp_path):
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import LearnedRanker
+    from lightmem.retrieval.stage2 import LearnedRanker
 
     m = Memory.open(tmp_path / "new")
     try:
@@ -85,19 +85,19 @@ def test_default_memory_uses_the_trained_embedder_and_ranker(tmp_path):
 
 @pytest.mark.slow
 def test_trained_complexity_and_compressor_load_and_run():
-    from lightmem.models.word_scorer import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierWordScorer
     from lightmem.roles.complexity import TrainedComplexity
 
     c = TrainedComplexity(str(ROOT / "checkpoints" / "complexity"), device="cpu")
     assert all(0.0 <= p <= 1.0 for p in c.probabilities(["What is Ann's dog called?", "Why did they move twice after the wedding?"]))
-    comp = TokenClassifierCompressor(str(ROOT / "checkpoints" / "compressor"), rate=0.5, device="cpu")
+    comp = TokenClassifierWordScorer(str(ROOT / "checkpoints" / "word_scorer"), rate=0.5, device="cpu")
     text = "Yeah, so I went to the pottery workshop in Lisbon with my sister yesterday and it was honestly great"
     out = comp.compress(text)
     assert 0 < len(out.split()) <= len(text.split()) // 2 + 1
 
 
 @pytest.mark.parametrize("name", ("embedder", "embedder_minilm", "ranker", "ranker_trees", "slm", "cross_encoder", "complexity",
-                                  "compressor"))
+                                  "word_scorer"))
 def test_every_checkpoint_names_a_commit_one_can_check_out(name):
     """A card exported from a tree with uncommitted changes (``+dirty``) names code nobody can check out."""
     import re

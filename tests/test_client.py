@@ -79,7 +79,7 @@ def served(request, tmp_path_factory):
 def _local(store: str):
     """``Memory`` opened in this process on the server's store (as the server opens it): the reference answers."""
     from lightmem.memory import Memory
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     return Memory.open(store, selector=Stage1Selector())
 

@@ -84,7 +84,7 @@ def test_cached_count_makes_its_counter_once_and_stays_bounded():
 def test_a_control_of_a_question_without_evidence_is_scored_for_coverage_alone():
     import numpy as np
 
-    from lightmem.evaluation.packed import control_contexts, control_scores
+    from lightmem.evaluation.harnesses.packed import control_contexts, control_scores
     from lightmem.types import Turn
 
     turns = {f"s:{i}": Turn(f"s:{i}", "user", text, timestamp=1.7e9 + i)

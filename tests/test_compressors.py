@@ -1,4 +1,4 @@
-"""The compressors and the segmenter's attention on real models: the committed checkpoint, a
+"""The word scorers and the segmenter's attention on real models: the committed checkpoint, a
 full (LLMLingua-2 format) token-classification folder, and the Eq. 2 cross-entropy scorer."""
 from __future__ import annotations
 
@@ -8,23 +8,23 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-CKPT = ROOT / "checkpoints" / "compressor"
+CKPT = ROOT / "checkpoints" / "word_scorer"
 
 
 @pytest.fixture(scope="module")
 def compressor():
-    from lightmem.models.word_scorer import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierWordScorer
 
-    return TokenClassifierCompressor(str(CKPT), rate=0.6, device="cpu")
+    return TokenClassifierWordScorer(str(CKPT), rate=0.6, device="cpu")
 
 
 @pytest.mark.slow  # the committed compressor on the packaged MiniLM
 def test_a_full_token_classifier_folder_loads_like_an_llmlingua2_checkpoint(compressor, tmp_path):
-    from lightmem.models.word_scorer import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierWordScorer
 
     compressor.model.save_pretrained(tmp_path / "full")  # config.json + weights, no adapter
     compressor.tok.save_pretrained(tmp_path / "full")
-    full = TokenClassifierCompressor(str(tmp_path / "full"), rate=0.6, device="cpu")
+    full = TokenClassifierWordScorer(str(tmp_path / "full"), rate=0.6, device="cpu")
     words = "Caroline went to the LGBTQ support group yesterday and loved it".split()
     assert np.allclose(full.word_probs(words), compressor.word_probs(words), atol=1e-5)
 
@@ -59,10 +59,10 @@ def test_segmenter_attention_on_the_compressor_encoder(compressor):
 
 
 def test_cross_entropy_compressor_keeps_the_least_predictable_words(tiny_models):
-    from lightmem.models.word_scorer import CrossEntropyCompressor
+    from lightmem.models.word_scorer import CrossEntropyWordScorer
 
     lm, tok = tiny_models.gpt2().eval(), tiny_models.tok
-    ce = CrossEntropyCompressor.from_objects(lm, tok, rate=0.5, max_tokens=16)
+    ce = CrossEntropyWordScorer.from_objects(lm, tok, rate=0.5, max_tokens=16)
     words = "the quick brown fox jumps over the lazy dog again and again".split() * 3
     scores = ce.word_scores_many([words])[0]
     assert len(scores) == len(words) and math.isinf(scores[0]) and all(s > 0 for s in scores)
@@ -70,9 +70,25 @@ def test_cross_entropy_compressor_keeps_the_least_predictable_words(tiny_models)
     assert out.split()[0] == "the" and len(out.split()) == math.ceil(0.5 * len(words))
 
 
-def test_the_former_import_path_of_the_word_scorers_still_works():
-    import lightmem.models.word_scorer as moved
-    import lightmem.sensory.compressor as former
+def test_the_former_names_of_the_word_scorers_still_resolve_with_a_warning(monkeypatch):
+    import lightmem.models.word_scorer as word_scorer
+    from lightmem import deprecation
 
-    for name in ("Compressor", "CrossEntropyCompressor", "TokenClassifierCompressor", "default_word_scorer", "protected"):
-        assert getattr(former, name) is getattr(moved, name)
+    monkeypatch.setattr(deprecation, "_warned", set())  # each old name warns once per process
+    for old, new in (("Compressor", "WordScorer"), ("CrossEntropyCompressor", "CrossEntropyWordScorer"),
+                     ("TokenClassifierCompressor", "TokenClassifierWordScorer")):
+        with pytest.warns(DeprecationWarning, match=f"{old} is now"):
+            assert getattr(word_scorer, old) is getattr(word_scorer, new)
+
+
+def test_a_checkpoint_folder_with_its_former_name_is_still_read(tmp_path, monkeypatch):
+    from lightmem import deprecation
+    from lightmem.models.registry import checkpoint_path
+
+    monkeypatch.setattr(deprecation, "_warned", set())
+    monkeypatch.setenv("LIGHTMEM_CHECKPOINTS", str(tmp_path))
+    (tmp_path / "compressor").mkdir()
+    with pytest.warns(DeprecationWarning, match="word_scorer"):
+        assert checkpoint_path("word_scorer") == tmp_path / "compressor"
+    (tmp_path / "word_scorer").mkdir()
+    assert checkpoint_path("word_scorer") == tmp_path / "word_scorer"

@@ -320,16 +320,3 @@ def test_the_ltm_abstractor_is_chosen_from_a_table_that_says_what_it_needs():
     assert not ABSTRACTORS["extractive"].needs_llm and ABSTRACTORS["generative"].needs_llm
     assert isinstance(ABSTRACTORS["extractive"].build(None, None, Deidentifier()), ExtractiveAbstractor)
     assert isinstance(ABSTRACTORS["generative"].build(None, object(), Deidentifier()), GenerativeAbstractor)
-
-
-def test_the_former_store_names_still_work_and_say_they_are_going():
-    import pytest
-
-    import lightmem.stores as stores
-    from lightmem.stores.embedded import store
-    from lightmem.stores.embedded.store import SQLiteStore
-
-    for module in (store, stores):
-        with pytest.warns(DeprecationWarning, match="SQLiteStore"):
-            assert module.MTMStore is SQLiteStore
-    assert compose("locomo", ["store=sqlite_faiss"]).store == compose("locomo", ["store=sqlite"]).store

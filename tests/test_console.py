@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import default_selector
+from lightmem.retrieval.stage2 import default_selector
 from lightmem.server import KeyRing, create_app
 from lightmem.server.console import session
 

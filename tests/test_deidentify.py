@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightmem.ltm.deidentify import ADDRESS, EMAIL, ID, PERSON, PHONE, URL, USER, Deidentifier, leaks, strip_speaker
+from lightmem.ltm.deidentify import ADDRESS, EMAIL, ID, PERSON, PHONE, URL, USER, Deidentifier, strip_speaker
 
 
 @pytest.fixture
@@ -33,7 +33,6 @@ def test_each_identifier_kind_is_replaced(deid, text, secret, placeholder):
 def test_known_names_and_user_ids_case_and_possessive(deid):
     out = deid.scrub("CAROLINE met Melanie; Smith's kids and melanie smith too. conv-26 wrote alice@example.com")
     assert out == "[PERSON] met [PERSON]; [PERSON]'s kids and [PERSON] too. [USER] wrote [USER]"
-    assert not leaks(out, names=["Caroline", "Melanie", "Smith"], user_ids=["conv-26", "alice@example.com"])
 
 
 def test_session_dates_are_removed_and_ordinary_numbers_kept(deid):

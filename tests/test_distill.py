@@ -6,6 +6,7 @@ import json
 from conftest import TINY_LOCOMO
 
 from lightmem.datasets.locomo import load_locomo
+from lightmem.datasets.splits import split_of
 from lightmem.training import distill
 
 
@@ -46,14 +47,14 @@ def test_complexity_labels_mean_the_same_for_every_source():
 
 def test_split_is_stable_and_roughly_proportional():
     keys = [f"q{i}" for i in range(2000)]
-    splits = [distill.split_of(k) for k in keys]
-    assert splits == [distill.split_of(k) for k in keys]
+    splits = [split_of(k) for k in keys]
+    assert splits == [split_of(k) for k in keys]
     assert 0.75 < splits.count("train") / 2000 < 0.85 and splits.count("test") > 100
 
 
 def test_mined_groups_label_stage1_candidates_by_evidence(tmp_path, embedder):
     from lightmem.memory import Memory
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     convs = load_locomo(TINY_LOCOMO)[:1]
     mk = lambda cid: Memory.open(tmp_path / cid, embedder=embedder, selector=Stage1Selector(),  # noqa: E731

@@ -31,7 +31,7 @@ def test_a_negative_spread_is_refused():
 def test_the_engine_spreads_sessions_only_when_asked(tmp_path):
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     turns = [{"speaker": "A", "text": f"I like green tea number {i}", "id": f"s1-{i}", "session_id": "s1"} for i in range(4)]
     turns += [{"speaker": "A", "text": "some green leaves in a cup, my usual", "id": "s2-0", "session_id": "s2"}]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-TOP = ("conf/", "lightmem/", "eval/", "train/", "data_gen/", "tests/", "checkpoints/", "data/", "docs/")
+TOP = ("conf/", "lightmem/", "eval/", "train/", "data_gen/", "tests/", "checkpoints/", "data/", "docs/", "experiments/", "tools/")
 PACKAGES = tuple(f"{p.name}/" for p in (ROOT / "lightmem").iterdir() if p.is_dir() and not p.name.startswith("_"))
 
 

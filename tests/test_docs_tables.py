@@ -8,7 +8,7 @@ import shutil
 import pytest
 from conftest import ROOT, entry_point
 
-from lightmem.evaluation.tables import (
+from lightmem.evaluation.reports.tables import (
     DOCS_WITH_TABLES,
     blocks,
     card_result,

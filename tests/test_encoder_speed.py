@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import TINY_LOCOMO, compose, entry_point
 
-from lightmem.evaluation.encoder_speed import compare_backends
+from lightmem.evaluation.benchmarks.encoder_speed import compare_backends
 from lightmem.models.embedder import HashingEmbedder
 
 
@@ -40,7 +40,7 @@ def test_encoder_speed_runs_the_three_minilm_backends(tmp_path):
 def test_busy_processes_run_during_the_block_and_are_gone_after():
     import psutil
 
-    from lightmem.evaluation.encoder_speed import busy_processes
+    from lightmem.evaluation.benchmarks.encoder_speed import busy_processes
 
     me = psutil.Process()
     with busy_processes(2):

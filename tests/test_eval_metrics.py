@@ -5,9 +5,16 @@ import math
 
 import pytest
 
-from lightmem.evaluation.metrics import answer_coverage, bleu1, content_words, dedupe, ndcg_at_k, recall_at_k, rouge_l
-from lightmem.evaluation.qa import clean_answer, locomo_scores, longmemeval_judge_prompt, parse_locomo_label, parse_yes_no
-from lightmem.evaluation.stats import mean_std, paired_bootstrap
+from lightmem.evaluation.harnesses.qa import (
+    clean_answer,
+    locomo_scores,
+    longmemeval_judge_prompt,
+    parse_locomo_label,
+    parse_yes_no,
+)
+from lightmem.metrics.answers import answer_coverage, bleu1, content_words, rouge_l
+from lightmem.metrics.ranking import dedupe, ndcg_at_k, recall_at_k
+from lightmem.metrics.stats import mean_std, paired_bootstrap
 
 
 def test_answer_coverage_counts_the_gold_answers_content_words_in_the_context():

@@ -15,16 +15,16 @@ from conftest import ROOT, TINY_LOCOMO, compose, entry_point
 from fakes import ScriptedLLM
 from omegaconf import OmegaConf
 
-from lightmem.evaluation.baselines import FullContext
-from lightmem.evaluation.comparison import RunResult, compare, table
-from lightmem.evaluation.inject import NoisyController, NoisyWriter, noise_turns
-from lightmem.evaluation.longmemeval import ranked_metrics
-from lightmem.evaluation.qa import generate_answers
+from lightmem.evaluation.harnesses.baselines import FullContext
+from lightmem.evaluation.harnesses.inject import NoisyController, NoisyWriter, noise_turns
+from lightmem.evaluation.harnesses.longmemeval import ranked_metrics
+from lightmem.evaluation.harnesses.qa import generate_answers
+from lightmem.evaluation.reports.comparison import RunResult, compare, table
 from lightmem.evaluation.runs.locomo import run as run_locomo
 from lightmem.llm.base import GenerationError
 from lightmem.models.embedder import HashingEmbedder
+from lightmem.retrieval.stage2 import ThresholdSelector
 from lightmem.roles.controller import PassthroughController
-from lightmem.roles.selector import ThresholdSelector
 from lightmem.roles.writer import TurnWriter
 from lightmem.types import Filters, Hit, MemoryItem, RetrievalPlan, Turn
 
@@ -125,7 +125,7 @@ def test_injection_runs_are_seeded_and_saturation_is_counted(tmp_path):
 
 
 def test_the_reader_instruction_is_a_setting_and_an_unknown_one_is_refused():
-    from lightmem.evaluation.qa import READER_INSTRUCTIONS
+    from lightmem.evaluation.harnesses.qa import READER_INSTRUCTIONS
 
     llm = ScriptedLLM(script=["Answer: Lisbon\nbecause"])
     for name in ("decline", "guess"):
@@ -138,8 +138,8 @@ def test_the_reader_instruction_is_a_setting_and_an_unknown_one_is_refused():
 
 
 def test_the_harness_passes_qa_instruction_to_the_reader_and_leaves_recorded_prompts_unscored(tmp_path):
-    from lightmem.evaluation.qa import READER_INSTRUCTIONS
-    from lightmem.evaluation.tables import run_summary
+    from lightmem.evaluation.harnesses.qa import READER_INSTRUCTIONS
+    from lightmem.evaluation.reports.tables import run_summary
 
     cfg = compose("locomo", [*TINY, "llm=record", f"llm.path={tmp_path}/p.jsonl", "data.conversations=0", "qa.enabled=true",
                              "qa.instruction=guess", f"out_dir={tmp_path}"])
@@ -270,7 +270,7 @@ def test_suite_table_reports_mean_std_and_the_paired_difference():
 @pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")))
 def test_every_experiment_config_composes(name):
     cfg = compose("locomo", [f"+experiment={name}"])
-    assert cfg.system is None or cfg.system._target_ == "lightmem.evaluation.baselines.FullContext"
+    assert cfg.system is None or cfg.system._target_ == "lightmem.evaluation.harnesses.baselines.FullContext"
 
 
 def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
@@ -317,7 +317,7 @@ def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
 
 def test_max_questions_spreads_over_the_conversation():
     from lightmem.datasets import load_locomo
-    from lightmem.evaluation.locomo import sample_questions
+    from lightmem.evaluation.harnesses.locomo import sample_questions
 
     conv = load_locomo(TINY_LOCOMO)[0]
     every = sample_questions(conv, [1, 2, 3, 4, 5])
@@ -329,7 +329,7 @@ def test_max_questions_spreads_over_the_conversation():
 
 
 def test_qa_backend_failures_are_recorded_and_the_entry_point_exits_non_zero(tmp_path, capsys):
-    from lightmem.evaluation.failures import exit_on_failures
+    from lightmem.evaluation.reports.failures import exit_on_failures
     from lightmem.evaluation.runs.longmemeval import run as run_lme
 
     cfg = compose("locomo", [*TINY, *BACKEND_DOWN, "data.conversations=0", "qa.enabled=true", f"out_dir={tmp_path}/locomo"])
@@ -358,7 +358,7 @@ def test_ltm_bench_records_a_background_consolidation_that_raised():
     from types import SimpleNamespace
 
     from lightmem.datasets import load_locomo
-    from lightmem.evaluation.ltm import latency_under_consolidation
+    from lightmem.evaluation.benchmarks.ltm import latency_under_consolidation
 
     def broken_cycle(user):
         raise RuntimeError("graph store is gone")
@@ -457,7 +457,7 @@ def _entry(name: str):
 
 
 def test_a_skipped_role_setting_is_a_failure_and_an_unknown_sensory_part_an_error(tmp_path, monkeypatch):
-    from lightmem.evaluation.failures import exit_on_failures
+    from lightmem.evaluation.reports.failures import exit_on_failures
 
     monkeypatch.setenv("LIGHTMEM_CHECKPOINTS", str(tmp_path / "no-checkpoints"))  # the cross-encoder cannot be built
     cfg = compose("roles", [f"data.path={TINY_LOCOMO}", "encoder=hashing", f"out_dir={tmp_path}/roles", "llm._target_=fakes.ScriptedLLM",

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import inspect
 
-from lightmem.evaluation.baselines import FullContext
-from lightmem.evaluation.system import System
+from lightmem.evaluation.harnesses.baselines import FullContext
+from lightmem.evaluation.harnesses.system import System
 from lightmem.types import Turn
 
 METHODS = sorted(n for n, v in vars(System).items() if callable(v) and not n.startswith("_"))

@@ -5,11 +5,11 @@ import random
 
 import pytest
 
+from lightmem.models.word_scorer import encode_keep
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.excerpts import (
     best_excerpt,
     coded_excerpt,
-    encode_keep,
     keep_scores,
     pack_whole_then_excerpts,
     query_terms,
@@ -215,7 +215,7 @@ MARATHON = [
 
 def test_the_write_path_stores_word_scores_and_squeezed_excerpts_pack_more_memories(tmp_path, embedder):
     from lightmem.memory import Memory
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     with Memory.open(tmp_path / "s", embedder=embedder, selector=Stage1Selector(), word_scorer=LengthScorer()) as m:
         m.add([{"speaker": "Ann", "text": t} for t in MARATHON], user_id="u", timestamp=1_600_000_000)
@@ -242,7 +242,7 @@ def test_the_write_path_stores_word_scores_and_squeezed_excerpts_pack_more_memor
 
 def test_without_a_word_scorer_memories_carry_no_scores_and_excerpts_stay_sentences(tmp_path, embedder):
     from lightmem.memory import Memory
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     with Memory.open(tmp_path / "s", embedder=embedder, selector=Stage1Selector(), word_scorer=None) as m:
         m.add([{"speaker": "Ann", "text": t} for t in MARATHON], user_id="u", timestamp=1_600_000_000)
@@ -265,7 +265,7 @@ def test_an_excerpt_rate_outside_0_1_is_refused(bad):
 
 def test_a_new_text_is_scored_again_and_metadata_alone_leaves_the_scores(tmp_path, embedder):
     from lightmem.memory import Memory
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     with Memory.open(tmp_path / "s", embedder=embedder, selector=Stage1Selector(), word_scorer=LengthScorer()) as m:
         item = m.add([{"speaker": "Ann", "text": MARATHON[0]}], user_id="u", timestamp=1_600_000_000)[0]

@@ -1,4 +1,4 @@
-"""The fact-key ceiling (eval/fact_keys.py): LoCoMo observations as extra keys of the turns they cite."""
+"""The fact-key ceiling (experiments/fact_keys/): LoCoMo observations as extra keys of the turns they cite."""
 from __future__ import annotations
 
 import json
@@ -6,18 +6,18 @@ import runpy
 import sys
 
 import numpy as np
-from conftest import ROOT, TINY_LOCOMO
+from conftest import TINY_LOCOMO
 
+from experiments.fact_keys.ceiling import KEYS, cited_facts, conversation_ranks, recall_table, turn_keys, worst_rank
 from lightmem.datasets import load_locomo
-from lightmem.evaluation.fact_keys import KEYS, cited_facts, conversation_ranks, recall_table, turn_keys, worst_rank
 from lightmem.models.embedder import HashingEmbedder
 
 
 def run_entry_point(monkeypatch, argv: list[str]) -> int:
-    """eval/fact_keys.py run as a script with ``argv``; its exit code (0 when it returns)."""
+    """experiments/fact_keys/run.py run as ``python -m`` runs it, with ``argv``; its exit code (0 when it returns)."""
     monkeypatch.setattr(sys, "argv", ["fact_keys.py", *argv])
     try:
-        runpy.run_path(str(ROOT / "eval" / "fact_keys.py"), run_name="__main__")
+        runpy.run_module("experiments.fact_keys.run", run_name="__main__")
     except SystemExit as e:
         return e.code
     return 0
@@ -69,7 +69,7 @@ def test_the_entry_point_writes_its_numbers_and_refuses_a_file_without_observati
 
 
 def test_a_fact_keyed_writer_stores_each_memory_under_its_facts_and_remembers_what_it_wrote(tmp_path, embedder):
-    from lightmem.evaluation.fact_keys import FactKeyedWriter, facts_by_turn, shown
+    from experiments.fact_keys.ceiling import FactKeyedWriter, facts_by_turn, shown
     from lightmem.memory import Memory
     from lightmem.roles.writer import TurnWriter
 
@@ -99,7 +99,7 @@ def test_the_pipeline_ceiling_scores_both_keys_of_every_question(tmp_path, monke
     out = tmp_path / "fk.json"
     assert run_entry_point(monkeypatch, ["--data", str(TINY_LOCOMO), "--pipeline", "--resamples", "50", "--set",
                                          "encoder=hashing", "--set", "vector_cache=null", "--json", str(out)]) == 0
-    from lightmem.evaluation.metrics import normalize_evidence
+    from lightmem.metrics.evidence import normalize_evidence
 
     got = json.loads(out.read_text())
     convs = load_locomo(TINY_LOCOMO)

@@ -31,7 +31,7 @@ from lightmem.cli import build_parser, main
 from lightmem.errors import StoreFullError
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.server import KeyRing, create_app
 from lightmem.stores.embedded.faults import open_read_only
 
@@ -407,7 +407,7 @@ KILLED_INSIDE = textwrap.dedent(
     import sys, time
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
     m = Memory.open(sys.argv[1], embedder=HashingEmbedder(64), selector=Stage1Selector())
     verb, nth, seen = sys.argv[2], int(sys.argv[3]), 0
     def stop_inside(sql):  # SQLite calls this as each statement starts, in the writing thread

@@ -24,7 +24,7 @@ from schemathesis.checks import (
 
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.server import KeyRing, create_app
 
 ADMIN, ALICE = "admin-key-0000000003", "alice-key-0000000001"

@@ -1,4 +1,4 @@
-"""The package's import graph has no cycle and no upward edge (every import counts, lazy ones inside functions too)."""
+"""The package's import graph has no cycle and keeps the layer order below (lazy imports inside functions count too)."""
 from __future__ import annotations
 
 import ast
@@ -7,9 +7,20 @@ from pathlib import Path
 from conftest import ROOT
 
 PACKAGE = ROOT / "lightmem"
-# Layers that only the top of the stack may import: the library never imports its evaluation, training, servers,
-# command line or Hydra mapping (they import it).
+# The layer order, top down. The top packages import the library; the library never imports them:
+#   cli  ->  server, config          (the command line serves, and maps Hydra configs)
+#   evaluation, training  ->  config  (neither imports the other, the server or the command line)
+#   server  ->  config;  config  ->  the library only
+#   the library: roles -> retrieval -> stores; the stores' backends do not know each other
 TOP = ("lightmem.evaluation", "lightmem.training", "lightmem.server", "lightmem.cli", "lightmem.config")
+# Which top packages each top package may import (none may import one that is not listed).
+TOP_MAY_IMPORT = {
+    "lightmem.cli": {"lightmem.server", "lightmem.config"},
+    "lightmem.server": {"lightmem.config"},
+    "lightmem.evaluation": {"lightmem.config"},
+    "lightmem.training": {"lightmem.config"},
+    "lightmem.config": set(),
+}
 # The stores sit below retrieval, the roles and the Memory that search them.
 ABOVE_STORES = ("lightmem.retrieval", "lightmem.roles", "lightmem.memory", "lightmem.build", "lightmem.write",
                 "lightmem.indexer", "lightmem.async_memory")
@@ -105,6 +116,30 @@ def test_the_library_never_imports_the_layers_above_it():
     upward = sorted((name, dep) for name, deps in graph().items() for dep in deps
                     if not name.startswith(TOP) and dep.startswith(TOP))
     assert upward == []
+
+
+def package(name: str, packages: tuple[str, ...]) -> str | None:
+    """The one of ``packages`` that ``name`` belongs to (None: none)."""
+    return next((p for p in packages if name == p or name.startswith(p + ".")), None)
+
+
+def test_the_top_packages_import_each_other_only_downward():
+    edges = graph()
+    crossing = sorted({(package(name, TOP), package(dep, TOP)) for name, deps in edges.items() for dep in deps
+                       if package(name, TOP) and package(dep, TOP) and package(name, TOP) != package(dep, TOP)})
+    assert [(a, b) for a, b in crossing if b not in TOP_MAY_IMPORT[a]] == []
+
+
+def test_retrieval_imports_nothing_of_the_roles_above_it():
+    upward = sorted((name, dep) for name, deps in graph().items() for dep in deps
+                    if package(name, ("lightmem.retrieval",)) and package(dep, ("lightmem.roles",)))
+    assert upward == []
+
+
+def test_the_embedded_store_knows_nothing_of_postgresql():
+    named = sorted((name, dep) for name, deps in graph().items() for dep in deps
+                   if package(name, ("lightmem.stores.embedded",)) and "postgres" in dep)
+    assert named == []
 
 
 def test_the_stores_import_nothing_that_searches_them():

@@ -17,12 +17,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from lightmem.errors import InvalidInputError
 from lightmem.memory import Memory
-from lightmem.messages import MAX_ID_CHARS, MAX_K
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.server import KeyRing, create_app
 from lightmem.server.mcp_server import create_mcp_server
 from lightmem.stores import is_server
+from lightmem.validation import MAX_ID_CHARS, MAX_K
 
 ADMIN = "admin-key-0000000003"
 USER = "alice"

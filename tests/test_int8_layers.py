@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.int8_layers.sensitivity import FFN_OUTPUT, drift, drift_table, layer_sensitivity
 from lightmem.errors import StoreError
-from lightmem.evaluation.int8_layers import FFN_OUTPUT, drift, drift_table, layer_sensitivity
 from lightmem.models.onnx_encoder import FP32_MATMULS, fp32_matmuls, int8_recipe, matmul_names, quantize_int8
 
 NAMES = ["/model/encoder/layer.0/attention/attn/q/MatMul", "/model/encoder/layer.0/output/dense/MatMul",

@@ -147,7 +147,7 @@ def test_two_jsonl_files_for_one_user_both_land(tmp_path):
     assert main(["ingest", str(tmp_path / "b.jsonl"), "--user", "me", "--store", str(store), "--encoder", "hashing", "-q"]) == 0
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     with Memory.open(store, embedder=HashingEmbedder(256), selector=Stage1Selector()) as m:
         assert sorted(t.text for t in m.store.turns("me")) == ["I adopted a cat", "I moved to Lisbon"]

@@ -7,7 +7,7 @@ import pytest
 from lightmem.errors import InvalidInputError
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.stores import is_server
 
 

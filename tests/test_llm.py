@@ -9,9 +9,9 @@ import pytest
 from fakes import ScriptedLLM
 
 from lightmem.llm.base import GenerationError
+from lightmem.llm.jsonio import call_json, first_json_value, parse_as, repair_json
 from lightmem.llm.openai_backend import OpenAICompatLLM
 from lightmem.roles.controller import ControllerOutput
-from lightmem.roles.jsonio import call_json, first_json_value, parse_as, repair_json
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -18,7 +18,7 @@ from lightmem.ltm import ConsolidationSpec, LTMOptions
 from lightmem.ltm.deidentify import Deidentifier
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.stores import is_server
 from lightmem.stores.rows import fact_digest, shared_erasure
 from lightmem.types import ItemKind

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from lightmem.messages import MAX_ID_CHARS, MAX_TURN_CHARS
+from lightmem.validation import MAX_ID_CHARS, MAX_TURN_CHARS
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}

@@ -16,18 +16,18 @@ from fastapi.testclient import TestClient
 
 from lightmem.errors import InvalidInputError
 from lightmem.memory import Memory
-from lightmem.messages import (
+from lightmem.models.embedder import HashingEmbedder
+from lightmem.server import KeyRing, create_app
+from lightmem.server.mcp_server import create_mcp_server
+from lightmem.server.schemas import METADATA_CUT
+from lightmem.stores import is_server
+from lightmem.validation import (
     MAX_METADATA_BYTES,
     MAX_METADATA_DEPTH,
     MAX_METADATA_KEYS,
     check_metadata,
     json_depth,
 )
-from lightmem.models.embedder import HashingEmbedder
-from lightmem.server import KeyRing, create_app
-from lightmem.server.mcp_server import create_mcp_server
-from lightmem.server.schemas import METADATA_CUT
-from lightmem.stores import is_server
 
 KEY = "admin-key-0000000003"
 HEADERS = {"Authorization": f"Bearer {KEY}"}

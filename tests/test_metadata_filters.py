@@ -8,7 +8,7 @@ import pytest
 
 from lightmem import InvalidInputError, Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

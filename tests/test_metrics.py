@@ -3,14 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from lightmem.evaluation.metrics import (
-    evidence_recall,
-    locomo_f1,
-    normalize_answer,
-    normalize_evidence,
-    percentile,
-    token_f1,
-)
+from lightmem.metrics.answers import locomo_f1, normalize_answer, token_f1
+from lightmem.metrics.evidence import evidence_recall, normalize_evidence
+from lightmem.metrics.stats import percentile
 
 
 def test_normalize_answer_follows_the_official_rules():
@@ -67,7 +62,7 @@ def test_percentile():
 
 
 def test_evidence_precision_counts_items_citing_evidence():
-    from lightmem.evaluation.metrics import evidence_precision
+    from lightmem.metrics.evidence import evidence_precision
 
     assert evidence_precision([["D1:1"], ["D1:2", "D1:3"], ["D2:1"]], ["D1:3", "D9:9"]) == pytest.approx(1 / 3)
     assert evidence_precision([], ["D1:1"]) == 0.0

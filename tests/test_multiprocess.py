@@ -14,7 +14,7 @@ import pytest
 from lightmem.ltm import LTMOptions
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 
 T0 = 1_600_000_000
 PRELUDE = textwrap.dedent(
@@ -22,7 +22,7 @@ PRELUDE = textwrap.dedent(
     import sys
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
     m = Memory.open(sys.argv[1], embedder=HashingEmbedder(64), selector=Stage1Selector())
     """
 )

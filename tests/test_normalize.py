@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightmem.sensory.normalize import anchor_dates, find_time_window, name_speakers, relative_span
+from lightmem.language.normalize import anchor_dates, find_time_window, name_speakers, relative_span
 from lightmem.timeutil import iso, parse_timestamp
 
 MON = parse_timestamp("1:56 pm on 8 May, 2023")  # Monday 8 May 2023
@@ -59,7 +59,7 @@ def test_name_speakers():
 
 
 def test_relative_dates_tells_whether_a_text_holds_an_expression_anchor_dates_resolves():
-    from lightmem.sensory.normalize import relative_dates
+    from lightmem.language.normalize import relative_dates
 
     assert relative_dates("I bought it last Saturday.") and relative_dates("two weeks ago we met")
     assert not relative_dates("I bought it on 3 May 2023.") and not relative_dates("")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lightmem.evaluation.offline_answers import answers_by_id, compare, score_locomo_run, score_run, summarize
+from lightmem.evaluation.reports.offline_answers import answers_by_id, compare, score_locomo_run, score_run, summarize
 from lightmem.llm.recorder import PromptRecorder
 
 

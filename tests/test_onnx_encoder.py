@@ -181,7 +181,7 @@ def test_an_int8_vector_does_not_depend_on_the_texts_encoded_with_it(encoders):
 def test_a_store_opens_only_with_the_backend_family_that_wrote_it(encoders, tmp_path):
     from lightmem.memory import Memory
     from lightmem.models.embedder import embedder_for
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
     from lightmem.stores.factory import stored_embedder
 
     enc, _ = encoders
@@ -224,7 +224,7 @@ def test_embedder_for_rebuilds_the_int8_embedder_from_its_name(encoders, monkeyp
 def test_a_shorter_read_length_is_named_and_rebuilt_from_the_name(encoders, monkeypatch, tmp_path):
     from lightmem.memory import Memory
     from lightmem.models import embedder as embedder_mod
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     enc, cache = encoders
     short = embedder_mod.SentenceTransformerEmbedder(backend="onnx_int8", max_seq_length=32, adapter=embedder_mod.tuned_adapter("embedder_minilm"),

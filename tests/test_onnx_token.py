@@ -8,7 +8,7 @@ from conftest import ROOT
 
 from lightmem.models.onnx_encoder import INT8_FORMAT
 
-CKPT = ROOT / "checkpoints" / "compressor"
+CKPT = ROOT / "checkpoints" / "word_scorer"
 TURNS = ["Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
          "Melanie: wow, that's great! I painted a lake sunrise last year, it's special to me.",
          "Caroline: thanks! I'm thinking of adoption, there's an agency that supports LGBTQ folks.",
@@ -19,10 +19,10 @@ TURNS = ["Caroline: I went to the LGBTQ support group yesterday and it was so po
 
 @pytest.fixture(scope="module")
 def pair():
-    from lightmem.models.word_scorer import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierWordScorer
 
-    return (TokenClassifierCompressor(str(CKPT), device="cpu", backend="torch"),
-            TokenClassifierCompressor(str(CKPT), device="cpu", backend="onnx"))
+    return (TokenClassifierWordScorer(str(CKPT), device="cpu", backend="torch"),
+            TokenClassifierWordScorer(str(CKPT), device="cpu", backend="onnx"))
 
 
 def test_auto_is_onnx_on_the_cpu_and_torch_on_a_gpu():
@@ -60,7 +60,7 @@ def test_onnx_attention_equals_torchs_and_gives_the_same_boundaries(pair):
 
 def test_graphs_are_cached_per_weights_and_reused(pair, tiny_models):
     from lightmem.models.registry import ModelRegistry
-    from lightmem.models.word_scorer import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierWordScorer
 
     _, onnx_c = pair
     onnx_c.compress("warm up")  # the keep graph of the trained checkpoint exists now
@@ -68,13 +68,13 @@ def test_graphs_are_cached_per_weights_and_reused(pair, tiny_models):
     keep = sorted(cache.glob(f"token-classifier-{onnx_c._fingerprint}.keep.*.onnx"))
     assert len(keep) == 1
     mtime = keep[0].stat().st_mtime_ns
-    again = TokenClassifierCompressor(str(CKPT), device="cpu", backend="onnx")
+    again = TokenClassifierWordScorer(str(CKPT), device="cpu", backend="onnx")
     again.compress("reuse")
     assert again._fingerprint == onnx_c._fingerprint and keep[0].stat().st_mtime_ns == mtime
 
     tiny = tiny_models.bert("token", num_labels=2).eval()
-    other = TokenClassifierCompressor.from_objects(tiny, tiny_models.tok, backend="onnx")
-    torch_tiny = TokenClassifierCompressor.from_objects(tiny, tiny_models.tok, backend="torch")
+    other = TokenClassifierWordScorer.from_objects(tiny, tiny_models.tok, backend="onnx")
+    torch_tiny = TokenClassifierWordScorer.from_objects(tiny, tiny_models.tok, backend="torch")
     words = "a b c d e f".split()
     assert np.allclose(other.word_probs(words), torch_tiny.word_probs(words), atol=1e-5)
     assert other._fingerprint != onnx_c._fingerprint  # other weights, another graph
@@ -82,13 +82,13 @@ def test_graphs_are_cached_per_weights_and_reused(pair, tiny_models):
 
 def test_the_int8_backend_quantizes_both_graphs_into_their_own_cache_files_and_scores_close_to_fp32(tiny_models):
     from lightmem.models.registry import ModelRegistry
-    from lightmem.models.word_scorer import TokenClassifierCompressor, _resolve_backend
+    from lightmem.models.word_scorer import TokenClassifierWordScorer, _resolve_backend
 
     with pytest.raises(ValueError, match="runs on the CPU"):
         _resolve_backend("onnx_int8", "cuda")
     tiny = tiny_models.bert("token", num_labels=2).eval()
-    fp32 = TokenClassifierCompressor.from_objects(tiny, tiny_models.tok, backend="onnx")
-    int8 = TokenClassifierCompressor.from_objects(tiny, tiny_models.tok, backend="onnx_int8")
+    fp32 = TokenClassifierWordScorer.from_objects(tiny, tiny_models.tok, backend="onnx")
+    int8 = TokenClassifierWordScorer.from_objects(tiny, tiny_models.tok, backend="onnx_int8")
     docs = [t.split() for t in TURNS]
     a = np.concatenate([np.asarray(x) for x in fp32.word_scores_many(docs)])
     b = np.concatenate([np.asarray(x) for x in int8.word_scores_many(docs)])

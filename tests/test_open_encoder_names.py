@@ -11,7 +11,7 @@ from lightmem.build import ENCODER_CHOICES, memory_parts, new_embedder, resolve_
 from lightmem.errors import InvalidInputError, LightMemError
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.stores.factory import stored_embedder
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from lightmem.language.phatic import compact_turn, drop_chitchat, is_chitchat, sentence_units
 from lightmem.roles.writer import TurnWriter
-from lightmem.sensory.phatic import compact_turn, drop_chitchat, is_chitchat, sentence_units
 from lightmem.types import Turn
 
 

@@ -12,7 +12,7 @@ from lightmem.cli import main
 from lightmem.errors import StoreError
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.stores import OfflineChanges, describe, open_store, stored_embedder
 from lightmem.types import Filters, MemoryItem, Turn
 

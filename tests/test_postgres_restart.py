@@ -142,7 +142,7 @@ def test_threads_share_one_memory_through_the_pool(pg_uri):
     once and every search sees only its own user's memories."""
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     m = Memory.open(pg_uri, embedder=HashingEmbedder(dim=32), selector=Stage1Selector(), pool_size=3)
     failures: list[BaseException] = []
@@ -192,7 +192,7 @@ def test_a_search_after_a_restart_starts_its_snapshot_again_and_answers(pg_uri, 
     was read yet, so it is run again on a fresh connection instead of failing the search."""
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
 
     m = Memory.open(pg_uri, embedder=HashingEmbedder(dim=32), selector=Stage1Selector(), pool_size=2)
     try:
@@ -343,7 +343,7 @@ _WRITER = r"""
 import json, logging, os, sys
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 
 uri, stop = sys.argv[1], sys.argv[2]
 retried = []

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lightmem.retrieval.features import FEATURES, candidate_features, linear_scores, named_speakers, speaker_of
-from lightmem.roles.selector import LearnedRanker
+from lightmem.retrieval.stage2 import LearnedRanker
 from lightmem.text import analyze
 from lightmem.training.ranker import evaluate, fit_linear
 from lightmem.types import Filters, Hit, HypotheticalQuery, ItemKind, MemoryItem, RetrievalPlan

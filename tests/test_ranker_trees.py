@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from lightmem.retrieval.features import FEATURES
+from lightmem.retrieval.stage2 import LearnedRanker, weights_digest
 from lightmem.retrieval.trees import from_sklearn, ranker_scorer, tree_arrays, tree_scores
-from lightmem.roles.selector import LearnedRanker, weights_digest
 from lightmem.training.ranker import evaluate, fit_linear, fit_trees, ranker_order
 from lightmem.types import Filters, Hit, HypotheticalQuery, MemoryItem, RetrievalPlan
 

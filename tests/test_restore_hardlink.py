@@ -20,9 +20,9 @@ import pytest
 from lightmem.cli import main
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
+from lightmem.stores.backup import backup, restore
 from lightmem.stores.embedded import openlock
-from lightmem.stores.embedded.backup import backup, restore
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "link"), reason="needs hard links")
 
@@ -39,7 +39,7 @@ WRITER = textwrap.dedent(
     import os, sys, time
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
     try:
         m = Memory.open(sys.argv[1], embedder=HashingEmbedder(64), selector=Stage1Selector(), synchronous="NORMAL")
     except Exception as exc:

@@ -69,13 +69,6 @@ def test_retention_prefers_recent_used_useful_items():
     assert s[0] == pytest.approx(1.0) and s[2] == pytest.approx(1 + math.log(11))
 
 
-def test_top_k_orders_and_is_stable():
-    ids, sc = np.arange(6), np.array([0.1, 0.9, 0.5, 0.9, 0.0, 0.5])
-    got_ids, got_sc = scoring.top_k(ids, sc, 4)
-    assert got_ids.tolist() == [1, 3, 2, 5] and got_sc.tolist() == [0.9, 0.9, 0.5, 0.5]
-    assert scoring.top_k(ids, sc, 0)[0].size == 0
-
-
 def test_pack_by_budget_matches_bruteforce_greedy():
     for _ in range(200):
         costs = rng.integers(0, 50, size=rng.integers(0, 12)).tolist()

@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
+from lightmem.language.normalize import Referents, anchor_dates, resolve_pronouns
 from lightmem.models.word_scorer import protected, select_words
 from lightmem.sensory import gates, segmenter
-from lightmem.sensory.normalize import Referents, anchor_dates, resolve_pronouns
 
 MAY8 = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc).timestamp()  # a Monday
 

@@ -10,8 +10,8 @@ from fakes import ScriptedLLM
 
 from lightmem.errors import InvalidInputError
 from lightmem.memory import Memory
-from lightmem.models.word_scorer import _WordCompressor
-from lightmem.roles.selector import Stage1Selector
+from lightmem.models.word_scorer import _KeepAtRate
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.roles.writer import ExtractiveWriter, GenerativeWriter
 from lightmem.sensory.pipeline import GateSpec, NormalizeSpec, SegmentSpec, SensorySpec, SensoryStage
 from lightmem.sensory.segmenter import TopicSegmenter
@@ -20,7 +20,7 @@ from lightmem.types import Turn
 DAY = 1_683_554_160.0  # 2023-05-08 13:56 UTC
 
 
-class LengthCompressor(_WordCompressor):
+class LengthCompressor(_KeepAtRate):
     """A deterministic stand-in for the trained classifier: longer words score higher."""
 
     def __init__(self, rate: float = 0.6) -> None:

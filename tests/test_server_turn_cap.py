@@ -5,7 +5,7 @@ from fastapi.testclient import TestClient
 
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.server import KeyRing, create_app
 from lightmem.server.schemas import MAX_TURNS_PER_REQUEST
 

@@ -94,7 +94,8 @@ def _hits():
 
 
 def test_committed_slm_selector_reorders_only_the_ranker_top_n():
-    from lightmem.roles.selector import LearnedRanker, SLMSelector
+    from lightmem.retrieval.stage2 import LearnedRanker
+    from lightmem.roles.selector import SLMSelector
     from lightmem.types import Filters, HypotheticalQuery, RetrievalPlan
 
     ranker_dir = str(ROOT / "checkpoints" / "ranker")

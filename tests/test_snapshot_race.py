@@ -19,7 +19,7 @@ import pytest
 
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 
 USERS = 4
 ITEMS = 40  # above the snapshot threshold below: every rebuild writes a snapshot
@@ -32,7 +32,7 @@ PRELUDE = textwrap.dedent(
     from pathlib import Path
     from lightmem.memory import Memory
     from lightmem.models.embedder import HashingEmbedder
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
     m = Memory.open(sys.argv[1], embedder=HashingEmbedder(64), selector=Stage1Selector(), synchronous="NORMAL",
                     snapshot_min_items=30, word_scorer=None)
     stop, users = Path(sys.argv[2]), sys.argv[3].split(",")

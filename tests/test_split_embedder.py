@@ -52,7 +52,7 @@ def test_the_document_side_reads_and_fills_a_vector_cache(tmp_path):
 def test_a_store_written_by_a_split_embedder_reopens_with_the_same_pair(tmp_path):
     from lightmem.memory import Memory
     from lightmem.models.embedder import embedder_for
-    from lightmem.roles.selector import Stage1Selector
+    from lightmem.retrieval.stage2 import Stage1Selector
     from lightmem.stores.factory import stored_embedder
 
     split = SplitEmbedder(HashingEmbedder(64), HashingEmbedder(64))  # names lightmem can rebuild

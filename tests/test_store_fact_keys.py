@@ -16,7 +16,7 @@ from lightmem.ltm import ConsolidationSpec, LTMOptions
 from lightmem.ltm.fact_keys import SLMFactKeyer, plan_rekey
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.stores import is_server
 from lightmem.types import MemoryItem
 
@@ -240,7 +240,7 @@ def test_an_update_that_keeps_the_text_keeps_the_keys_and_their_vector(location,
 def test_the_annotated_keyer_gives_each_conversations_observations_to_the_memories_of_their_turns():
     from conftest import TINY_LOCOMO
 
-    from lightmem.evaluation.fact_keys import AnnotatedFactKeyer
+    from experiments.fact_keys.ceiling import AnnotatedFactKeyer
 
     keyer = AnnotatedFactKeyer(str(TINY_LOCOMO))
     first, second = list(keyer.facts_of)

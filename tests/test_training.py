@@ -187,7 +187,7 @@ def test_selector_prompt_splits_the_date():
 
 
 def test_exported_adapters_load_in_the_inference_classes(tmp_path, tok, tiny_models, monkeypatch):
-    from lightmem.models.word_scorer import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierWordScorer
     from lightmem.roles.complexity import TrainedComplexity
     from lightmem.roles.selector import CrossEncoderSelector
 
@@ -223,7 +223,7 @@ def test_exported_adapters_load_in_the_inference_classes(tmp_path, tok, tiny_mod
     assert got != pytest.approx(expected["base"], abs=1e-4)
     c = TrainedComplexity(str(tmp_path / "ckpt" / "cx"), base_model="cx", device="cpu")
     assert 0.0 <= c.score("why did she move?") <= 1.0
-    comp = TokenClassifierCompressor(str(tmp_path / "ckpt" / "comp"), base_model="comp", rate=0.5, max_words=4, device="cpu")
+    comp = TokenClassifierWordScorer(str(tmp_path / "ckpt" / "comp"), base_model="comp", rate=0.5, max_words=4, device="cpu")
     text = "one two three four five six seven eight nine ten"
     out = comp.compress(text)
     assert len(out.split()) == 5 and all(w in text.split() for w in out.split())

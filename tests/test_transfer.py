@@ -1,18 +1,14 @@
-"""The transfer share: the pure statistic and the three-run reader behind eval/transfer.py."""
+"""The transfer share: the pure statistic and the three-run reader behind experiments/transfer/."""
 from __future__ import annotations
 
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
 
-from lightmem.evaluation.stats import share_bootstrap
-from lightmem.evaluation.transfer import read_scores, transfer_share
-
-sys.path.insert(0, str(ROOT))
+from experiments.transfer.share import read_scores, transfer_share
+from lightmem.metrics.stats import share_bootstrap
 
 
 def test_share_is_the_part_gain_over_the_full_gain():
@@ -56,7 +52,7 @@ def test_three_locomo_runs_give_the_share_and_the_cli_prints_it(tmp_path, capsys
     assert len(read_scores(base, "recall")) == 6  # the adversarial question is not scored
     res, means = transfer_share(base, part, full, "recall")
     assert res.share == pytest.approx(0.5) and means == pytest.approx({"base": 2 / 6, "part": 3 / 6, "full": 4 / 6})
-    from eval import transfer
+    from experiments.transfer import run as transfer
 
     assert transfer.main([str(base), str(part), str(full), "--json", str(tmp_path / "share.json")]) == 0
     out = capsys.readouterr().out
@@ -83,7 +79,7 @@ def test_runs_over_different_questions_or_a_missing_folder_are_refused(tmp_path,
     b = _locomo_run(tmp_path / "b", [0, 1, 1], [0.0, 1.0, 1.0])
     with pytest.raises(ValueError, match="different questions"):
         transfer_share(a, a, b)
-    from eval import transfer
+    from experiments.transfer import run as transfer
 
     assert transfer.main([str(a), str(a), str(tmp_path / "nowhere")]) == 2
     assert "questions.jsonl" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from lightmem.cli import main
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.server import KeyRing, create_app
 from lightmem.stores.views.cache import ViewCache, ceiling_bytes
 from lightmem.stores.views.lexical import LexicalIndex

@@ -11,7 +11,7 @@ import pytest
 
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.stores.embedded import faults as sqlite_faults
 from lightmem.stores.embedded import snapshot as view_snapshot
 from lightmem.stores.views.lexical import LexicalIndex

@@ -12,12 +12,12 @@ import hydra
 from omegaconf import DictConfig
 
 from lightmem.config import per_job, to_container
+from lightmem.datasets.splits import split_of
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.models.registry import ModelRegistry
 from lightmem.models.word_scorer import TokenClassifierCompressor
 from lightmem.seeding import seed_everything
 from lightmem.training import classify
-from lightmem.training.distill import split_of
 from lightmem.training.job import read_jsonl, train_and_export
 from lightmem.training.schemas import lora_spec, register_configs, train_spec
 

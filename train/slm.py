@@ -15,10 +15,11 @@ from omegaconf import DictConfig
 
 from lightmem.config import per_job, to_container
 from lightmem.datasets.catalog import repo_root
+from lightmem.datasets.splits import split_of
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.seeding import seed_everything
-from lightmem.training import distill, slm
 from lightmem.training import ranker as rk
+from lightmem.training import slm
 from lightmem.training.job import train_and_export
 from lightmem.training.schemas import lora_spec, register_configs, train_spec
 from lightmem.training.selector import build_cross_encoder, cross_encoder_loss
@@ -28,12 +29,13 @@ def held_apart(group: dict, cfg: DictConfig) -> bool:
     """Whether a training group chooses alpha and N instead of training the cross-encoder."""
     if group["source"] == "locomo":
         return group["conversation"] in set(cfg.stack_locomo)
-    return distill.split_of(f"{group['conversation']}|stack", (1 - cfg.stack_share, cfg.stack_share, 0.0)) == "val"
+    return split_of(f"{group['conversation']}|stack", (1 - cfg.stack_share, cfg.stack_share, 0.0)) == "val"
 
 
 def run(cfg: DictConfig) -> dict:
     from lightmem.models.registry import ModelRegistry
-    from lightmem.roles.selector import CrossEncoderSelector, weights_digest
+    from lightmem.retrieval.stage2 import weights_digest
+    from lightmem.roles.selector import CrossEncoderSelector
 
     quiet_third_party_logs()
     t0 = time.perf_counter()

@@ -17,9 +17,9 @@ from lightmem.config.hydra_app import to_container
 from lightmem.config.schemas import NODE_SWITCHES
 from lightmem.config.specs import build_spec
 from lightmem.memory import Memory
-from lightmem.messages import MAX_TURN_CHARS
 from lightmem.models.embedder import Embedder
 from lightmem.roles.maintenance import Maintainer
+from lightmem.validation import MAX_TURN_CHARS
 
 
 def build_embedder(cfg: DictConfig) -> Embedder:

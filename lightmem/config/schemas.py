@@ -132,7 +132,7 @@ class PipelineConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     # The roles default to Memory.open's: the raw query as the one HQ, the trained ranker, compact turns.
     controller: Any = _role("lightmem.roles.controller.PassthroughController")
-    selector: Any = _role("lightmem.roles.selector.default_selector")
+    selector: Any = _role("lightmem.retrieval.stage2.default_selector")
     writer: Any = _role("lightmem.roles.writer.default_writer")
     # The sensory stages before the Writer (conf/sensory/*.yaml); off unless ``enabled``.
     sensory: SensoryConfig = field(default_factory=SensoryConfig)

@@ -12,9 +12,9 @@ from typing import Any
 
 from lightmem.datasets.catalog import missing_file_error
 from lightmem.errors import InvalidInputError
-from lightmem.messages import check_unicode, message_to_turn
 from lightmem.timeutil import parse_timestamp
 from lightmem.types import Turn
+from lightmem.validation import check_unicode, message_to_turn
 
 log = logging.getLogger(__name__)
 MAX_LISTED = 20  # bad lines named in one error; the rest are counted

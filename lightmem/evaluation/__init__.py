@@ -1,8 +1,8 @@
-"""Evaluation: pure metrics, the System protocol, one harness module per benchmark, QA, reports.
+"""Evaluation, by kind: ``harnesses/`` (the System protocol, LoCoMo, LongMemEval, QA, baselines),
+``benchmarks/`` (latency, scale, growth, encoder speed, the optional parts' benches), ``reports/`` (comparison
+over seeds, tables, failures), ``schemas`` (the entry points' configs) and ``runs/`` (one ``run(cfg)`` per
+eval/*.py entry point). The pure scores they use live below, in ``lightmem.metrics``.
 
-Layout: ``metrics``/``ranking``/``stats`` (pure scores), ``system`` (what a system under test offers),
-``qa`` (answering and judging, shared by the benchmarks), ``locomo``/``longmemeval``/``growth``/``latency``/
-``encoder_speed``/``roles``/``sensory``/``ltm`` (the harnesses), ``baselines``, ``inject`` (stress-test
-noise), ``comparison`` (runs over seeds, paired bootstrap), ``report`` (tables and plots), ``failures``,
-``schemas`` (the entry points' configs) and ``runs/`` (one ``run(cfg)`` per eval/*.py entry point).
+A new benchmark is a module in ``benchmarks/`` (its harness), a ``runs/`` module with its ``run(cfg)``, and a
+Hydra stub in eval/ with its conf/ file; its config dataclass goes in ``schemas``.
 """

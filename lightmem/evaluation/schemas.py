@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightmem.config import PathsConfig, PipelineConfig, logger_field, register_schemas
-from lightmem.evaluation.int8_layers import FFN_OUTPUT
 
 
 @dataclass
@@ -34,7 +33,7 @@ class QAConfig:
     max_new_tokens: int = 32
     window: int = 2048  # the full-context baseline's default prompt budget (the run's budget is used when set)
     controls: bool = False  # also answer from the gold-evidence and random control contexts (3x the reader's time)
-    instruction: str = "decline"  # the reader's instruction (lightmem.evaluation.qa.READER_INSTRUCTIONS): decline | guess
+    instruction: str = "decline"  # the reader's instruction (lightmem.evaluation.harnesses.qa.READER_INSTRUCTIONS): decline | guess
 
 
 @dataclass
@@ -144,19 +143,6 @@ class EncoderSpeedConfig:
 
 
 @dataclass
-class Int8LayersConfig:
-    """eval/int8_layers.py: how far each int8 recipe of the encoder moves its vectors from fp32."""
-
-    encoder: Any = None
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    corpus: str = "${paths.data}/locomo/locomo_dev.json.gz"
-    n_texts: int = 300
-    family: str = FFN_OUTPUT  # the MatMuls measured one by one (feed-forward outputs)
-    seed: int = 0
-    out_dir: str = "outputs/int8_layers"
-
-
-@dataclass
 class RolesBenchConfig(PipelineConfig):
     data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
     conversation: Any = 0
@@ -210,7 +196,6 @@ SCHEMAS = {
     "schema_locomo": LocomoEvalConfig,
     "schema_latency": LatencyBenchConfig,
     "schema_encoder_speed": EncoderSpeedConfig,
-    "schema_int8_layers": Int8LayersConfig,
     "schema_longmemeval": LongMemEvalConfig,
     "schema_growth": GrowthConfig,
     "schema_roles": RolesBenchConfig,

@@ -71,9 +71,9 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
 __all__ = ["LightmemStore", "lightmem_context", "alightmem_context", "context_messages", "acontext_messages",
            "lightmem_model_node"]
 
-MAX_KEY_CHARS = 256  # lightmem's identifier bound (lightmem.messages.MAX_ID_CHARS)
+MAX_KEY_CHARS = 256  # lightmem's identifier bound (lightmem.validation.MAX_ID_CHARS)
 MAX_CONDITIONS = 32  # lightmem.metadata_filter.MAX_CONDITIONS
-MAX_K = 1000  # lightmem.messages.MAX_K
+MAX_K = 1000  # lightmem.validation.MAX_K
 _FIELD = re.compile(r"[A-Za-z0-9_\-]{1,64}")  # one segment of a metadata filter's dotted field
 _OPS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 

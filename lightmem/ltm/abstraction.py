@@ -22,10 +22,10 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from lightmem.llm import prompts
 from lightmem.llm.base import LLM
+from lightmem.llm.jsonio import call_json
 from lightmem.ltm.deidentify import PLACEHOLDERS, Deidentifier
-from lightmem.roles import prompts
-from lightmem.roles.jsonio import call_json
 from lightmem.text import STOPWORDS
 from lightmem.types import EdgeType, NodeKind
 

@@ -183,14 +183,3 @@ def _tidy(text: str) -> str:
 def strip_speaker(text: str) -> str:
     """The body of a ``speaker: text`` memory line."""
     return _SPEAKER.sub("", text, count=1)
-
-
-def leaks(text: str, names: Iterable[str] = (), user_ids: Iterable[str] = ()) -> list[str]:
-    """Identifiers still present in ``text``: the given names and ids, e-mails, phone numbers.
-
-    The check the tests and ``KnowledgeGraph.audit`` run over everything LTM stores.
-    """
-    found = [n for n in [*names, *user_ids] if n and re.search(rf"\b{re.escape(n)}\b", text, re.I)]
-    found += _EMAIL.findall(text)
-    found += [m.group(0) for m in _PHONE.finditer(text) if _is_phone(m.group(0))]
-    return found

@@ -19,9 +19,9 @@ from typing import Protocol
 import numpy as np
 from pydantic import BaseModel, Field
 
+from lightmem.llm import prompts
 from lightmem.llm.base import LLM
-from lightmem.roles import prompts
-from lightmem.roles.jsonio import call_json
+from lightmem.llm.jsonio import call_json
 from lightmem.stores.rows import merged_keys
 from lightmem.timeutil import iso
 from lightmem.types import ItemKind, MemoryItem, keyed_text

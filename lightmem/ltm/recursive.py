@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, Field
 
+from lightmem.llm import prompts
 from lightmem.llm.base import LLM
-from lightmem.roles import prompts
-from lightmem.roles.jsonio import call_json
+from lightmem.llm.jsonio import call_json
 
 DAY = 86_400.0
 

@@ -20,9 +20,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel
 
+from lightmem.llm import prompts
 from lightmem.llm.base import LLM
-from lightmem.roles import prompts
-from lightmem.roles.jsonio import call_json
+from lightmem.llm.jsonio import call_json
 from lightmem.roles.maintenance import slot
 
 log = logging.getLogger(__name__)

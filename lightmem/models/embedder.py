@@ -401,17 +401,11 @@ def embedder_for(name: str, backend: str | None = None) -> Embedder:
     return SentenceTransformerEmbedder(model, adapter=folder, backend=backend, max_seq_length=max_seq_length)
 
 
-def default_embedder(store: str | Path | None = None) -> Embedder:
-    """What ``Memory.open`` encodes with when given no embedder: the store's own for an existing store;
-    for a new one the base model of the trained memory adapter in checkpoints/embedder (all-mpnet-base-v2) with that
-    adapter (base MiniLM, with a warning, without it),
-    reading 128 tokens per text, on int8 ONNX Runtime on the CPU and torch on a GPU (README "Throughput":
-    3x the ingest of fp32 at 256 tokens on 2 cores, the same LoCoMo and LongMemEval recall)."""
-    from lightmem.stores.factory import stored_embedder
-
-    name = stored_embedder(store) if store is not None else None
-    if name and name != "unknown":
-        return embedder_for(name)
+def tuned_embedder() -> Embedder:
+    """The default encoder of a new store (``lightmem.build.resolve_embedder`` chooses it): the base model of the
+    trained memory adapter in checkpoints/embedder (all-mpnet-base-v2) with that adapter (base MiniLM, with a
+    warning, without it), reading 128 tokens per text, on int8 ONNX Runtime on the CPU and torch on a GPU (README
+    "Throughput": 3x the ingest of fp32 at 256 tokens on 2 cores, the same LoCoMo and LongMemEval recall)."""
     folder = tuned_adapter()
     if folder is None:
         log.warning("no trained embedder adapter in checkpoints/embedder (set LIGHTMEM_CHECKPOINTS or run `make train`); "

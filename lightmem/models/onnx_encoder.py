@@ -36,7 +36,7 @@ STALE_TMP_S = 3600.0
 # MatMul node names). all-mpnet-base-v2's feed-forward output projections of layers 6-10 read activations with
 # outliers that one int8 scale per tensor cannot hold: with every matrix int8 its vectors sit at mean cosine 0.91
 # to fp32 (0.907 over 300 LoCoMo turns), with these five kept 0.990, at ~2 ms more per query; each other layer's alone costs
-# < 0.001 (`python eval/int8_layers.py`). MiniLM has no such layer (0.991 with all int8).
+# < 0.001 (`python -m experiments.int8_layers.run`). MiniLM has no such layer (0.991 with all int8).
 FP32_MATMULS: dict[str, str] = {
     "all-mpnet-base-v2": r"/layer\.(6|7|8|9|10)/output/dense/MatMul$",
 }

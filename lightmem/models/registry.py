@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightmem.deprecation import warn_once
 from lightmem.errors import ModelPackageMissingError
 
 log = logging.getLogger(__name__)
@@ -325,7 +326,18 @@ def _gguf_parsed_once():
         gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
 
 
+# Checkpoint folders renamed (new name: former name): a folder that still has the former name is read, with a
+# DeprecationWarning, for one release.
+RENAMED_CHECKPOINTS = {"word_scorer": "compressor"}
+
+
 def checkpoint_path(name: str) -> Path:
-    """A trained checkpoint: ``$LIGHTMEM_CHECKPOINTS/<name>``, else ``checkpoints/<name>`` of the source tree."""
+    """A trained checkpoint: ``$LIGHTMEM_CHECKPOINTS/<name>``, else ``checkpoints/<name>`` of the source tree (or the
+    folder's former name, ``RENAMED_CHECKPOINTS``, when only that exists)."""
     root = os.environ.get("LIGHTMEM_CHECKPOINTS")
-    return Path(root) / name if root else Path(__file__).resolve().parents[2] / "checkpoints" / name
+    base = Path(root) if root else Path(__file__).resolve().parents[2] / "checkpoints"
+    former = RENAMED_CHECKPOINTS.get(name)
+    if former and not (base / name).exists() and (base / former).exists():
+        warn_once(f"the checkpoint folder {base / former}", str(base / name))
+        return base / former
+    return base / name

@@ -1,4 +1,7 @@
-"""Token counting for budgets. Budgets are counted with the embedder's tokenizer."""
+"""Token counting: the ``TokenCounter`` protocol and its counters (a Hugging Face tokenizer, whitespace, a cache).
+
+A prompt budget is counted with the reader's tokenizer (``lightmem.models.prompt_tokens`` chooses it); the
+embedder's counter gives each memory's ``n_tokens`` and what the sensory stage buffers."""
 from __future__ import annotations
 
 import re

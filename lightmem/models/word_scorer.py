@@ -1,12 +1,17 @@
-"""Pre-compression of turns (LightMem §3.1): keep the words a scorer ranks highest, at a rate r.
+"""Word scorers: how much each word of a text is worth keeping. The write path stores a memory's scores
+(``keep_codes``: retrieval squeezes its excerpts with them), and the sensory stage's pre-compression
+(LightMem §3.1) keeps the words a scorer ranks highest, at a rate r.
 
 Two scorers share one word-level selection:
 
-- ``TokenClassifierCompressor``: P(retain) from a token classifier (Eq. 1), LLMLingua-2 style.
-  It loads the LoRA checkpoint of train/compressor.py, or any full token-classification folder
+- ``TokenClassifierWordScorer``: P(retain) from a token classifier (Eq. 1), LLMLingua-2 style.
+  It loads the LoRA checkpoint of checkpoints/word_scorer, or any full token-classification folder
   with two labels (label 1 = keep), such as an LLMLingua-2 checkpoint a user has locally.
-- ``CrossEntropyCompressor``: the per-token cross-entropy under a causal SLM (Eq. 2); the
+- ``CrossEntropyWordScorer``: the per-token cross-entropy under a causal SLM (Eq. 2); the
   least predictable words carry the most information and are kept.
+
+Their former names (``Compressor``, ``TokenClassifierCompressor``, ``CrossEntropyCompressor``) still resolve,
+with a DeprecationWarning, for one release.
 
 Scores are aggregated to whole words, so words are kept or dropped whole. A text is never
 emptied, words inside ``[...]`` annotations (the anchored dates of normalization) are always
@@ -22,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from lightmem.deprecation import moved
 from lightmem.models.tokens import tokenizer_lock
 
 log = logging.getLogger(__name__)
@@ -38,7 +44,7 @@ def keep_top_rate(probs: Sequence[float], rate: float) -> list[int]:
 
 
 @runtime_checkable
-class Compressor(Protocol):
+class WordScorer(Protocol):
     """Scores words for keeping and compresses texts at a rate."""
 
     rate: float
@@ -72,7 +78,22 @@ def select_words(words: Sequence[str], scores: Sequence[float], rate: float) -> 
     return out if any(c.isalnum() for c in out) else " ".join(words)
 
 
-class _WordCompressor:
+KEEP_DIGITS = 2  # characters per word of an encoded keep score (00-99)
+
+
+def encode_keep(scores: Sequence[float]) -> str:
+    """Word keep scores in [0, 1] as a compact string, two digits per word ("9107..."), stored in
+    a memory's ``metadata["keep"]`` aligned with ``text.split()``."""
+    return "".join(f"{min(99, max(0, int(s * 100))):02d}" for s in scores)
+
+
+def keep_codes(scorer: WordScorer, texts: Sequence[str]) -> list[str]:
+    """The ``encode_keep`` strings of ``texts``, their words scored in one batch by ``scorer`` (its
+    ``word_scores_many``: the trained one on the write path). ``lightmem.retrieval.excerpts`` reads them."""
+    return [encode_keep(s) for s in scorer.word_scores_many([t.split() for t in texts])] if texts else []
+
+
+class _KeepAtRate:
     """Word-level selection shared by both scorers; subclasses give ``word_scores_many``."""
 
     rate: float
@@ -107,17 +128,17 @@ class _WordCompressor:
 
 
 @functools.lru_cache(maxsize=1)
-def default_word_scorer() -> "TokenClassifierCompressor | None":
-    """The trained compressor of checkpoints/compressor, loaded once per process: what the write path
+def default_word_scorer() -> "TokenClassifierWordScorer | None":
+    """The trained word scorer of checkpoints/word_scorer, loaded once per process: what the write path
     scores each memory's words with by default. None, said once, without that checkpoint."""
     from lightmem.models.registry import checkpoint_path
 
-    ckpt = checkpoint_path("compressor")
+    ckpt = checkpoint_path("word_scorer")
     if not (ckpt / "adapter_config.json").exists():
-        log.warning("no trained compressor at %s (set LIGHTMEM_CHECKPOINTS or run `make train`); "
+        log.warning("no trained word scorer at %s (set LIGHTMEM_CHECKPOINTS or run `make train`); "
                     "memories are written without word keep scores, so excerpts are not squeezed", ckpt)
         return None
-    return TokenClassifierCompressor(str(ckpt), backend="onnx_int8")
+    return TokenClassifierWordScorer(str(ckpt), backend="onnx_int8")
 
 
 def _resolve_backend(backend: str, device: str) -> str:
@@ -136,11 +157,11 @@ def _check_rate(rate: float) -> float:
     return float(rate)
 
 
-class TokenClassifierCompressor(_WordCompressor):
+class TokenClassifierWordScorer(_KeepAtRate):
     """Keep/drop words with a token classifier (Eq. 1): the trained MiniLM LoRA by default.
 
     Args:
-        checkpoint: Folder exported by train/compressor.py (LoRA adapter), or a full
+        checkpoint: Folder exported by the word scorer's training recipe (LoRA adapter; ``make train``), or a full
             token-classification model folder with two labels, e.g. an LLMLingua-2 checkpoint.
         base_model: Packaged base a LoRA adapter was trained on (unused for full folders).
         rate: Share of words kept (0 < r ≤ 1); the paper's default is 0.6.
@@ -152,7 +173,7 @@ class TokenClassifierCompressor(_WordCompressor):
             quantizes both graphs' weight matrices to int8 (faster; scores and attention differ a little).
     """
 
-    def __init__(self, checkpoint: str = "checkpoints/compressor", base_model: str = "all-MiniLM-L6-v2", rate: float = 0.6,
+    def __init__(self, checkpoint: str = "checkpoints/word_scorer", base_model: str = "all-MiniLM-L6-v2", rate: float = 0.6,
                  max_words: int = 200, batch_size: int = 32, device: str = "auto", backend: str = "auto") -> None:
         from transformers import AutoModelForTokenClassification
 
@@ -160,12 +181,12 @@ class TokenClassifierCompressor(_WordCompressor):
         from lightmem.models.registry import pick_device
 
         self.device = pick_device(device)
-        model, tok = load_adapted(AutoModelForTokenClassification, checkpoint, base_model, "compressor", num_labels=2)
+        model, tok = load_adapted(AutoModelForTokenClassification, checkpoint, base_model, "word scorer", num_labels=2)
         self._init(model.to(self.device), tok, rate, max_words, batch_size, backend)
 
     @classmethod
     def from_objects(cls, model, tokenizer, rate: float = 0.6, max_words: int = 200, batch_size: int = 32,
-                     backend: str = "torch") -> "TokenClassifierCompressor":
+                     backend: str = "torch") -> "TokenClassifierWordScorer":
         self = cls.__new__(cls)
         self.device = str(next(model.parameters()).device)
         self._init(model, tokenizer, rate, max_words, batch_size, backend)
@@ -173,7 +194,7 @@ class TokenClassifierCompressor(_WordCompressor):
 
     def _init(self, model, tok, rate: float, max_words: int, batch_size: int, backend: str = "torch") -> None:
         if model.config.num_labels != 2:
-            raise ValueError(f"a compressor needs a 2-label token classifier (keep = label 1), got {model.config.num_labels} labels")
+            raise ValueError(f"a word scorer needs a 2-label token classifier (keep = label 1), got {model.config.num_labels} labels")
         self.model, self.tok, self.rate = model, tok, _check_rate(rate)
         self.max_words, self.batch_size = max(1, max_words), max(1, batch_size)
         self.backend = _resolve_backend(backend, self.device)
@@ -227,7 +248,7 @@ class TokenClassifierCompressor(_WordCompressor):
         return OnnxAttention(self._graph(key, lambda tmp: export_attention(self.model, self.tok, layers, tmp)))
 
     def count_tokens(self, text: str) -> int:
-        """Sub-word tokens of ``text`` under the compressor's tokenizer (no special tokens)."""
+        """Sub-word tokens of ``text`` under the scorer's tokenizer (no special tokens)."""
         with tokenizer_lock(self.tok):
             return len(self.tok(text, add_special_tokens=False)["input_ids"])
 
@@ -255,7 +276,7 @@ class TokenClassifierCompressor(_WordCompressor):
         return out
 
 
-class CrossEntropyCompressor(_WordCompressor):
+class CrossEntropyWordScorer(_KeepAtRate):
     """Keep the least predictable words under a causal SLM (LightMem Eq. 2).
 
     A word's score is the mean cross-entropy −log P(token | prefix) of its sub-tokens; the
@@ -283,7 +304,7 @@ class CrossEntropyCompressor(_WordCompressor):
         self._init(model, AutoTokenizer.from_pretrained(str(folder)), rate, max_tokens)
 
     @classmethod
-    def from_objects(cls, model, tokenizer, rate: float = 0.6, max_tokens: int = 512) -> "CrossEntropyCompressor":
+    def from_objects(cls, model, tokenizer, rate: float = 0.6, max_tokens: int = 512) -> "CrossEntropyWordScorer":
         self = cls.__new__(cls)
         self.device = str(next(model.parameters()).device)
         self._init(model, tokenizer, rate, max_tokens)
@@ -316,3 +337,8 @@ class CrossEntropyCompressor(_WordCompressor):
         for j, c in zip(owner, ce):
             sums.setdefault(j, []).append(c)
         return [sum(sums[j]) / len(sums[j]) if j in sums else math.inf for j in range(len(words))]
+
+
+__getattr__ = moved(__name__, {"Compressor": f"{__name__}.WordScorer",
+                               "TokenClassifierCompressor": f"{__name__}.TokenClassifierWordScorer",
+                               "CrossEntropyCompressor": f"{__name__}.CrossEntropyWordScorer"})

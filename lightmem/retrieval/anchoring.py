@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from lightmem.sensory.normalize import anchor_dates, relative_dates
+from lightmem.language.normalize import anchor_dates, relative_dates
 
 POLICIES = ("never", "asked", "always")
 

@@ -26,7 +26,7 @@ from lightmem.retrieval.diversity import spread_sessions
 from lightmem.retrieval.excerpts import coded_excerpt, pack_whole_then_excerpts, query_terms, realign_keep
 from lightmem.retrieval.scoring import Fusion
 from lightmem.retrieval.spec import PackingSpec, RoutingSpec, Stage1Spec
-from lightmem.roles.selector import Selector
+from lightmem.retrieval.stage2 import Selector
 from lightmem.stores.base import SearchIndex
 from lightmem.types import Hit, ItemKind, MemoryItem, RetrievalPlan, Route
 

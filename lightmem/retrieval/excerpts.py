@@ -8,12 +8,11 @@ matches the query packs about twice as many memories into the tail, each still c
 provenance. Measured on LoCoMo (``conf/suite_stage2.yaml``, run ``excerpts``).
 
 An excerpt can be squeezed further: the write path stores each memory's word keep scores (the
-trained compressor's P(keep) per word, ``metadata["keep"]``, see ``encode_keep``), and a tail
-excerpt keeps only the ``rate`` highest-scored of its words. A memory of one sentence, which has
+trained word scorer's P(keep) per word, ``metadata["keep"]``, see ``lightmem.models.word_scorer.keep_codes``),
+and a tail excerpt keeps only the ``rate`` highest-scored of its words. A memory of one sentence, which has
 no excerpt of its own, is then squeezed whole.
 
-Everything here is pure (texts and integer token costs in, choices out) but ``keep_codes``, which
-runs the scorer it is given.
+Everything here is pure: texts, keep codes and integer token costs in, choices out.
 """
 from __future__ import annotations
 
@@ -21,12 +20,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from difflib import SequenceMatcher
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
-from lightmem.models.word_scorer import protected
-from lightmem.sensory.phatic import sentence_units
+from lightmem.language.phatic import sentence_units
+from lightmem.models.word_scorer import KEEP_DIGITS, protected
 from lightmem.text import analyze
 
 # "Speaker: text": the speaker prefix of a turn memory is kept on its excerpt.
@@ -36,21 +34,6 @@ _SPEAKER = re.compile(r"^([^:\n]{1,40}):\s+")
 def query_terms(texts: Iterable[str]) -> frozenset[str]:
     """Stemmed content words of the query and its hypothetical queries."""
     return frozenset(w for t in texts for w in analyze(t))
-
-
-KEEP_DIGITS = 2  # characters per word of an encoded keep score (00-99)
-
-
-def encode_keep(scores: Sequence[float]) -> str:
-    """Word keep scores in [0, 1] as a compact string, two digits per word ("9107..."), stored in
-    a memory's ``metadata["keep"]`` aligned with ``text.split()``."""
-    return "".join(f"{min(99, max(0, int(s * 100))):02d}" for s in scores)
-
-
-def keep_codes(scorer: Any, texts: Sequence[str]) -> list[str]:
-    """The ``encode_keep`` strings of ``texts``, their words scored in one batch by ``scorer`` (a
-    compressor's ``word_scores_many``: the trained one on the write path)."""
-    return [encode_keep(s) for s in scorer.word_scores_many([t.split() for t in texts])] if texts else []
 
 
 @lru_cache(maxsize=8_192)

@@ -81,12 +81,3 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: float = 60.0, w
         for rank, doc in enumerate(ranking, start=1):
             out[int(doc)] = out.get(int(doc), 0.0) + w / (k + rank)
     return out
-
-
-def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k best (id, score) pairs, best first; ties keep input order."""
-    ids, scores = np.asarray(ids), np.asarray(scores)
-    if k <= 0 or ids.size == 0:
-        return ids[:0], scores[:0]
-    order = np.argsort(-scores, kind="stable")[:k]
-    return ids[order], scores[order]

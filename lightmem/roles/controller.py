@@ -14,12 +14,12 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from lightmem.language.entities import labelled_entities
+from lightmem.language.normalize import find_time_window
+from lightmem.llm import prompts
 from lightmem.llm.base import LLM
-from lightmem.roles import prompts
+from lightmem.llm.jsonio import call_json
 from lightmem.roles.complexity import ComplexityScorer, HeuristicComplexity, adaptive_k
-from lightmem.roles.jsonio import call_json
-from lightmem.sensory.entities import labelled_entities
-from lightmem.sensory.normalize import find_time_window
 from lightmem.timeutil import iso, parse_timestamp
 from lightmem.timeutil import now as wall_clock
 from lightmem.types import Filters, HypotheticalQuery, RetrievalPlan, Route

@@ -1,66 +1,23 @@
-"""Selector (SLM-2): Stage 2 keeps at most K of the Stage-1 candidates (5K by default, ``retrieval.candidate_factor``).
+"""The selectors that run a small language model (SLM-2): a MiniLM cross-encoder, the cross-encoder stacked on the
+learned ranker (``SLMSelector``), and a generative yes/no judge. Each meets ``lightmem.retrieval.stage2.Selector``:
+it keeps at most K of the Stage-1 candidates and never changes the memory text.
 
-It only selects: scores decide which candidates stay, the memory text is never changed.
+The protocol, the selectors that generate nothing and the default one live in ``lightmem.retrieval.stage2``; their
+old names here still resolve (with a DeprecationWarning) for one release, for configs that name them.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
 
+from lightmem.deprecation import moved
+from lightmem.llm import prompts
 from lightmem.llm.base import LLM, GenerationError
-from lightmem.roles import prompts
+from lightmem.retrieval import stage2
 from lightmem.timeutil import iso
-from lightmem.types import Hit, MemoryItem, RetrievalPlan
+from lightmem.types import Hit, RetrievalPlan
 
 log = logging.getLogger(__name__)
-
-
-@runtime_checkable
-class Selector(Protocol):
-    """Selects ≤ k hits from the candidates; it never rewrites memory text."""
-
-    def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]: ...
-
-
-class Stage1Selector:
-    """Keeps the top k by Stage-1 score (the "without semantic reranking" setting)."""
-
-    def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]:
-        return sorted(candidates, key=lambda h: -h.score)[:k]
-
-
-class ThresholdSelector:
-    """Keeps candidates whose dense cosine reaches ``tau``, best first (query-aware pipeline, Algorithm 1).
-
-    Args:
-        tau: Cosine threshold (0.30 in the paper).
-        key: The Stage-1 signal compared with ``tau``.
-    """
-
-    def __init__(self, tau: float = 0.30, key: str = "dense") -> None:
-        self.tau, self.key = float(tau), key
-
-    def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]:
-        kept = [h for h in candidates if h.scores.get(self.key, h.score) >= self.tau]
-        return sorted(kept, key=lambda h: -h.score)[:k]
-
-
-def _rank(candidates: Sequence[Hit], scores: Sequence[float], k: int, key: str) -> list[Hit]:
-    """Order by the selector's score, ties by Stage 1; record the score on each hit."""
-    for h, s in zip(candidates, scores):
-        h.scores[key] = float(s)
-    order = sorted(range(len(candidates)), key=lambda i: (-scores[i], -candidates[i].score))
-    return [candidates[i] for i in order[:k]]
-
-
-def candidate_text(hit: Hit) -> str:
-    """What a selector reads of a candidate: its date and text (short inputs keep it fast)."""
-    return item_text(hit.item)
-
-
-def item_text(item: MemoryItem) -> str:
-    return f"[{iso(item.event_time)[:10]}] {item.text}"
 
 
 class CrossEncoderSelector:
@@ -125,60 +82,10 @@ class CrossEncoderSelector:
         if not candidates:
             return []
         hqs = [hq.text for hq in plan.hqs]
-        texts = [candidate_text(h) for h in candidates]
+        texts = [stage2.candidate_text(h) for h in candidates]
         flat = self.scores([q for q in hqs for _ in texts], [t for _ in hqs for t in texts])
         best = [max(flat[j * len(texts) + i] for j in range(len(hqs))) for i in range(len(texts))]
-        return _rank(candidates, best, k, "selector")
-
-
-def weights_digest(weights: dict) -> str:
-    """A short fingerprint of a ranker.json's fitted weights (what a stacked model was fitted on top of)."""
-    import hashlib
-    import json
-
-    keys = ("features", "kind", "baseline", "trees") if weights.get("kind", "linear") == "trees" else \
-        ("features", "mean", "scale", "coef", "intercept")  # a linear model's digest as before trees existed
-    return hashlib.sha256(json.dumps({k: weights[k] for k in keys}, sort_keys=True).encode()).hexdigest()[:16]
-
-
-# How a ranker checkpoint is made: each kind exports to its own folder (lightmem.training.schemas.RankerTrainConfig)
-RETRAIN = ("`python train/ranker.py model=trees` (checkpoints/ranker_trees, the default Stage 2) or `python train/ranker.py` "
-           "(checkpoints/ranker, the linear one); `make train` makes both")
-
-
-class LearnedRanker:
-    """A ranker over cheap candidate features (``retrieval/features.py``), fitted by ``train/ranker.py`` on
-    Stage-1 candidate groups: linear and listwise (ranking 60 candidates takes ~0.5 ms on 2 CPU cores), or
-    boosted trees (``model=trees``, ``retrieval/trees.py``; ~3 ms for 100 candidates).
-
-    Args:
-        checkpoint: Folder with ``ranker.json`` (feature names and the model: standardisation and weights, or trees).
-    """
-
-    def __init__(self, checkpoint: str) -> None:
-        import json
-        from pathlib import Path
-
-        from lightmem.retrieval.features import FEATURES
-        from lightmem.retrieval.trees import ranker_scorer
-
-        path = Path(checkpoint) / "ranker.json"
-        if not path.exists():
-            raise FileNotFoundError(f"no trained ranker at {path}; train one with {RETRAIN}")
-        w = json.loads(path.read_text())
-        if tuple(w.get("features", ())) != FEATURES:
-            raise ValueError(f"{path} was trained on features {w.get('features')}, this version computes {list(FEATURES)}: "
-                             f"retrain it with {RETRAIN}")
-        self.kind, self.digest = w.get("kind", "linear"), weights_digest(w)  # what it is, and which fit
-        self._scores = ranker_scorer(w)
-
-    def select(self, plan: RetrievalPlan, candidates: Sequence[Hit], k: int) -> list[Hit]:
-        from lightmem.retrieval.features import candidate_features
-
-        if not candidates:
-            return []
-        scores = self._scores(candidate_features(plan.query, candidates))
-        return _rank(candidates, scores.tolist(), k, "ranker")
+        return stage2.rank_by(candidates, best, k, "selector")
 
 
 class SLMSelector:
@@ -207,7 +114,7 @@ class SLMSelector:
             raise FileNotFoundError(f"no trained SLM selector at {checkpoint} (stack.json); train one with "
                                     "`python train/slm.py` (make train-experimental)")
         stack = json.loads(path.read_text())
-        self.ranker = LearnedRanker(ranker)
+        self.ranker = stage2.LearnedRanker(ranker)
         if stack.get("ranker_sha") and self.ranker.digest != stack["ranker_sha"]:
             log.warning("the SLM selector at %s was stacked on another ranker than %s: retrain it (`python train/slm.py`)",
                         checkpoint, ranker)
@@ -225,29 +132,12 @@ class SLMSelector:
         top = ranked[: self.top_n]
         if not top:
             return ranked[:k]
-        ce = self.encoder.scores([plan.query] * len(top), [candidate_text(h) for h in top])
+        ce = self.encoder.scores([plan.query] * len(top), [stage2.candidate_text(h) for h in top])
         stacked = [h.scores["ranker"] + self.alpha * c for h, c in zip(top, ce)]
         for h, c in zip(top, ce):
             h.scores["slm"] = float(c)
         order = sorted(range(len(top)), key=lambda i: (-stacked[i], i))
         return ([top[i] for i in order] + ranked[self.top_n :])[:k]
-
-
-def default_selector() -> Selector:
-    """The default Stage 2: the learned ranker shipped in checkpoints/ranker_trees (boosted trees; the linear
-    ranker of checkpoints/ranker before them beat the trained cross-encoder within the token budget at 1/100 of
-    its latency, see conf/suite_stage2.yaml; docs/results/locomo.md compares the two).
-
-    Without that checkpoint (an install without the source tree and no
-    ``$LIGHTMEM_CHECKPOINTS``) it keeps the Stage-1 order and says so once.
-    """
-    from lightmem.models.registry import checkpoint_path
-
-    ckpt = checkpoint_path("ranker_trees")
-    if (ckpt / "ranker.json").exists():
-        return LearnedRanker(str(ckpt))
-    log.warning("no trained ranker at %s (set LIGHTMEM_CHECKPOINTS or run `make train`); keeping the Stage-1 order", ckpt)
-    return Stage1Selector()
 
 
 class GenerativeSelector:
@@ -275,4 +165,9 @@ class GenerativeSelector:
         except GenerationError as exc:  # counted by the backend
             log.warning("selector: %s; keeping the Stage-1 order", exc)
             return cands[:k]
-        return _rank(cands, probs, k, "selector")
+        return stage2.rank_by(cands, probs, k, "selector")
+
+
+__getattr__ = moved(__name__, {name: f"lightmem.retrieval.stage2.{name}" for name in (
+    "Selector", "Stage1Selector", "ThresholdSelector", "LearnedRanker", "default_selector", "weights_digest",
+    "candidate_text", "item_text", "RETRAIN")})

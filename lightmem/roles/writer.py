@@ -13,18 +13,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from lightmem.language.normalize import anchor_dates, name_speakers
+from lightmem.language.phatic import caption_note, compact_turn, sentence_units
+from lightmem.llm import prompts
 from lightmem.llm.base import LLM
-from lightmem.roles import prompts
-from lightmem.roles.jsonio import call_json
-from lightmem.sensory.normalize import anchor_dates, name_speakers
-from lightmem.sensory.phatic import caption_note, compact_turn, sentence_units
-from lightmem.sensory.pipeline import Processed, Segment
+from lightmem.llm.jsonio import call_json
 from lightmem.timeutil import iso
 from lightmem.types import ItemKind, Turn
+
+if TYPE_CHECKING:  # the optional sensory stage's output, only named in annotations
+    from lightmem.sensory.pipeline import Processed, Segment
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +122,7 @@ class TurnWriter:
 
     Args:
         compact: Drop chit-chat sentences ("Thanks, Mel!", "Wow, that's amazing!") and caption
-            boilerplate (``sensory/phatic.py``): more memories fit a context budget; the turn
+            boilerplate (``language/phatic.py``): more memories fit a context budget; the turn
             itself is stored unchanged.
         granularity: ``turn`` (one entry per turn) or ``sentence``: one entry per sentence of a
             compacted turn (short sentences join the next, ``min_words``), each with the turn as

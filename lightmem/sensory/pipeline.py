@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from lightmem.sensory.entities import ANCHOR_LABELS, entities_many
+from lightmem.language.entities import ANCHOR_LABELS, entities_many
+from lightmem.language.normalize import Referents, anchor_dates, name_speakers, resolve_pronouns
 from lightmem.sensory.gates import GateHistory, entropy_gate, importance_windows
-from lightmem.sensory.normalize import Referents, anchor_dates, name_speakers, resolve_pronouns
 from lightmem.sensory.segmenter import segments_from
 from lightmem.text import STOPWORDS, words
 from lightmem.types import Turn
@@ -145,11 +145,11 @@ def topic_label(turns: Sequence[Processed], n: int = 3) -> str:
 
 
 def _packaged_classifier(**kwargs: Any) -> Any:
-    """The trained token classifier of checkpoints/compressor on int8 ONNX Runtime (as conf/sensory/lightmem.yaml)."""
+    """The trained token classifier of checkpoints/word_scorer on int8 ONNX Runtime (as conf/sensory/lightmem.yaml)."""
     from lightmem.models.registry import checkpoint_path
-    from lightmem.models.word_scorer import TokenClassifierCompressor
+    from lightmem.models.word_scorer import TokenClassifierWordScorer
 
-    return TokenClassifierCompressor(str(checkpoint_path("compressor")), device="cpu", backend="onnx_int8", **kwargs)
+    return TokenClassifierWordScorer(str(checkpoint_path("word_scorer")), device="cpu", backend="onnx_int8", **kwargs)
 
 
 class SensoryStage:
@@ -158,7 +158,7 @@ class SensoryStage:
     Args:
         spec: The stage switches.
         embedder: Embeds turns for segmentation similarity and the gates.
-        compressor: A ``Compressor`` (needed when compression is on).
+        compressor: A ``WordScorer`` (needed when compression is on).
         segmenter: A ``TopicSegmenter`` (needed when segmentation is on).
         nlp: Optional spaCy pipeline for entities (capitalised words without it).
         counter: Token counter of the buffers (the embedder's by default).
@@ -185,7 +185,7 @@ class SensoryStage:
         The segmenter reads attention from the compressor's encoder; with a compressor that has
         none (the cross-entropy scorer), the trained token classifier is loaded for it.
         """
-        from lightmem.models.word_scorer import TokenClassifierCompressor
+        from lightmem.models.word_scorer import TokenClassifierWordScorer
         from lightmem.sensory.segmenter import TopicSegmenter
 
         spec = spec or SensorySpec()
@@ -195,7 +195,7 @@ class SensoryStage:
             compressor = _packaged_classifier(rate=spec.compress.rate)
         segmenter = None
         if seg.enabled:
-            encoder = compressor if isinstance(compressor, TokenClassifierCompressor) else None
+            encoder = compressor if isinstance(compressor, TokenClassifierWordScorer) else None
             if needs_encoder and encoder is None:
                 encoder = _packaged_classifier()
             attention = encoder.attention_fn(seg.layers) if encoder is not None and needs_encoder else None

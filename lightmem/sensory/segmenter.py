@@ -107,7 +107,7 @@ class TopicSegmenter:
         max_tokens: Encoder window (the sensory buffer's size).
         shift: Where a peak puts the boundary (see ``attention_boundaries``).
         attention: Token ids -> the attention of ``layers`` averaged over layers and heads
-            (the compressor's ONNX graph, ``TokenClassifierCompressor.attention_fn``); by default
+            (the compressor's ONNX graph, ``TokenClassifierWordScorer.attention_fn``); by default
             ``model`` runs it in torch.
     """
 

@@ -17,7 +17,6 @@ from pydantic import Field, ValidationError
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.memory import Memory
-from lightmem.messages import MAX_ID_CHARS, check_user_id
 from lightmem.server.schemas import (
     Budget,
     ContextOut,
@@ -33,6 +32,7 @@ from lightmem.server.schemas import (
 )
 from lightmem.server.settings import open_memory
 from lightmem.text import warm
+from lightmem.validation import MAX_ID_CHARS, check_user_id
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -18,7 +18,8 @@ from pydantic import (
     model_validator,
 )
 
-from lightmem.messages import (
+from lightmem.types import ComposedContext, HistoryEvent, Hit, MemoryItem
+from lightmem.validation import (
     MAX_BUDGET,
     MAX_ID_CHARS,
     MAX_K,
@@ -27,20 +28,19 @@ from lightmem.messages import (
     MAX_METADATA_KEYS,
     json_depth,
 )
-from lightmem.types import ComposedContext, HistoryEvent, Hit, MemoryItem
 
 MAX_LIMIT = 1000  # memories in one listing
 MAX_OFFSET = 2**31 - 1  # a listing's offset: more items than any store holds, less than any database's integer
 
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=r"\S")]
-# Speakers, turn and session ids: names, bounded as the Python API bounds them (lightmem.messages).
+# Speakers, turn and session ids: names, bounded as the Python API bounds them (lightmem.validation).
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
 USER_DOC = "The user whose memories these are: the partition, never a filter."
 Text = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 # A Unix time (seconds) or a date string lightmem parses ("1:56 pm on 8 May, 2023", ISO 8601...).
 # Strict: a boolean is neither (pydantic's lax mode would read true as 1970-01-01T00:00:01).
 Timestamp = StrictStr | StrictInt | StrictFloat
-# Metadata is bounded where Memory checks it (lightmem.messages.check_metadata): a request over the bound is a 422
+# Metadata is bounded where Memory checks it (lightmem.validation.check_metadata): a request over the bound is a 422
 # naming the limit, as from Python. The schema says the bound; the check stays in one place.
 METADATA_DOC = (f"A JSON object: at most {MAX_METADATA_DEPTH} levels deep, {MAX_METADATA_KEYS:,} keys in all and "
                 f"{MAX_METADATA_BYTES // 1024} KiB as JSON; more is refused with 422.")

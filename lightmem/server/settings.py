@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 
 from lightmem.errors import LightMemError
 from lightmem.memory import Memory
-from lightmem.messages import MAX_TURN_CHARS
+from lightmem.validation import MAX_TURN_CHARS
 
 log = logging.getLogger(__name__)
 ENV = "LIGHTMEM_SERVE"  # a worker process reads its ServeSettings from here (uvicorn starts workers by import string)
@@ -63,7 +63,7 @@ def open_memory(store: str, encoder: str | None = None, selector: str = "trained
             wrote the existing store.
     """
     from lightmem.build import resolve_embedder
-    from lightmem.roles.selector import Stage1Selector, default_selector
+    from lightmem.retrieval.stage2 import Stage1Selector, default_selector
 
     if selector not in SELECTORS:
         raise LightMemError(f"unknown selector {selector!r}; choose one of {list(SELECTORS)}")

@@ -8,12 +8,3 @@ from lightmem.stores.factory import describe, is_server, open_store, stored_embe
 
 __all__ = ["GraphStore", "MemoryStore", "SQLiteStore", "OfflineChanges", "OfflineCommit", "describe", "is_server",
            "open_store", "stored_embedder"]
-
-
-def __getattr__(name: str):
-    """``MTMStore``, the former name of ``SQLiteStore``, still resolves (with a DeprecationWarning) for one release."""
-    if name == "MTMStore":
-        from lightmem.stores.embedded import store
-
-        return store.MTMStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lightmem.evaluation.ranking import accuracy, binary_f1
+from lightmem.metrics.ranking import accuracy, binary_f1
 from lightmem.models.word_scorer import keep_top_rate
 from lightmem.training.lora import LoraSpec, apply_lora
 

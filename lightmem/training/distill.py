@@ -7,11 +7,10 @@
   LLMLingua-2 labelled words by aligning the original with a compressed version.
 * Complexity labels: HIGH when answering needs several pieces of evidence.
 
-Splits are by conversation (a LongMemEval question is its own haystack).
+Splits are by conversation (``lightmem.datasets.splits``).
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -20,16 +19,11 @@ from typing import Any
 from tqdm import tqdm
 
 from lightmem.datasets.formats import Conversation
-from lightmem.evaluation.metrics import normalize_answer, normalize_evidence
 from lightmem.memory import Memory
-from lightmem.roles.selector import candidate_text, item_text
+from lightmem.metrics.answers import normalize_answer
+from lightmem.metrics.evidence import normalize_evidence
+from lightmem.retrieval.stage2 import candidate_text, item_text
 from lightmem.text import STOPWORDS, stem, words
-
-
-def split_of(key: str, fracs: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> str:
-    """A stable train/val/test split from a hash of ``key`` (a conversation or question id)."""
-    u = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return "train" if u < fracs[0] else "val" if u < fracs[0] + fracs[1] else "test"
 
 
 def asked_questions(make_memory: Callable[[str], Memory], convs: Sequence[Conversation], source: str,

@@ -155,7 +155,7 @@ def corpora(cfg: Any) -> dict[str, list[Any]]:
     LongMemEval_S train questions), ``val`` (both LongMemEval val splits), ``test_locomo`` and ``test_longmemeval``."""
     from lightmem.datasets import load_locomo, select_conversations
     from lightmem.datasets.longmemeval import load_longmemeval
-    from lightmem.training.distill import split_of
+    from lightmem.datasets.splits import split_of
 
     locomo = load_locomo(cfg.locomo_path)
     lme = load_longmemeval(cfg.lme_path) + (load_longmemeval(cfg.lme_s_path) if cfg.lme_s_path else [])
@@ -172,7 +172,7 @@ def held_out_metrics(teacher: Any, student: Any, writer: Any, tests: dict[str, S
     """Per held-out source: the served student's cosine to the teacher's vectors of the same memories, and
     recall_all@k of the teacher's question vectors over each conversation's memories embedded by either
     (``teacher_recall_all@k`` is the ceiling the student is trained towards)."""
-    from lightmem.evaluation.metrics import normalize_evidence
+    from lightmem.metrics.evidence import normalize_evidence
 
     out: dict[str, float] = {}
     for source, convs in tests.items():

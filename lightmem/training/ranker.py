@@ -23,8 +23,8 @@ from lightmem.retrieval.anchoring import check_policy, wants_dates
 from lightmem.retrieval.composer import pack_by_budget
 from lightmem.retrieval.engine import PACKING_SETTINGS
 from lightmem.retrieval.features import FEATURES, candidate_features
+from lightmem.retrieval.stage2 import candidate_text
 from lightmem.retrieval.trees import ranker_scorer
-from lightmem.roles.selector import candidate_text
 from lightmem.timeutil import parse_timestamp
 from lightmem.training.distill import asked_questions
 from lightmem.training.losses import ranking_loss
@@ -86,7 +86,7 @@ def mined_groups(cfg: Any, scratch: Path) -> tuple[dict[str, list[dict[str, Any]
     from lightmem.config import SharedRuntime, build_embedder, build_memory
     from lightmem.datasets import load_locomo, select_conversations
     from lightmem.datasets.longmemeval import load_longmemeval
-    from lightmem.training import distill
+    from lightmem.datasets.splits import split_of
 
     embedder, shared = build_embedder(cfg), SharedRuntime(cfg)
     cache = Path(cfg.cache_dir) / groups_key(cfg, embedder.name)
@@ -102,9 +102,9 @@ def mined_groups(cfg: Any, scratch: Path) -> tuple[dict[str, list[dict[str, Any]
     progress = sys.stderr.isatty()
     mine = lambda convs, source, cats=None: mine_groups(make_memory, convs, source, cfg.k, cats, progress)  # noqa: E731
     groups = {"train": mine(select_conversations(locomo, cfg.locomo_train), "locomo", (1, 2, 3, 4))
-              + mine([c for c in lme if distill.split_of(c.conv_id) == "train"], "longmemeval"),
+              + mine([c for c in lme if split_of(c.conv_id) == "train"], "longmemeval"),
               "test_locomo": mine(select_conversations(locomo, cfg.locomo_test), "locomo", (1, 2, 3, 4)),
-              "test_longmemeval": mine([c for c in lme if distill.split_of(c.conv_id) == "test"], "longmemeval")}
+              "test_longmemeval": mine([c for c in lme if split_of(c.conv_id) == "test"], "longmemeval")}
     shutil.rmtree(scratch, ignore_errors=True)
     cache.mkdir(parents=True, exist_ok=True)
     tmp = cache / "groups.json.tmp"
@@ -247,11 +247,11 @@ class ServedPacking:
         self.excerpt_rate, self.word_scorer = float(excerpt_rate), word_scorer
         self.composer = ContextComposer(counter, group_dates=group_dates)
         self._count = CachedCount(lambda: counter, max_size=1 << 20)
-        self._codes: dict[str, str] = {}  # memory text -> its keep code (retrieval.excerpts.encode_keep)
+        self._codes: dict[str, str] = {}  # memory text -> its keep code (models.word_scorer.encode_keep)
 
     def _score(self, texts: Sequence[str]) -> None:
         """Score the words of the memory texts not scored yet (one batch)."""
-        from lightmem.retrieval.excerpts import keep_codes
+        from lightmem.models.word_scorer import keep_codes
 
         todo = [t for t in dict.fromkeys(texts) if t not in self._codes]
         self._codes.update(zip(todo, keep_codes(self.word_scorer, todo)))

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from lightmem.evaluation.ranking import nanmean, precision_at_k, recall_all_at_k, reciprocal_rank
-from lightmem.roles import prompts
+from lightmem.llm import prompts
+from lightmem.metrics.ranking import nanmean, precision_at_k, recall_all_at_k, reciprocal_rank
 from lightmem.training.lora import LoraSpec, apply_lora
 from lightmem.training.losses import ranking_loss
 

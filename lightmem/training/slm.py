@@ -95,7 +95,7 @@ def fit_stack(groups: Sequence[dict[str, Any]], ce: Sequence[Sequence[float]], a
 def paired_gain(groups: Sequence[dict[str, Any]], base: Sequence[Sequence[int]], new: Sequence[Sequence[int]], k: int,
                 budget: int, seed: int = 0, packing: ServedPacking | None = None) -> dict[str, float]:
     """Recall within the budget of ``new`` minus ``base`` over the same groups, with a paired-bootstrap 95% CI."""
-    from lightmem.evaluation.stats import paired_bootstrap
+    from lightmem.metrics.stats import paired_bootstrap
 
     a: list[float] = []
     b: list[float] = []

@@ -8,7 +8,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lightmem.config import SharedRuntime
-from lightmem.evaluation.qa import QAOptions
+from lightmem.evaluation.harnesses.qa import QAOptions
 
 log = logging.getLogger(__name__)
 

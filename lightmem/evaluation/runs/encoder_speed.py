@@ -1,5 +1,5 @@
 """One encoder-speed run from its config: each backend's query and ingest speed, measured interleaved by
-``lightmem.evaluation.encoder_speed`` (``eval/encoder_speed.py`` is the thin entry point)."""
+``lightmem.evaluation.benchmarks.encoder_speed`` (``eval/encoder_speed.py`` is the thin entry point)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from lightmem.config import make_run_logger, to_container
 from lightmem.datasets import load_conversations
-from lightmem.evaluation.encoder_speed import busy_processes, compare_backends, speed_table
+from lightmem.evaluation.benchmarks.encoder_speed import busy_processes, compare_backends, speed_table
 from lightmem.metric_logger import quiet_third_party_logs
 
 

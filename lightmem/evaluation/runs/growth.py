@@ -1,4 +1,4 @@
-"""One MTM-growth run from its config: the store, the harness (``lightmem.evaluation.growth``), the files
+"""One MTM-growth run from its config: the store, the harness (``lightmem.evaluation.benchmarks.growth``), the files
 and the logged metrics (``eval/growth.py`` is the thin entry point)."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from omegaconf import DictConfig
 from lightmem.config import SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.datasets.longmemeval import load_longmemeval
-from lightmem.evaluation.failures import failures_md
-from lightmem.evaluation.growth import run_growth
-from lightmem.evaluation.report import growth_table, plot_growth
+from lightmem.evaluation.benchmarks.growth import run_growth
+from lightmem.evaluation.reports.failures import failures_md
+from lightmem.evaluation.reports.report import growth_table, plot_growth
 from lightmem.metric_logger import quiet_third_party_logs
 
 

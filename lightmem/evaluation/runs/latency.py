@@ -1,5 +1,5 @@
 """One search-latency run from its config: one user's store grown to each size, searched and timed with
-``lightmem.evaluation.latency`` (``eval/latency.py`` is the thin entry point)."""
+``lightmem.evaluation.benchmarks.latency`` (``eval/latency.py`` is the thin entry point)."""
 from __future__ import annotations
 
 import json
@@ -13,10 +13,10 @@ from omegaconf import DictConfig
 
 from lightmem.config import build_memory, to_container
 from lightmem.datasets import load_conversations
-from lightmem.evaluation.latency import corpus_and_queries, latency_table, measure_growth, plot_latency
+from lightmem.evaluation.benchmarks.latency import corpus_and_queries, latency_table, measure_growth, plot_latency
 from lightmem.memory import Memory
 from lightmem.metric_logger import make_run_logger, quiet_third_party_logs
-from lightmem.roles.selector import Stage1Selector
+from lightmem.retrieval.stage2 import Stage1Selector
 
 
 def _device(cfg: DictConfig, backend: str) -> tuple[str, callable]:

@@ -1,5 +1,5 @@
 """One LoCoMo run from its config: the systems under test (a Memory or a baseline), the QA options
-and the error injectors, the harness (``lightmem.evaluation.locomo``), the files and the logged metrics.
+and the error injectors, the harness (``lightmem.evaluation.harnesses.locomo``), the files and the logged metrics.
 ``eval/locomo.py`` is the thin entry point."""
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from lightmem.config import SharedRuntime, build_embedder, build_memory, make_ru
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.datasets.formats import Conversation
 from lightmem.errors import InvalidInputError
-from lightmem.evaluation.failures import failures_md, qa_failures
-from lightmem.evaluation.inject import NoisyController, NoisyWriter, pools, saturate
-from lightmem.evaluation.locomo import evaluate_locomo
-from lightmem.evaluation.report import plot_recall, qa_table, retrieval_table
+from lightmem.evaluation.harnesses.inject import NoisyController, NoisyWriter, pools, saturate
+from lightmem.evaluation.harnesses.locomo import evaluate_locomo
+from lightmem.evaluation.harnesses.system import System
+from lightmem.evaluation.reports.failures import failures_md, qa_failures
+from lightmem.evaluation.reports.report import plot_recall, qa_table, retrieval_table
 from lightmem.evaluation.runs.common import qa_options
-from lightmem.evaluation.system import System
 from lightmem.metric_logger import log_results, quiet_third_party_logs
 from lightmem.models.prompt_tokens import prompt_counter
 from lightmem.seeding import seed_everything

@@ -1,4 +1,4 @@
-"""One LongMemEval run from its config: the systems under test, the harness (``lightmem.evaluation.longmemeval``),
+"""One LongMemEval run from its config: the systems under test, the harness (``lightmem.evaluation.harnesses.longmemeval``),
 the files and the logged metrics (``eval/longmemeval.py`` is the thin entry point)."""
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from omegaconf import DictConfig
 from lightmem.config import SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
 from lightmem.datasets.formats import Conversation
 from lightmem.datasets.longmemeval import load_longmemeval, pad_haystacks
-from lightmem.evaluation.failures import failures_md, qa_failures, qa_usage, usage_delta
-from lightmem.evaluation.longmemeval import evaluate_longmemeval
-from lightmem.evaluation.report import longmemeval_table, plot_longmemeval
+from lightmem.evaluation.harnesses.longmemeval import evaluate_longmemeval
+from lightmem.evaluation.reports.failures import failures_md, qa_failures, qa_usage, usage_delta
+from lightmem.evaluation.reports.report import longmemeval_table, plot_longmemeval
 from lightmem.evaluation.runs.common import qa_options
-from lightmem.evaluation.stats import spread
 from lightmem.metric_logger import log_results, quiet_third_party_logs
+from lightmem.metrics.stats import spread
 from lightmem.models.embedder import MemoEmbedder
 from lightmem.seeding import seed_everything
 
@@ -26,7 +26,7 @@ from lightmem.seeding import seed_everything
 def select_instances(instances: list[Conversation], max_instances: int | None, types: list[str] | None,
                      splits: list[str] | None = None) -> list[Conversation]:
     if splits:
-        from lightmem.training.distill import split_of
+        from lightmem.datasets.splits import split_of
 
         unknown = set(splits) - {"train", "val", "test"}
         if unknown:

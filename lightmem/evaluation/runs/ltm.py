@@ -1,5 +1,5 @@
 """One LTM benchmark run from its config: consolidation growth and cost, search latency idle vs during
-consolidation, with ``lightmem.evaluation.ltm`` (``eval/ltm.py`` is the thin entry point)."""
+consolidation, with ``lightmem.evaluation.benchmarks.ltm`` (``eval/ltm.py`` is the thin entry point)."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ from omegaconf import DictConfig
 
 from lightmem.config import build_memory, to_container
 from lightmem.datasets import load_locomo, select_conversations
-from lightmem.evaluation.failures import failures_md
-from lightmem.evaluation.ltm import consolidation_growth, latency_under_consolidation, plot_latency_split
+from lightmem.evaluation.benchmarks.ltm import consolidation_growth, latency_under_consolidation, plot_latency_split
+from lightmem.evaluation.reports.failures import failures_md
 from lightmem.metric_logger import make_run_logger, quiet_third_party_logs
 
 

@@ -1,5 +1,5 @@
 """One role benchmark run from its config: every listed controller, selector and writer setting built and
-timed by ``lightmem.evaluation.roles`` (``eval/roles.py`` is the thin entry point)."""
+timed by ``lightmem.evaluation.benchmarks.roles`` (``eval/roles.py`` is the thin entry point)."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ from omegaconf import DictConfig
 
 from lightmem.config import SharedRuntime, build_embedder, build_memory, compose_option, to_container
 from lightmem.datasets import load_locomo, select_conversations
-from lightmem.evaluation.failures import failures_md
-from lightmem.evaluation.roles import bench_role, controller_inputs, roles_table, run_controller, run_writer
+from lightmem.evaluation.benchmarks.roles import bench_role, controller_inputs, roles_table, run_controller, run_writer
+from lightmem.evaluation.reports.failures import failures_md
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.types import Filters
 

@@ -1,5 +1,5 @@
 """One write-path measurement run from its config: compression, topic segmentation and ingestion cost with
-``lightmem.evaluation.sensory`` (``eval/sensory.py`` is the thin entry point)."""
+``lightmem.evaluation.benchmarks.sensory`` (``eval/sensory.py`` is the thin entry point)."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lightmem.config import SharedRuntime, build_embedder, build_memory, build_sensory_stage, compose_option, to_container
 from lightmem.datasets import load_conversations, load_locomo, select_conversations
-from lightmem.evaluation.report import plot_segmentation, sensory_tables
-from lightmem.evaluation.sensory import compression_eval, ingest_eval, segmentation_eval, user_stream
+from lightmem.evaluation.benchmarks.sensory import compression_eval, ingest_eval, segmentation_eval, user_stream
+from lightmem.evaluation.reports.report import plot_segmentation, sensory_tables
 from lightmem.metric_logger import make_run_logger, quiet_third_party_logs
 
 CONF = Path(__file__).resolve().parents[3] / "conf"  # the repository's conf/ (a running Hydra app uses its own)

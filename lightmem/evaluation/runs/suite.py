@@ -1,7 +1,7 @@
 """Run the evaluation suite from conf/suite.yaml in three steps: ``plan`` (every LoCoMo configuration ×
 seeds, MTM growth, LongMemEval), ``execute`` (through their runners in this package, resuming finished
 parts) and ``report`` (suite.md / suite.json and the plots, with the comparison over seeds of
-``lightmem.evaluation.comparison``). ``eval/suite.py`` is the thin entry point."""
+``lightmem.evaluation.reports.comparison``). ``eval/suite.py`` is the thin entry point."""
 from __future__ import annotations
 
 import json
@@ -16,9 +16,9 @@ from hydra import compose
 from omegaconf import DictConfig, OmegaConf
 
 from lightmem.config import make_run_logger, to_container
-from lightmem.evaluation.comparison import budget_curve, load_run, table
-from lightmem.evaluation.failures import recorded_failures
-from lightmem.evaluation.report import growth_table, longmemeval_table, plot_bars, plot_budget_curves
+from lightmem.evaluation.reports.comparison import budget_curve, load_run, table
+from lightmem.evaluation.reports.failures import recorded_failures
+from lightmem.evaluation.reports.report import growth_table, longmemeval_table, plot_bars, plot_budget_curves
 from lightmem.evaluation.runs import growth, locomo, longmemeval
 from lightmem.metric_logger import log_results, quiet_third_party_logs
 

@@ -1,5 +1,5 @@
-"""Backup, restore, check and compaction of the embedded store (a PostgreSQL store uses ``pg_dump`` /
-``pg_restore``, and ``postgres.maintenance`` to compact it).
+"""Backup, restore, check and compaction of the embedded store (``lightmem.stores.backup`` dispatches a location
+to these, or to the other backend's tools).
 
 ``backup`` copies a consistent snapshot with SQLite's online backup API while other processes go on
 writing; ``restore`` verifies a backup, then puts it in place atomically, and only while no process
@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from lightmem.errors import LightMemError, NotAStoreError, StoreCorruptError, StoreError, StoreFullError
 from lightmem.stores.base import Compacted
 from lightmem.stores.embedded import faults as sqlite_faults
 from lightmem.stores.embedded import openlock
 from lightmem.stores.embedded.tables import MIGRATABLE, SCHEMA_VERSION, database_path, schema_version, store_label
-from lightmem.stores.factory import describe, is_server
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +86,11 @@ def backup(location: str | Path, out: str | Path, force: bool = False) -> StoreS
         force: Replace an existing ``out``.
 
     Raises:
-        LightMemError: ``location`` is a PostgreSQL store (the message gives the ``pg_dump`` command),
-            holds no store, or ``out`` exists without ``force``.
+        LightMemError: ``location`` holds no store, or ``out`` exists without ``force``.
         LinkedStoreError: the store's file has other names (hard links): a process writing through one
             keeps its recent commits in a log beside that name, which the copy would miss.
         StoreError: the store cannot be read (a subclass says why) or the backup cannot be written.
     """
-    if is_server(location):
-        raise LightMemError(pg_guidance(str(location), str(out)))
     db = database_path(location)
     if not db.is_file():
         raise LightMemError(f"no lightmem store at {location}: nothing to back up")
@@ -139,14 +133,11 @@ def restore(backup_file: str | Path, location: str | Path, force: bool = False) 
         The restored store, the link followed (if any), and what the replaced file held.
 
     Raises:
-        LightMemError: ``location`` is a PostgreSQL store (the message gives ``pg_restore``), the
-            backup is missing, or the store holds data and ``force`` is not given.
+        LightMemError: the backup is missing, or the store holds data and ``force`` is not given.
         StoreInUseError: another process has the store open (``--force`` does not override it).
         LinkedStoreError: the store's file has other names (hard links; ``--force`` does not override it).
         StoreError: the backup is unusable (nothing is changed then).
     """
-    if is_server(location):
-        raise LightMemError(pg_guidance(str(location), str(backup_file), restoring=True))
     src_db = database_path(backup_file)
     if not src_db.is_file():
         raise LightMemError(f"no backup at {backup_file}")
@@ -191,10 +182,8 @@ def check(location: str | Path) -> StoreSummary:
     Raises:
         StoreCorruptError: the check found problems (listed in the message).
         StoreError: the file cannot be read as a lightmem store (a subclass says why).
-        LightMemError: no store there, or a PostgreSQL store (checked by its server).
+        LightMemError: no store there.
     """
-    if is_server(location):
-        raise LightMemError(f"{describe(location)} is a PostgreSQL store: its server checks it (e.g. `pg_amcheck`)")
     db = database_path(location)
     if not db.is_file():
         raise LightMemError(f"no lightmem store at {location}")
@@ -214,29 +203,21 @@ def check(location: str | Path) -> StoreSummary:
     return summarize(db)
 
 
-def compact(location: str | Path, wal: bool = False) -> Compacted:
+def compact(location: str | Path) -> Compacted:
     """Rewrite the store so that its files keep nothing of what was deleted, and give the space back.
 
-    The embedded store: ``VACUUM`` (the file is rewritten without its free pages, and shrinks), then
-    the write-ahead log is copied in and truncated. Deleted text is already zeroed in the file
-    (``secure_delete``) and the log is emptied after each deletion, so this reclaims space rather
-    than erases. A PostgreSQL store: ``postgres.maintenance.compact`` (``VACUUM FULL``, which erasure
-    needs there; ``wal`` also cycles the server's write-ahead log).
+    ``VACUUM`` (the file is rewritten without its free pages, and shrinks), then the write-ahead log
+    is copied in and truncated. Deleted text is already zeroed in the file (``secure_delete``) and the
+    log is emptied after each deletion, so this reclaims space rather than erases.
 
     Args:
-        location: The store (folder, ``.sqlite`` file or ``postgresql://`` URI).
-        wal: PostgreSQL only: also push the server's WAL segments that may hold deleted text out of
-            ``pg_wal`` (needs a superuser). The embedded store always empties its log.
+        location: The store (folder or ``.sqlite`` file).
 
     Raises:
         LightMemError: no store there.
         StoreError: the store cannot be written (a subclass says why), or another process held the
             database longer than the busy timeout.
     """
-    if is_server(location):
-        from lightmem.stores.postgres.maintenance import compact as compact_postgres
-
-        return compact_postgres(str(location), wal=wal)
     db = database_path(location)
     if not db.is_file():
         raise LightMemError(f"no lightmem store at {location}: nothing to compact")
@@ -290,28 +271,6 @@ def summarize(path: str | Path) -> StoreSummary:
     finally:
         con.close()
     return StoreSummary(db, int(users), int(turns), int(items), db.stat().st_size)
-
-
-def pg_guidance(uri: str, file: str, restoring: bool = False) -> str:
-    """How to back up (or restore) a PostgreSQL store with PostgreSQL's tools; the password left out."""
-    safe = without_password(uri)
-    dump = f"pg_dump --format=custom --file={shlex.quote(file)} {shlex.quote(safe)}"
-    back = f"pg_restore --clean --if-exists --no-owner --dbname={shlex.quote(safe)} {shlex.quote(file)}"
-    first, then = (back, dump) if restoring else (dump, back)
-    what = "restored" if restoring else "backed up"
-    return (f"a postgresql:// store is {what} with PostgreSQL's own tools, not by lightmem. Run\n  {first}\n"
-            f"(the password comes from PGPASSWORD or ~/.pgpass; the other way: {then})")
-
-
-def without_password(uri: str) -> str:
-    """``uri`` without the password of its user part or of a ``password=`` parameter."""
-    parts = urlsplit(uri)
-    netloc = parts.netloc
-    if "@" in netloc:
-        cred, hosts = netloc.rsplit("@", 1)
-        netloc = f"{cred.split(':', 1)[0]}@{hosts}"
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def _held(target: Path) -> tuple[StoreSummary | None, str | None]:

@@ -687,13 +687,3 @@ class SQLiteStore:
     @staticmethod
     def new_id() -> str:
         return uuid.uuid4().hex[:16]
-
-
-def __getattr__(name: str):
-    """``MTMStore``, the former name of ``SQLiteStore``, still resolves (with a DeprecationWarning) for one release."""
-    if name == "MTMStore":
-        import warnings
-
-        warnings.warn("MTMStore is now SQLiteStore; the old name goes in the next release", DeprecationWarning, stacklevel=2)
-        return SQLiteStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

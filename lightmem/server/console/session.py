@@ -1,8 +1,8 @@
 """Who is using the console: a signed sign-in cookie, or an ``Authorization: Bearer`` key; and CSRF tokens.
 
-A person signs in once per browser session with an API key. The cookie holds no key: it holds the key's
-principal (its label and users), a random session id and an expiry, signed with ``KeyRing.secret`` (every
-worker derives the same secret; a change to the keys file invalidates the cookies signed before). Each
+A person signs in once per browser session with an API key. The cookie holds no key: it holds the key's label
+(its position in the keys file), a random session id and an expiry, signed with ``KeyRing.secret`` (every worker
+derives the same secret; a change to the keys file invalidates the cookies signed before). Each
 mutating form carries a token derived from the session id, so another site cannot post a form as the
 signed-in person (the cookie is ``SameSite=Strict`` too). A request carrying a key as a bearer header (a
 script, an outside check) is signed in for that request alone and needs no token: browsers never add
@@ -65,8 +65,7 @@ def csrf_token(keys: KeyRing, sid: str) -> str:
 
 def sign_in(response: Response, request: Request, keys: KeyRing, principal: Principal) -> None:
     """Set the session cookie of ``principal`` on ``response`` (a browser-session cookie: no Max-Age)."""
-    users = None if principal.users is None else sorted(principal.users)
-    payload = json.dumps({"sid": secrets.token_urlsafe(16), "label": principal.label, "users": users,
+    payload = json.dumps({"sid": secrets.token_urlsafe(16), "label": principal.label,
                           "exp": int(time.time()) + SESSION_SECONDS}, separators=(",", ":")).encode()
     value = f"{_b64(payload)}.{_b64(_mac(keys, b'session', payload))}"
     response.set_cookie(COOKIE, value, path=PATH, httponly=True, samesite="strict",
@@ -88,10 +87,10 @@ def from_cookie(request: Request, keys: KeyRing) -> Visitor | None:
     if not hmac.compare_digest(given, _mac(keys, b"session", payload)):
         return None
     data = json.loads(payload)
-    if data["exp"] < time.time():
+    principal = keys.principal(data["label"])
+    if data["exp"] < time.time() or principal is None:
         return None
-    users = None if data["users"] is None else frozenset(data["users"])
-    return Visitor(Principal(data["label"], users), csrf_token(keys, data["sid"]), by_cookie=True)
+    return Visitor(principal, csrf_token(keys, data["sid"]), by_cookie=True)
 
 
 def visitor(request: Request, keys: KeyRing) -> Visitor | None:

@@ -54,20 +54,21 @@ $(BROWSER): $(STAMP)
 browser: $(BROWSER)  ## install Chromium (apt-get) for the web console's browser tests
 
 # Two pytest-xdist workers, a file each at a time, one torch thread each (two threads apiece would
-# oversubscribe the 2 cores); `$(PY) -m pytest tests/test_x.py` runs serially as usual.
-PYTEST_PAR := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
+# oversubscribe the 2 cores), and the 20 slowest tests listed at the end; `$(PY) -m pytest tests/test_x.py`
+# runs serially as usual.
+PYTEST_PAR := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=20
 
 test: install $(BROWSER)  ## run the whole test suite on two workers (gpu tests skip without CUDA)
 	$(PYTEST_PAR)
 
-test-fast: install $(BROWSER)  ## tests without the slow (real-model) ones
-	$(PYTEST_PAR) -m "not slow"
+test-fast: install $(BROWSER)  ## the suite without its slow, postgres, fuzz and multiprocess tests (markers: pyproject.toml)
+	$(PYTEST_PAR) -m "not slow and not postgres and not fuzz and not multiprocess"
 
 lint: install  ## ruff (pyflakes, bugbear, import order)
 	$(VENV)/bin/ruff check lightmem eval train data_gen tests experiments tools
 
 docs: install  ## regenerate the results tables of README.md and checkpoints/README.md, and docs/figures/, from docs/results/runs/ and the model cards
-	$(PY) eval/docs.py
+	$(PY) tools/docs.py
 
 demo: reader  ## the evaluation suite, small: LoCoMo conversation 0 (retrieval + QA by the Qwen reader), a baseline, an ablation, growth, LongMemEval
 	$(PY) eval/suite.py --config-name suite_demo out_dir=outputs/demo
@@ -85,10 +86,10 @@ data: install  ## synthetic (Query, Subgraph, Path) data + supervision distilled
 	$(PY) data_gen/synth.py n_samples=2000 seed=0 out_dir=outputs/data/synth
 	$(PY) data_gen/distill.py out_dir=outputs/data
 
-train: data  ## reproduce what the default pipeline serves: checkpoints/{embedder,compressor,ranker,ranker_trees} from scratch on CPU (fresh runs)
-	rm -rf checkpoints/runs/embedder checkpoints/runs/compressor checkpoints/runs/ranker checkpoints/runs/ranker_trees
+train: data  ## reproduce what the default pipeline serves: checkpoints/{embedder,word_scorer,ranker,ranker_trees} from scratch on CPU (fresh runs)
+	rm -rf checkpoints/runs/embedder checkpoints/runs/word_scorer checkpoints/runs/ranker checkpoints/runs/ranker_trees
 	$(PY) train/embedder.py
-	$(PY) train/compressor.py   # before the ranker: its mining scores the candidates' words as the served packing may
+	$(PY) train/word_scorer.py  # before the ranker: its mining scores the candidates' words as the served packing may
 	$(PY) train/ranker.py       # the linear ranker (SLM-2's base); it mines the candidate groups
 	$(PY) train/ranker.py model=trees   # the served one, on those groups (checkpoints/ranker_trees)
 

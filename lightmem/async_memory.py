@@ -15,7 +15,7 @@ were made, so the loop keeps serving while the work runs:
   for the indexer or the scheduler on a thread of their own, so other calls are not held behind the wait.
 - **Collector pauses.** ``AsyncMemory.open`` moves what opening loaded (models, tokenizers, the views' arrays) out of
   the garbage collector's reach (``gc.freeze``): a full collection, which holds the interpreter and so the loop, no
-  longer walks them (its longest stall fell from 58 to 17 ms under 16 coroutines; ``eval/async_load.py``).
+  longer walks them (its longest stall fell from 58 to 17 ms under 16 coroutines; ``tools/async_load.py``).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny offline models, a composed Hydra config, and the gpu marker."""
+"""Shared fixtures: tiny offline models, a composed Hydra config, PostgreSQL, and the gpu, postgres and fuzz markers."""
 from __future__ import annotations
 
 import os
@@ -33,7 +33,32 @@ def _has_cuda() -> bool:
         return False
 
 
+def _is_property_test(item) -> bool:
+    try:
+        from hypothesis import is_hypothesis_test
+    except ImportError:
+        return False
+    return is_hypothesis_test(getattr(item, "obj", None))
+
+
+def _uses_postgres(item) -> bool:
+    """The test asks for the PostgreSQL fixtures, or for a backend fixture's ``"postgres"`` parameter (those fetch
+    ``pg_uri`` or ``pg_server`` with ``request.getfixturevalue``, which collection cannot see)."""
+    if {"pg_server", "pg_uri"} & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(isinstance(v, str) and v == "postgres" for v in callspec.params.values())
+
+
 def pytest_collection_modifyitems(config, items):
+    # Markers given here rather than in each file: `postgres` for every test on the session's PostgreSQL server
+    # (pg_uri below refuses a test that reaches it unmarked), `fuzz` for every hypothesis property test. Tests that
+    # fuzz without hypothesis, and the `multiprocess` ones, carry their marker in their file.
+    for item in items:
+        if _uses_postgres(item):
+            item.add_marker(pytest.mark.postgres)
+        if _is_property_test(item):
+            item.add_marker(pytest.mark.fuzz)
     # Files with real-model tests first (their order within is kept): on `make test`'s two workers the
     # longest files then start early instead of ending the run on one worker while the other idles.
     slow_files = {item.path for item in items if "slow" in item.keywords}
@@ -121,11 +146,11 @@ def tiny_models() -> TinyModels:
     return TinyModels(AutoTokenizer.from_pretrained(str(ModelRegistry().embedder_path())))
 
 
-def entry_point(name: str):
-    """``eval/<name>.py`` loaded as a module (an entry point's ``run``/``main`` called in-process)."""
+def entry_point(name: str, folder: str = "eval"):
+    """``<folder>/<name>.py`` (eval/ or tools/) loaded as a module (an entry point's ``run``/``main`` called in-process)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(f"eval_{name}", ROOT / "eval" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", ROOT / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -191,6 +216,9 @@ def pg_uri(pg_server, request):
 
     import psycopg
 
+    if request.node.get_closest_marker("postgres") is None:  # `make test-fast` would start the server for it
+        pytest.fail(f"{request.node.nodeid} reaches PostgreSQL without the postgres marker: name pg_uri or pg_server "
+                    "among its arguments, or call its backend fixture's parameter \"postgres\"", pytrace=False)
     name = "t_" + re.sub(r"\W", "_", request.node.name.lower())[:40] + "_" + uuid.uuid4().hex[:8]
     with psycopg.connect(pg_server.get_uri(), autocommit=True) as c:
         c.execute(f"CREATE DATABASE {name} TEMPLATE lightmem_template")

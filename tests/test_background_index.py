@@ -178,6 +178,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.multiprocess
 def test_a_process_killed_mid_batch_loses_nothing_and_the_next_open_finishes_the_work(tmp_path):
     store = tmp_path / "s"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
@@ -216,6 +217,8 @@ EXITING = textwrap.dedent("""
 
 
 
+@pytest.mark.slow  # the default (packaged) encoder, in the child and here
+@pytest.mark.multiprocess
 def test_a_process_that_exits_without_closing_exits_with_its_own_status_and_loses_nothing(tmp_path):
     # A daemon thread still inside the encoder's native code at interpreter teardown aborted the process
     # (SIGABRT, "terminate called without an active exception") instead of exiting with its status.

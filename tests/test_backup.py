@@ -72,6 +72,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.multiprocess
 def test_a_backup_taken_while_another_process_writes_holds_a_consistent_prefix(tmp_path):
     store, out = tmp_path / "store", tmp_path / "backup.sqlite"
     _open(store).close()
@@ -112,6 +113,7 @@ def test_backup_never_overwrites_a_file_unless_forced(tmp_path, capsys):
     assert "10 turns, 10 items" in " ".join(capsys.readouterr().err.split())
 
 
+@pytest.mark.multiprocess
 def test_restore_replaces_a_store_only_when_forced_and_drops_its_stale_log(tmp_path, capsys):
     store, other, saved = tmp_path / "store", tmp_path / "other", tmp_path / "saved.sqlite"
     _fill(other, user="saved")
@@ -193,6 +195,7 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
+@pytest.mark.multiprocess
 def test_restore_refuses_while_another_process_writes_and_no_acknowledged_write_is_lost(tmp_path):
     store, other, saved, stop = tmp_path / "store", tmp_path / "other", tmp_path / "saved.sqlite", tmp_path / "stop"
     _fill(other, user="saved")
@@ -234,6 +237,7 @@ def test_restore_refuses_while_another_process_writes_and_no_acknowledged_write_
         assert m.store.users() == ["saved"]
 
 
+@pytest.mark.multiprocess
 def test_restore_finds_a_process_that_holds_the_database_without_lightmems_lock(tmp_path, capsys):
     store, saved = tmp_path / "store", tmp_path / "saved.sqlite"
     _fill(store)
@@ -260,6 +264,7 @@ def test_restore_finds_a_process_that_holds_the_database_without_lightmems_lock(
     assert main(["restore", str(saved), "--store", str(store), "--force"]) == 0
 
 
+@pytest.mark.multiprocess
 def test_a_store_opened_during_a_restore_waits_for_it(tmp_path):
     store = tmp_path / "store"
     _fill(store)

@@ -84,6 +84,7 @@ def _local(store: str):
     return Memory.open(store, selector=Stage1Selector())
 
 
+@pytest.mark.multiprocess
 def test_every_method_round_trips_with_memory_s_types_and_answers(served):
     tag = uuid.uuid4().hex[:8]  # this test's memories, on a store other tests share
     with MemoryClient(served.base, ALICE) as memory:
@@ -170,6 +171,7 @@ def test_every_method_round_trips_with_memory_s_types_and_answers(served):
         assert admin.get_all("bob") == [] and "bob" not in admin.users()
 
 
+@pytest.mark.multiprocess
 def test_the_same_exceptions_as_memory(served):
     with MemoryClient(served.base, ALICE) as memory:
         with pytest.raises(InvalidInputError, match="text") as bad:
@@ -209,6 +211,7 @@ def test_the_same_exceptions_as_memory(served):
             lost.get_all("alice")
 
 
+@pytest.mark.multiprocess
 def test_batch_checks_every_op_first_and_atomic_is_all_or_nothing(served):
     with MemoryClient(served.base, ALICE) as memory:
         keep = memory.add("I live in Oslo", user_id="alice")[0]
@@ -248,6 +251,7 @@ def test_batch_checks_every_op_first_and_atomic_is_all_or_nothing(served):
         assert [r["status"] for r in done] == ["ok", "ok"] and memory.get(keep.id, "alice").metadata == {"atomic": True}
 
 
+@pytest.mark.multiprocess
 def test_the_async_client_does_the_same(served):
     async def main() -> None:
         async with AsyncMemoryClient(served.base, CAROL) as memory:
@@ -285,6 +289,7 @@ def test_the_async_client_does_the_same(served):
     asyncio.run(main())
 
 
+@pytest.mark.multiprocess
 def test_a_server_that_goes_away_raises_server_unavailable(tmp_path):
     proc, base = _start(str(tmp_path / "store"), tmp_path)
     memory, later = MemoryClient(base, ALICE, timeout=10), AsyncMemoryClient(base, ALICE, timeout=10)
@@ -368,6 +373,7 @@ def test_a_dropped_connection_a_timeout_and_a_foreign_answer(tmp_path):
         MemoryClient("127.0.0.1:8000", ALICE)
 
 
+@pytest.mark.multiprocess
 def test_the_client_needs_no_server_package():
     code = "import sys, lightmem.client; assert 'lightmem.server' not in sys.modules and 'fastapi' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={**os.environ})

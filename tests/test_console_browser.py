@@ -44,6 +44,8 @@ def chromium() -> str | None:
                  if (p := shutil.which(n))), None)
 
 
+pytestmark = pytest.mark.multiprocess  # a lightmem serve and a browser
+
 if sync_playwright is None:
     pytest.skip("playwright is not installed (pip install -e '.[dev]', or `make test`)", allow_module_level=True)
 if chromium() is None:

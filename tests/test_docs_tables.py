@@ -23,7 +23,7 @@ from lightmem.evaluation.reports.tables import (
 
 
 def _docs_cli():
-    return entry_point("docs")
+    return entry_point("docs", "tools")
 
 
 def locomo_results(f1: float, strict: float, controls: bool = False) -> dict:

@@ -12,7 +12,8 @@ from lightmem.memory import Memory
 HYDRA = {"tuned": "mpnet_tuned", "mpnet": "mpnet", "minilm": "minilm", "hashing": "hashing"}
 
 
-@pytest.mark.parametrize("choice", ENCODER_CHOICES)
+# A model's choice builds the packaged encoder (and its int8 graph) at every entry point: slow.
+@pytest.mark.parametrize("choice", [c if c == "hashing" else pytest.param(c, marks=pytest.mark.slow) for c in ENCODER_CHOICES])
 def test_every_entry_point_builds_the_same_encoder_for_a_name(choice, tmp_path):
     from hydra.utils import instantiate
 

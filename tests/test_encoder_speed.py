@@ -37,6 +37,7 @@ def test_encoder_speed_runs_the_three_minilm_backends(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["n_texts"] == 8 and (tmp_path / "results.md").exists()
 
 
+@pytest.mark.multiprocess
 def test_busy_processes_run_during_the_block_and_are_gone_after():
     import psutil
 

@@ -391,6 +391,7 @@ def _tiny_suite(tmp_path: Path, runs: dict, growth_sizes: str = "[4]") -> Path:
     return conf
 
 
+@pytest.mark.multiprocess
 def test_suite_entry_point_exits_non_zero_when_a_planned_run_fails(tmp_path):
     conf = _tiny_suite(tmp_path, {"ref": {"overrides": ["selector=none"]},
                                   "broken": {"overrides": ["selector=none", f"data.path={tmp_path}/no_such_locomo.json"]}})

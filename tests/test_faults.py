@@ -159,6 +159,7 @@ def full_disk(request, tmp_path) -> Iterator[FullDisk]:
             _umount(root)
 
 
+@pytest.mark.multiprocess
 def test_a_full_disk_exits_3_saying_so_and_loses_nothing(full_disk, tmp_path):
     store = full_disk.store
     assert main(["ingest", str(_turns_file(tmp_path / "a.jsonl", 20)), "--store", str(store), "--user", "me",
@@ -270,6 +271,7 @@ def read_only_store(tmp_path) -> Iterator[Path]:
         _umount(ro)
 
 
+@pytest.mark.multiprocess
 def test_a_read_only_store_is_searched_and_its_writes_are_refused_as_read_only(read_only_store, tmp_path):
     db = read_only_store / "lightmem.sqlite"
     digest = _digest(db)
@@ -378,6 +380,7 @@ def test_a_damaged_store_is_named_never_called_missing(damaged_store, command, t
     assert _digest(db) == digest  # lightmem never writes into a file it cannot use
 
 
+@pytest.mark.multiprocess
 def test_a_corrupt_page_met_mid_search_is_a_clear_error_from_the_command_and_503_over_http(tmp_path):
     store = tmp_path / "store"
     with _open(store) as m:
@@ -446,6 +449,7 @@ def _seed(store: Path) -> None:
                   user_id=user, timestamp=T0)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("background", ["1", "0"], ids=["background", "sync"])
 def test_sigkill_inside_delete_user_leaves_the_user_whole(tmp_path, background):
     store = tmp_path / "store"
@@ -459,6 +463,7 @@ def test_sigkill_inside_delete_user_leaves_the_user_whole(tmp_path, background):
         assert m.store.users() == ["v"]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("background", ["1", "0"], ids=["background", "sync"])
 def test_sigkill_inside_add_leaves_no_part_of_the_batch(tmp_path, background):
     store = tmp_path / "store"

@@ -27,6 +27,8 @@ from lightmem.models.embedder import HashingEmbedder
 from lightmem.retrieval.stage2 import Stage1Selector
 from lightmem.server import KeyRing, create_app
 
+pytestmark = pytest.mark.fuzz
+
 ADMIN, ALICE = "admin-key-0000000003", "alice-key-0000000001"
 KEYS = {ADMIN: ["*"], ALICE: ["alice"]}
 AUTH = {"Authorization": f"Bearer {ADMIN}"}  # past 401 and 403, so the fuzzer reaches validation

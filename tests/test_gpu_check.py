@@ -1,4 +1,4 @@
-"""eval/gpu_check.py: refuses clearly without CUDA, names its checks, and on a GPU its checks pass."""
+"""tools/gpu_check.py: refuses clearly without CUDA, names its checks, and on a GPU its checks pass."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ from conftest import entry_point
 
 
 def _script():
-    return entry_point("gpu_check")
+    return entry_point("gpu_check", "tools")
 
 
 def test_without_cuda_it_says_so_and_exits_non_zero(capsys, monkeypatch):

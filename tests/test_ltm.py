@@ -378,6 +378,7 @@ def test_user_deleted_during_a_cycle_is_not_resurrected(store_at):
     m.close()
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("point", ["before_commit", "in_transaction"])
 def test_sigkill_during_consolidation_leaves_mtm_and_ltm_consistent(tmp_path, point):
     store = tmp_path / "s"

@@ -117,6 +117,7 @@ def test_booleans_are_not_numbers_and_huge_numbers_are_refused(memory, server, t
     assert memory.get_all("alice") == []  # no memory dated 1970
 
 
+@pytest.mark.multiprocess
 def test_stdio_round_trip(tmp_path):
     params = StdioServerParameters(command=sys.executable, args=[
         "-m", "lightmem.cli", "mcp", "--store", str(tmp_path / "store"), "--user", "alice",

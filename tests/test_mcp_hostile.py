@@ -22,6 +22,8 @@ import pytest
 
 from lightmem.validation import MAX_ID_CHARS, MAX_TURN_CHARS
 
+pytestmark = [pytest.mark.fuzz, pytest.mark.multiprocess]
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
 ANSWER_S = 15  # the first call also loads the models; later ones take milliseconds

@@ -16,6 +16,8 @@ from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.retrieval.stage2 import Stage1Selector
 
+pytestmark = pytest.mark.multiprocess
+
 T0 = 1_600_000_000
 PRELUDE = textwrap.dedent(
     """

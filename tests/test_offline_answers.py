@@ -95,7 +95,7 @@ def test_answer_prompts_joins_split_parts_and_refuses_a_file_of_another_digest(t
 def _answer_prompts():
     from conftest import entry_point
 
-    return entry_point("answer_prompts")
+    return entry_point("answer_prompts", "tools")
 
 
 def test_answer_prompts_answers_each_file_in_batches_and_writes_every_id(tmp_path):

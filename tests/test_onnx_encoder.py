@@ -62,6 +62,7 @@ def test_a_failed_write_leaves_no_file_and_keeps_the_old_one(tmp_path):
     assert target.read_bytes() == b"whole graph" and list(target.parent.iterdir()) == [target]
 
 
+@pytest.mark.multiprocess
 def test_a_killed_writer_never_leaves_a_readable_partial_file(tmp_path):
     target = tmp_path / "model.onnx"
     script = textwrap.dedent(f"""

@@ -63,6 +63,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("background", ["1", "0"], ids=["background", "sync"])
 def test_sigkill_mid_ingest_loses_no_acknowledged_turn(tmp_path, background):
     script = tmp_path / "writer.py"

@@ -388,6 +388,8 @@ class _Lines:
             time.sleep(0.02)
 
 
+@pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_writes_stay_exactly_once_while_the_server_restarts_and_crashes(server, tmp_path):
     """A separate process writes turns through Memory while the server is restarted (fast shutdown),
     stopped for a second, and crashed (immediate shutdown, recovery at start): every acknowledged write
@@ -432,6 +434,8 @@ def test_writes_stay_exactly_once_while_the_server_restarts_and_crashes(server, 
     assert adds == len(turns)
 
 
+@pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_a_call_while_the_server_is_down_is_a_clear_error_and_the_store_recovers(server, monkeypatch):
     monkeypatch.setattr(pg_conn, "WAIT_S", 1.0)  # how long a call waits for a connection: short for the test
     store = open_store(server.database("down"), dim=4, embedder="e", retries=2)

@@ -32,6 +32,7 @@ def _text(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
+@pytest.mark.fuzz  # 2,000 random questions, histories and budgets
 def test_build_context_never_exceeds_its_budget_as_the_reader_counts_it(memory):
     """Thousands of random questions, recent turns and budgets: the prompt is within the budget counted by
     the reader's tokenizer, and it holds every memory Stage 2 packed (nothing dropped after packing)."""

@@ -108,6 +108,7 @@ def _stop(writer: subprocess.Popen, stop: Path, acked: list[int]) -> None:
     assert writer.returncode in (0, 3), err
 
 
+@pytest.mark.multiprocess
 def test_restore_refuses_a_store_a_writer_opened_through_a_hard_link_and_loses_no_acknowledged_turn(tmp_path):
     # The attack of the issue: the writer opens the store through a hard link in another folder.
     store, linked, stop = tmp_path / "store", tmp_path / "linked", tmp_path / "stop"
@@ -148,6 +149,7 @@ def test_restore_refuses_a_store_a_writer_opened_through_a_hard_link_and_loses_n
         assert m.store.users() == ["saved"]
 
 
+@pytest.mark.multiprocess
 def test_restore_through_the_other_name_of_a_store_a_writer_has_open_is_refused(tmp_path):
     # The writer opened the store by its own name; a hard link made afterwards is the name restore is given.
     store, linked, stop, go = tmp_path / "store", tmp_path / "linked", tmp_path / "stop", tmp_path / "go"

@@ -187,6 +187,7 @@ def _garbage(rng: random.Random) -> object:
     return pick
 
 
+@pytest.mark.fuzz
 def test_fuzz_malformed_outputs_lose_no_turn_and_raise_nothing(memory):
     rng = random.Random(7)
     def flaky_yes(prompt: str) -> float:

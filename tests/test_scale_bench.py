@@ -1,4 +1,4 @@
-"""eval/scale.py end to end on a tiny grid: it builds, serves in a fresh process and reports the
+"""tools/scale.py end to end on a tiny grid: it builds, serves in a fresh process and reports the
 numbers it promises (an HNSW point with its recall against exact search)."""
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "eval"))
+sys.path.insert(0, str(ROOT / "tools"))
 import scale  # noqa: E402
 
 
+@pytest.mark.multiprocess  # each point is served by a process of its own
 def test_a_tiny_grid_reports_memory_latency_and_hnsw_recall(tmp_path, capsys):
     rc = scale.main(["--grid", "3x40", "1x300:hnsw", "--work", str(tmp_path / "stores"), "--out", str(tmp_path / "out"),
                      "--snapshot-min-items", "100"])

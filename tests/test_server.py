@@ -410,6 +410,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.multiprocess
 def test_a_real_uvicorn_serves_requests(tmp_path, location):
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps(KEYS))

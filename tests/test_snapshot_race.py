@@ -21,6 +21,8 @@ from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.retrieval.stage2 import Stage1Selector
 
+pytestmark = pytest.mark.multiprocess
+
 USERS = 4
 ITEMS = 40  # above the snapshot threshold below: every rebuild writes a snapshot
 BUILD_S = 0.4  # how long A's snapshot write waits after the view was read (a large view's build time)

@@ -27,7 +27,7 @@ def _lme(path):
 def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
     from data_gen import distill as distill_script
     from data_gen import synth as synth_script
-    from train import complexity, compressor
+    from train import complexity, word_scorer
     from train import cross_encoder as selector_script
     from train import embedder as embedder_script
     from train import ranker as ranker_script
@@ -53,7 +53,7 @@ def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
     assert card["base_model"] == "all-MiniLM-L6-v2" and len(card["data_sha256"]) == 64 and card["metrics"]
     c = complexity.run(compose("train_complexity", common + [f"out_dir={tmp_path}/run_cx", f"export_dir={tmp_path}/ck/cx"]))
     assert 0.0 <= c["test"]["test/synth/accuracy"] <= 1.0
-    p = compressor.run(compose("train_compressor", common + [f"out_dir={tmp_path}/run_comp", f"export_dir={tmp_path}/ck/comp"]))
+    p = word_scorer.run(compose("train_word_scorer", common + [f"out_dir={tmp_path}/run_comp", f"export_dir={tmp_path}/ck/comp"]))
     assert 0.0 <= p["test"]["test/trained/answer_kept@r0.5"] <= 1.0
     assert (tmp_path / "ck/comp/adapter_model.safetensors").exists()
     e = embedder_script.run(compose("train_embedder", common + [f"out_dir={tmp_path}/run_emb", f"export_dir={tmp_path}/ck/emb",
@@ -88,7 +88,7 @@ def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
 
 
 def test_train_configs_compose_with_every_lora_option_and_the_optuna_search():
-    for name in ("train_cross_encoder", "train_complexity", "train_compressor", "train_embedder"):
+    for name in ("train_cross_encoder", "train_complexity", "train_word_scorer", "train_embedder"):
         for lora in ("attention", "causal_lm", "full"):
             cfg = compose(name, [f"lora={lora}"])
             assert cfg.lora.enabled == (lora != "full")

@@ -322,7 +322,7 @@ def test_every_training_config_names_an_optimizer_class_the_loop_builds():
 
     from lightmem.training.schemas import train_spec
 
-    for name in ("train_cross_encoder", "train_complexity", "train_compressor", "train_embedder"):
+    for name in ("train_cross_encoder", "train_complexity", "train_word_scorer", "train_embedder"):
         spec = train_spec(compose(name, []).optim)
         opt = make_optimizer(spec, [torch.nn.Parameter(torch.zeros(2))])
         assert type(opt) is torch.optim.AdamW and opt.defaults["lr"] == spec.lr, name

@@ -2,7 +2,7 @@
 
 A run with ``llm=record`` keeps everything the reader would have been asked, exactly as composed (the instruction,
 the ``build_context`` prompt, the question). The prompts can then be answered elsewhere, a GPU machine say, by
-``eval/answer_prompts.py``, and the answers joined back to the run by ``eval/score_answers.py``, which finds each
+``tools/answer_prompts.py``, and the answers joined back to the run by ``tools/score_answers.py``, which finds each
 question's id in its ``questions.jsonl`` prediction."""
 from __future__ import annotations
 

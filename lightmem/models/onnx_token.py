@@ -1,10 +1,10 @@
-"""ONNX Runtime graphs of a token classifier (the sensory stage's compressor and segmenter encoder).
+"""ONNX Runtime graphs of a token classifier (the word scorer, whose encoder the topic segmenter also reads).
 
 Two graphs are exported once from the torch model (any LoRA adapter already merged) and cached
 on disk beside the embedder's, written atomically:
 
 - ``keep``: P(keep) per sub-token (softmax of the classifier's logits, label 1), what the
-  compressor scores words with;
+  word scorer scores words with;
 - ``attention``: the attention of some layers averaged over layers and heads, tokens × tokens,
   what the topic segmenter reads (LightMem's B1).
 

@@ -92,7 +92,8 @@ def pick_device(preference: str = "auto") -> str:
     """``cuda`` when asked for or available under ``auto``, else ``cpu``.
 
     On CPU, torch's intra-op threads are set to the machine's cores (torch sometimes
-    picks fewer inside containers), which matters on the 2-core default machine.
+    picks fewer inside containers), which matters on the 2-core default machine, unless
+    ``OMP_NUM_THREADS`` names the count (processes that share the cores, as ``make test``'s workers do).
     """
     import torch
 
@@ -102,7 +103,7 @@ def pick_device(preference: str = "auto") -> str:
         preference = "cuda" if torch.cuda.is_available() else "cpu"
     if preference.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("device='cuda' was requested but torch sees no CUDA device; use device=auto or cpu")
-    if preference == "cpu":
+    if preference == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         if torch.get_num_threads() != cores:
             torch.set_num_threads(cores)

@@ -24,6 +24,7 @@ from lightmem.metrics.answers import normalize_answer
 from lightmem.metrics.evidence import normalize_evidence
 from lightmem.retrieval.stage2 import candidate_text, item_text
 from lightmem.text import STOPWORDS, stem, words
+from lightmem.training.groups import CandidateGroup
 
 
 def asked_questions(make_memory: Callable[[str], Memory], convs: Sequence[Conversation], source: str,
@@ -50,7 +51,8 @@ def asked_questions(make_memory: Callable[[str], Memory], convs: Sequence[Conver
 def mine_selector_groups(make_memory: Callable[[str], Memory], convs: Sequence[Conversation], source: str, k: int = 10,
                          categories: Sequence[Any] | None = None, add_missed: bool = True,
                          show_progress: bool = False) -> list[dict[str, Any]]:
-    """One group per answerable question: the 2K Stage-1 candidates of ``retrieve(k)`` with 0/1 labels.
+    """One group per answerable question: the 2K Stage-1 candidates of ``retrieve(k)`` with 0/1 labels
+    (``CandidateGroup.to_dict()`` each: the selector files' fields).
 
     ``n_evidence`` keeps how many evidence turns exist, so evaluation can count the ones
     Stage 1 missed; with ``add_missed`` those turns are appended as positives (training only).
@@ -66,21 +68,22 @@ def mine_selector_groups(make_memory: Callable[[str], Memory], convs: Sequence[C
         labels = [int(bool(evidence & set(h.item.provenance))) for h in res.candidates]
         covered = {p for h in res.candidates for p in h.item.provenance} & evidence
         missed = [by_turn[e] for e in sorted(evidence - covered) if e in by_turn]
-        g = {"query": qa.question, "texts": texts, "labels": labels, "stage1": [h.score for h in res.candidates],
-             "n_evidence": len(evidence), "n_missed": len(evidence - covered), "source": source,
-             "conversation": conv.conv_id, "category": qa.category}
+        stage1 = [h.score for h in res.candidates]
         if add_missed and missed:
-            g["texts"] = texts + [item_text(it) for it in missed]
-            g["labels"] = labels + [1] * len(missed)
-            g["stage1"] = g["stage1"] + [float("-inf")] * len(missed)
-        groups.append(g)
+            texts = texts + [item_text(it) for it in missed]
+            labels = labels + [1] * len(missed)
+            stage1 = stage1 + [float("-inf")] * len(missed)
+        groups.append(CandidateGroup(query=qa.question, texts=texts, labels=labels, stage1=stage1, n_evidence=len(evidence),
+                                     n_missed=len(evidence - covered), source=source, conversation=conv.conv_id,
+                                     category=qa.category).to_dict())
     return groups
 
 
 def synth_groups(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Synthetic (Query, Subgraph, Path) samples as selector groups (answerable ones carry positives)."""
-    return [{"query": s["query"], "texts": [c["text"] for c in s["candidates"]], "labels": [c["label"] for c in s["candidates"]],
-             "n_evidence": s["hops"], "n_missed": 0, "source": "synth", "conversation": s["conversation"], "category": s["kind"]}
+    return [CandidateGroup(query=s["query"], texts=[c["text"] for c in s["candidates"]], labels=[c["label"] for c in s["candidates"]],
+                           n_evidence=s["hops"], n_missed=0, source="synth", conversation=s["conversation"],
+                           category=s["kind"]).to_dict()
             for s in samples]
 
 

@@ -1,4 +1,5 @@
-"""The memory-embedder recipe: MiniLM's bi-encoder adapted to (question → memory turn) retrieval.
+"""The memory-embedder recipe: MiniLM's bi-encoder adapted to (question → memory turn) retrieval
+(``train_embedder``; train/embedder.py runs it).
 
 Stage 1 ranks by the cosine of one query vector with vectors written at write time, so a
 better embedder makes retrieval better at no query-time cost. The recipe trains a LoRA
@@ -11,11 +12,18 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from lightmem.config import to_container
+from lightmem.models.registry import ModelRegistry
+from lightmem.seeding import seed_everything
+from lightmem.training import selector as sel
+from lightmem.training.job import read_jsonl, train_and_export
 from lightmem.training.lora import LoraSpec, apply_lora
+from lightmem.training.schemas import lora_spec, train_spec
 from lightmem.training.selector import split_dated
 
 
@@ -103,3 +111,58 @@ def cosine_scorer(model, tok, max_length: int, batch_size: int = 64) -> Callable
         return out
 
     return score
+
+
+def train_embedder(cfg: Any) -> dict[str, Any]:
+    """Fit the adapter on ``selector_train.jsonl`` of ``cfg.data_dir``, export the best one and its card, and score
+    it on the held-out groups (Stage-1 order against the base and the tuned cosine, per source).
+
+    Args:
+        cfg: A composed ``EmbedderTrainConfig`` (conf/train_embedder.yaml).
+
+    Returns:
+        The run's summary (``train_and_export``): ``train`` (the best step's validation metrics) and ``test``.
+    """
+    seed_everything(cfg.optim.seed)  # before the model is built: LoRA matrices are drawn then
+    data = Path(cfg.data_dir)
+    task, spec = EmbedderTask(**to_container(cfg.task)), train_spec(cfg.optim)
+    sources = set(cfg.sources)
+    usable = lambda g: any(g["labels"]) and not all(g["labels"])  # noqa: E731 - a positive and a hard negative
+    train = [g for g in read_jsonl(data / "selector_train.jsonl") if g["source"] in sources and usable(g)]
+    train = train[: cfg.max_train_groups] if cfg.max_train_groups else train
+    val = [g for g in read_jsonl(data / "selector_val.jsonl") if g["source"] in sources][: cfg.max_eval_groups]
+    test = read_jsonl(data / "selector_test.jsonl")
+    model, tok = build_bi_encoder(str(ModelRegistry().embedder_path(cfg.base_model)), lora_spec(cfg.lora))
+
+    def held_out(best: Path) -> dict[str, float]:
+        """Stage-1 order versus the cosine of the exported embedder, as the store would load it, per source."""
+        from lightmem.models.embedder import SentenceTransformerEmbedder
+
+        tuned = SentenceTransformerEmbedder(cfg.base_model, adapter=str(best), device="cpu" if spec.cpu else "auto",
+                                            query_cache_size=0)
+        base = SentenceTransformerEmbedder(cfg.base_model, device="cpu" if spec.cpu else "auto", query_cache_size=0)
+
+        def scorer(e):
+            def score(queries: list[str], texts: list[str]) -> list[float]:
+                q = e.encode(queries[:1], is_query=True)[0]
+                return (e.encode([doc_text(t) for t in texts]) @ q).tolist()
+            return score
+
+        out: dict[str, float] = {}
+        for source in sorted({g["source"] for g in test}):
+            groups = [g for g in test if g["source"] == source]
+            for name, fn in (("stage1", None), ("base_cosine", scorer(base)), ("tuned_cosine", scorer(tuned))):
+                out.update({f"test/{source}/{name}/{k}": v for k, v in sel.evaluate_groups(fn, groups, task.k).items()})
+        return out
+
+    return train_and_export(
+        name="embedder", model=model, train=train, make_batch=batcher(task), loss_fn=contrastive_loss(tok, task),
+        evaluate=lambda m: sel.evaluate_groups(cosine_scorer(m, tok, task.max_length), val, task.k), test=held_out,
+        metric=cfg.metric, spec=spec, out_dir=cfg.out_dir, export_dir=cfg.export_dir, logger_cfg=cfg.logger,
+        config=to_container(cfg), data_files=[data / "selector_train.jsonl"],
+        card={"name": "lightmem memory embedder", "task": "bi-encoder for Stage-1 retrieval (question -> memory turn)",
+              "description": f"A LoRA adapter merged into {cfg.base_model} at load; SentenceTransformerEmbedder(adapter=...) "
+                             "loads it (conf/encoder/minilm_tuned.yaml). Stores record the embedder's name, so a store "
+                             "written with the base model is never searched with the tuned one.",
+              "base_model": cfg.base_model, "command": "make train  (python train/embedder.py)"},
+    )

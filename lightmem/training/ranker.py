@@ -27,26 +27,28 @@ from lightmem.retrieval.stage2 import candidate_text
 from lightmem.retrieval.trees import ranker_scorer
 from lightmem.timeutil import parse_timestamp
 from lightmem.training.distill import asked_questions
+from lightmem.training.groups import CandidateGroup
 from lightmem.training.losses import ranking_loss
 from lightmem.training.selector import split_dated
 
 
 def mine_groups(make_memory: Callable[[str], Memory], convs: Sequence[Any], source: str, k: int,
                 categories: Sequence[Any] | None = None, show_progress: bool = False) -> list[dict[str, Any]]:
-    """One group per answerable question of each conversation, with the candidates of ``retrieve(k)``."""
+    """One group per answerable question of each conversation, with the candidates of ``retrieve(k)``
+    (``CandidateGroup.to_dict()`` each: the ranker's fields)."""
     groups: list[dict[str, Any]] = []
     for mem, user, conv, qa, evidence, asked_at in asked_questions(make_memory, convs, source, categories, show_progress):
         cands = mem.retrieve(qa.question, user, k=k, now=asked_at).candidates
         if not cands:
             continue
-        groups.append({
-            "query": qa.question, "texts": [candidate_text(h) for h in cands],  # what a cross-encoder reads
-            "features": candidate_features(qa.question, cands).tolist(),
-            "labels": [int(bool(evidence & set(h.item.provenance))) for h in cands],
-            "provenance": [list(h.item.provenance) for h in cands],
-            "tokens": [h.item.n_tokens for h in cands], "evidence": sorted(evidence),
-            "source": source, "conversation": conv.conv_id, "category": qa.category,
-        })
+        groups.append(CandidateGroup(
+            query=qa.question, texts=[candidate_text(h) for h in cands],  # what a cross-encoder reads
+            features=candidate_features(qa.question, cands).tolist(),
+            labels=[int(bool(evidence & set(h.item.provenance))) for h in cands],
+            provenance=[list(h.item.provenance) for h in cands],
+            tokens=[h.item.n_tokens for h in cands], evidence=sorted(evidence),
+            source=source, conversation=conv.conv_id, category=qa.category,
+        ).to_dict())
     return groups
 
 

@@ -1,19 +1,26 @@
 """The Stage-2 selector recipe: a MiniLM cross-encoder (or SmolLM2 yes/no) trained on groups
-of one query and its candidates with pointwise BCE and/or a listwise softmax over the group.
+of one query and its candidates with pointwise BCE and/or a listwise softmax over the group
+(``train_cross_encoder``; train/cross_encoder.py runs it).
 """
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+from hydra.utils import instantiate
 
+from lightmem.config import to_container
 from lightmem.llm import prompts
 from lightmem.metrics.ranking import nanmean, precision_at_k, recall_all_at_k, reciprocal_rank
+from lightmem.seeding import seed_everything
+from lightmem.training.job import read_jsonl, train_and_export
 from lightmem.training.lora import LoraSpec, apply_lora
 from lightmem.training.losses import ranking_loss
+from lightmem.training.schemas import lora_spec, train_spec
 
 _DATED = "["  # candidate_text() writes "[YYYY-MM-DD] text"
 
@@ -254,3 +261,49 @@ def evaluate_groups(score: Callable[[list[str], list[str]], list[float]] | None,
         r.append(recall_all_at_k(labels, scores, k, n_relevant=g.get("n_evidence") or sum(labels)))
         rr.append(reciprocal_rank(labels, scores))
     return {f"precision@{k}": nanmean(p), f"recall_all@{k}": nanmean(r), "mrr": nanmean(rr), "n": float(len(groups))}
+
+
+def train_cross_encoder(cfg: Any) -> dict[str, Any]:
+    """Fit the cross-encoder Stage-2 selector (or the generative one ``cfg.model`` names) on ``selector_train.jsonl``
+    of ``cfg.data_dir``, export the best adapter and its card, and score Stage 1 alone against reranked on the
+    held-out groups, per source.
+
+    Args:
+        cfg: A composed ``CrossEncoderTrainConfig`` (conf/train_cross_encoder.yaml); ``cfg.model`` is a recipe
+            node (conf/selector_recipe/*.yaml) that Hydra instantiates.
+
+    Returns:
+        The run's summary (``train_and_export``).
+    """
+    seed_everything(cfg.optim.seed)  # before the model is built: heads and LoRA matrices are drawn then
+    data = Path(cfg.data_dir)
+    task, spec = SelectorTask(**to_container(cfg.task)), train_spec(cfg.optim)
+    sources = set(cfg.sources)
+    train = [g for g in read_jsonl(data / "selector_train.jsonl") if g["source"] in sources and any(g["labels"])]
+    train = train[: cfg.max_train_groups] if cfg.max_train_groups else train
+    val = [g for g in read_jsonl(data / "selector_val.jsonl") if g["source"] in sources][: cfg.max_eval_groups]
+    test = read_jsonl(data / "selector_test.jsonl")
+    if cfg.max_test_groups:  # per source (the generative variant is slow on CPU)
+        test = [g for s in sorted({g["source"] for g in test}) for g in [x for x in test if x["source"] == s][: cfg.max_test_groups]]
+    recipe = instantiate(cfg.model)  # conf/selector_recipe/*.yaml: the model choice and its own settings
+    recipe.build(task, lora_spec(cfg.lora), spec.cpu)
+
+    def held_out(best: Path) -> dict[str, float]:
+        """Stage 1 alone versus reranked, per source, with the exported weights as retrieval loads them."""
+        score = recipe.exported_scorer(best)
+        out: dict[str, float] = {}
+        for source in sorted({g["source"] for g in test}):
+            groups = [g for g in test if g["source"] == source]
+            for name, fn in (("stage1", None), ("selector", score)):
+                out.update({f"test/{source}/{name}/{k}": v for k, v in evaluate_groups(fn, groups, task.k).items()})
+        return out
+
+    return train_and_export(
+        name="cross_encoder", model=recipe.model, train=train, make_batch=recipe.make_batch, loss_fn=recipe.loss_fn,
+        evaluate=lambda m: evaluate_groups(recipe.scorer(m), val, task.k), test=held_out, metric=cfg.metric, spec=spec,
+        out_dir=cfg.out_dir, export_dir=cfg.export_dir, logger_cfg=cfg.logger, config=to_container(cfg),
+        data_files=[data / "selector_train.jsonl"],
+        card={"name": "lightmem cross-encoder selector", "task": f"{recipe.kind} reranker of Stage-1 candidates",
+              "description": "Scores (query, \"[date] memory\") pairs; CrossEncoderSelector loads it (conf/selector/cross_encoder.yaml).",
+              "base_model": recipe.base_model, "command": "make train-experimental  (python train/cross_encoder.py)"},
+    )

@@ -1,5 +1,5 @@
 """How a store behaves as it grows to many users and many items: build rate, a serving process's
-memory, and cold and warm search latency (``eval/scale.py``; writes numbers, asserts nothing).
+memory, and cold and warm search latency (``tools/scale.py``; writes numbers, asserts nothing).
 
 One grid point is ``users × items`` (items per user). The store is built once per point with
 texts drawn from a small template language and a hashing embedder's 384-d vectors of them (no model
@@ -258,5 +258,5 @@ def write_report(results: list[Result], out: Path, meta: dict[str, Any]) -> None
     out.mkdir(parents=True, exist_ok=True)
     rows = [{**asdict(r), "build_items_per_s": r.build_items_per_s} for r in results]
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
-    (out / "results.md").write_text(f"# eval/scale.py\n\n`{meta['command']}`\n\n" + table(results))
+    (out / "results.md").write_text(f"# tools/scale.py\n\n`{meta['command']}`\n\n" + table(results))
     plot(results, out / "scale.png")

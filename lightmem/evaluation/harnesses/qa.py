@@ -217,7 +217,7 @@ def answer_questions(records: Sequence[R], contexts: Sequence[str], opts: QAOpti
 
     Each record's ``qa`` becomes ``{"prediction", **scores, "judge", "generate_ms", "e2e_ms"}``. A generator that
     only records its prompts (``llm=record``: its ``records_prompts`` is true) answers with ids: those are not scored
-    (each score None) and ``qa["recorded"]`` is set, for ``eval/score_answers.py`` to score once they are answered.
+    (each score None) and ``qa["recorded"]`` is set, for ``tools/score_answers.py`` to score once they are answered.
     """
     if len(records) != len(contexts):
         raise ValueError("one context per question")

@@ -1,5 +1,5 @@
 """Scoring answers produced away from the run: a LoCoMo or LongMemEval run recorded with ``llm=record`` holds an id
-where each prediction would be (``questions.jsonl``); ``eval/answer_prompts.py`` answered the recorded prompts elsewhere. These
+where each prediction would be (``questions.jsonl``); ``tools/answer_prompts.py`` answered the recorded prompts elsewhere. These
 pure functions join the two and score each question as the harness scores a prediction (``clean_answer``, then
 LoCoMo's per-category F1 or LongMemEval's token F1, and BLEU-1)."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ CATEGORIES = {c: name for c, name in CATEGORY_NAMES.items() if c != 5}  # F1 is 
 
 
 def answers_by_id(paths: Sequence[str | Path]) -> dict[str, str]:
-    """``{id: answer}`` of answer files (``eval/answer_prompts.py``'s output).
+    """``{id: answer}`` of answer files (``tools/answer_prompts.py``'s output).
 
     Raises:
         ValueError: an id is answered twice with different answers.

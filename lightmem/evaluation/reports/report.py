@@ -59,7 +59,7 @@ def recorded_note(n: int | None) -> str:
     if not n:
         return ""
     return (f"\n{n} reader prompts were recorded (`llm=record`), not answered, so no answer is scored here: answer them "
-            "with `eval/answer_prompts.py` and score them with `eval/score_answers.py`.")
+            "with `tools/answer_prompts.py` and score them with `tools/score_answers.py`.")
 
 
 def qa_table(results: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from each checkpoint's ``card.json``, and written between marker comments::
     ...
     <!-- end generated -->
 
-``python eval/docs.py`` (``make docs``) rewrites every marked block; a test fails when a committed
+``python tools/docs.py`` (``make docs``) rewrites every marked block; a test fails when a committed
 block differs from what the files render. Everything here is pure: JSON in, Markdown out.
 """
 from __future__ import annotations
@@ -112,7 +112,7 @@ def reader_table(runs: Sequence[Mapping[str, Any]]) -> str:
     return markdown_table(header, rows, bold_first=True)
 
 
-# The rows of the GPU reader table and figure: a run's name in eval/score_answers.py's scores, its label in the
+# The rows of the GPU reader table and figure: a run's name in tools/score_answers.py's scores, its label in the
 # table and its short label under the figure's bars.
 GPU_READER_ROWS = {
     "defaults": ("lightmem defaults", "lightmem\ndefaults"),
@@ -127,7 +127,7 @@ GPU_READER_ROWS = {
 
 
 def gpu_reader_table(small: Mapping[str, Any], big: Mapping[str, Any]) -> str:
-    """The same recorded runs answered on a GPU by two readers (``eval/score_answers.py --out`` files: ``summaries``
+    """The same recorded runs answered on a GPU by two readers (``tools/score_answers.py --out`` files: ``summaries``
     and ``versus_first``, the first run being the defaults): each reader's F1, the bigger one's F1 per category, and
     the defaults minus each row with the bigger reader (paired bootstrap)."""
     header = ["LoCoMo 3-4, all questions, 600-token prompts, answered in bf16 on a GPU", "F1, 0.5B reader", "F1, 1.5B reader",

@@ -1,6 +1,6 @@
 """A user's view (vectors, BM25 postings, filter metadata) as one blob the embedded store keeps in
 its database, so that a large user's first search after a restart or an eviction reads it back
-instead of re-analysing every text (10,000 items: ~20 ms instead of ~200 ms, ``eval/scale.py``).
+instead of re-analysing every text (10,000 items: ~20 ms instead of ~200 ms, ``tools/scale.py``).
 
 A snapshot is a cache, never the source of truth: it records the change-log position it reflects,
 and the store replays the user's item changes since then on load (or rebuilds from the tables when
@@ -29,7 +29,7 @@ FORMAT = 1
 SNAPSHOT_MIN_ITEMS = 2_000
 """Users with this many active items get a snapshot (the embedded store's ``snapshot_min_items``): below
 it a view builds from the tables in ~30 ms or less (1,000 items: ~15 ms); a 10,000-item view takes
-~200 ms from the tables and ~20 ms from its snapshot (``eval/scale.py``)."""
+~200 ms from the tables and ~20 ms from its snapshot (``tools/scale.py``)."""
 _KIND_CODE = {k: i for i, k in enumerate(ItemKind)}
 
 

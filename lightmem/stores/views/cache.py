@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_MB = 512.0
 """The default ceiling of a store's per-user views: a worker that served 1,000 users × 1,000 items
-stayed at 673 MB RSS, holding ~220,000 of them (``eval/scale.py``, README)."""
+stayed at 673 MB RSS, holding ~220,000 of them (``tools/scale.py``, README)."""
 
 
 class Sized(Protocol):

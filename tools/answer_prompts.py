@@ -6,10 +6,10 @@ message, the model's own chat template, greedy, ``max_new_tokens`` of the record
 the GGUF is dequantized to bf16 on a GPU, fp32 on the CPU (``--quant nf4``: then re-loaded in 4-bit NF4 through bitsandbytes, as
 ``TransformersLLM(load_in_4bit=True)`` loads a model).
 
-    python eval/answer_prompts.py outputs/prompts/defaults.jsonl --gguf ~/.cache/lightmem/gguf/Qwen2.5-Coder-0.5B-Instruct.gguf \\
+    python tools/answer_prompts.py outputs/prompts/defaults.jsonl --gguf ~/.cache/lightmem/gguf/Qwen2.5-Coder-0.5B-Instruct.gguf \\
         --out outputs/prompts/defaults.answers.jsonl
-    python eval/answer_prompts.py prompts.jsonl.gz --parts /root/g --sha256 1d96...c4ff32 --out answers.jsonl   # a GGUF split in parts
-    python eval/answer_prompts.py a.jsonl.gz b.jsonl.gz --gguf model.gguf --out answers/   # answers/a.answers.jsonl, ...
+    python tools/answer_prompts.py prompts.jsonl.gz --parts /root/g --sha256 1d96...c4ff32 --out answers.jsonl   # a GGUF split in parts
+    python tools/answer_prompts.py a.jsonl.gz b.jsonl.gz --gguf model.gguf --out answers/   # answers/a.answers.jsonl, ...
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ per turn, then batches of `--ops` add operations (one turn each; each committing
 per batch), all through `lightmem.client.MemoryClient`. The
 server's background indexer embeds after each request returns, as shipped.
 
-    python eval/batch_throughput.py                          # 1,000 turns, the default encoder
-    python eval/batch_throughput.py --encoder hashing --turns 5000 --ops 500
+    python tools/batch_throughput.py                          # 1,000 turns, the default encoder
+    python tools/batch_throughput.py --encoder hashing --turns 5000 --ops 500
 
 Writes OUT/results.json and OUT/results.md (OUT: --out, default outputs/batch_throughput).
 """

@@ -1,9 +1,9 @@
 """Regenerate the results tables of the README and checkpoints/README.md (and the figure of docs/figures/), or record a
 run for them.
 
-    python eval/docs.py                 # = make docs: rewrite every generated block from the committed files
-    python eval/docs.py --check         # exit 1 when a committed block differs from what the files render
-    python eval/docs.py record outputs/locomo/results.json --table reader --name "BM25 over raw turns" \\
+    python tools/docs.py                 # = make docs: rewrite every generated block from the committed files
+    python tools/docs.py --check         # exit 1 when a committed block differs from what the files render
+    python tools/docs.py record outputs/locomo/results.json --table reader --name "BM25 over raw turns" \\
         --command "python eval/locomo.py ... +experiment=baseline_bm25"
 
 A table's rows live in docs/results/runs/<table>.json, each with the command that produced it and the date;

@@ -4,9 +4,9 @@ Writes a store with one user of N memories (sessions of 20 turns over a year) an
 `lightmem serve` on 127.0.0.1 with it, requests every page R times with a bearer key and reads the server's
 own time from each answer's ``Server-Timing`` header (the client's round trip is reported too).
 
-    python eval/console_timing.py                                  # 10,000 memories, the default embedder and ranker
-    python eval/console_timing.py --encoder hashing --memories 1000 --repeats 10   # seconds to write, not 18 minutes
-    python eval/console_timing.py --results docs/results/console.md  # the table of docs/results/console.md
+    python tools/console_timing.py                                  # 10,000 memories, the default embedder and ranker
+    python tools/console_timing.py --encoder hashing --memories 1000 --repeats 10   # seconds to write, not 18 minutes
+    python tools/console_timing.py --results docs/results/console.md  # the table of docs/results/console.md
 
 Writes OUT/results.json and OUT/results.md (OUT: --out, default outputs/console_timing); --results also writes the
 Markdown to that file.
@@ -118,9 +118,9 @@ as the server's `Server-Timing` header reports it (from the request's arrival at
 rendered HTML), median and maximum of {args.repeats} requests after one warm-up; the client's round trip on the
 same machine beside it. One worker, the {args.encoder} embedder, the trained ranker, SQLite store; the inspector
 is asked a new question each time. The script is
-`eval/console_timing.py`:
+`tools/console_timing.py`:
 
-    python eval/console_timing.py --encoder {args.encoder} --memories {args.memories} --repeats {args.repeats} --results docs/results/console.md
+    python tools/console_timing.py --encoder {args.encoder} --memories {args.memories} --repeats {args.repeats} --results docs/results/console.md
 
 | page | address | server median (ms) | server max (ms) | client median (ms) | KiB |
 |---|---|---:|---:|---:|---:|

@@ -1,8 +1,8 @@
 """Score LoCoMo or LongMemEval runs recorded with ``llm=record`` against answers made elsewhere
-(``eval/answer_prompts.py``): F1 per category (LongMemEval: per question type) and BLEU-1 of each run, and the first run
+(``tools/answer_prompts.py``): F1 per category (LongMemEval: per question type) and BLEU-1 of each run, and the first run
 against each other one (paired bootstrap over the questions).
 
-    python eval/score_answers.py --answers outputs/prompts/answers.jsonl.gz \\
+    python tools/score_answers.py --answers outputs/prompts/answers.jsonl.gz \\
         defaults=outputs/rec_defaults bm25=outputs/rec_bm25 --controls --out outputs/prompts/scores.json
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from lightmem.evaluation.reports.offline_answers import answers_by_id, compare, 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="NAME=RUN_DIR: an eval/locomo.py or eval/longmemeval.py out_dir recorded with llm=record")
-    ap.add_argument("--answers", action="append", required=True, help="an answer file of eval/answer_prompts.py (repeat for more)")
+    ap.add_argument("--answers", action="append", required=True, help="an answer file of tools/answer_prompts.py (repeat for more)")
     ap.add_argument("--controls", action="store_true", help="also score the first run's gold and random contexts")
     ap.add_argument("--resamples", type=int, default=2000)
     ap.add_argument("--out", type=Path, help="write the scores as JSON")

@@ -7,8 +7,8 @@ metadata the adapter writes) for a new key and for a key that exists, and ``stor
 (``lightmem_instructions``) and of Pydantic AI (``LightmemMemory.instructions``) against ``memory.build_context``, both
 sides awaited on one event loop. The overhead is the difference of the medians (P50).
 
-    python eval/adapter_overhead.py                       # hashing encoder, 500 calls per operation
-    python eval/adapter_overhead.py --n 2000 --encoder tuned
+    python tools/adapter_overhead.py                       # hashing encoder, 500 calls per operation
+    python tools/adapter_overhead.py --n 2000 --encoder tuned
 
 Writes OUT/results.json and prints a table (OUT: --out, default outputs/adapter_overhead).
 """
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"results": results, "n": args.n, "encoder": args.encoder, "store": "embedded (SQLite)",
               "python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
               "versions": {pkg: version(pkg) for pkg in ("langgraph", "langchain-core", "openai-agents", "pydantic-ai-slim")},
-              "command": "python eval/adapter_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+              "command": "python tools/adapter_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"{'operation':<28}{'adapter P50':>13}{'direct P50':>12}{'overhead P50':>14}{'adapter P90':>13}{'direct P90':>12}")

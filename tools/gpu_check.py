@@ -1,7 +1,7 @@
 """The CUDA paths, checked and timed on one GPU (writes numbers; a failed check exits non-zero).
 
-    python eval/gpu_check.py                       # every check, the packaged models
-    python eval/gpu_check.py --only encoder,reader --out outputs/gpu_check.json
+    python tools/gpu_check.py                       # every check, the packaged models
+    python tools/gpu_check.py --only encoder,reader --out outputs/gpu_check.json
 
 Checks, each reported on its own (one failing does not stop the others):
   encoder   the document encoders (MiniLM, mpnet) on the torch backend on CUDA: the vectors match the CPU's,

@@ -4,15 +4,15 @@ Starts the server on 127.0.0.1 with each worker count in turn, drives it with co
 mixing adds and searches over many users (each user with its own API key) for a bounded time, then
 checks that every acknowledged turn is in the store and that no search returned another user's item.
 
-    python eval/serve_load.py                                  # 20 s per worker count, 1 then 2 workers, hashing embedder
-    python eval/serve_load.py --duration 60 --clients 32 --users 200 --search-ratio 0.8
-    python eval/serve_load.py --encoder tuned --selector trained   # the default read path (mpnet + the trained adapter, ranker)
-    python eval/serve_load.py --store postgresql://user:pw@host/db  # PostgreSQL + pgvector instead of SQLite + FAISS
-    python eval/serve_load.py --clients 1 --search-ratio 1 --big-turn 100000 --workers 1   # searches while a longest turn is added
-    python eval/serve_load.py --clients 1 --search-ratio 1 --bulk 2000 --workers 1 --encoder tuned --store postgresql://...
+    python tools/serve_load.py                                  # 20 s per worker count, 1 then 2 workers, hashing embedder
+    python tools/serve_load.py --duration 60 --clients 32 --users 200 --search-ratio 0.8
+    python tools/serve_load.py --encoder tuned --selector trained   # the default read path (mpnet + the trained adapter, ranker)
+    python tools/serve_load.py --store postgresql://user:pw@host/db  # PostgreSQL + pgvector instead of SQLite + FAISS
+    python tools/serve_load.py --clients 1 --search-ratio 1 --big-turn 100000 --workers 1   # searches while a longest turn is added
+    python tools/serve_load.py --clients 1 --search-ratio 1 --bulk 2000 --workers 1 --encoder tuned --store postgresql://...
                                                                # another user's searches while requests of 2,000 turns are added
-    python eval/serve_load.py --workers 2 --encoder tuned --selector trained --rss-every 1   # each worker's RSS over time
-    python eval/serve_load.py --plot OUT1 OUT2 --labels before after --figure rss.png        # one RSS figure of earlier runs
+    python tools/serve_load.py --workers 2 --encoder tuned --selector trained --rss-every 1   # each worker's RSS over time
+    python tools/serve_load.py --plot OUT1 OUT2 --labels before after --figure rss.png        # one RSS figure of earlier runs
 
 Writes OUT/results.json and OUT/results.md (OUT: --out, default outputs/serve_load), with --rss-every OUT/rss.png too. The load generator
 runs on the same machine as the server, so the numbers include its CPU use.

@@ -6,8 +6,8 @@ fresh stores: one by one through ``Memory``, then by ``--coroutines`` concurrent
 while a probe coroutine sleeps 5 ms again and again and records how late each wake-up is (the loop's lag: how long
 the loop could not run anything else).
 
-    python eval/async_load.py                                   # the default pipeline, 16 coroutines over 20 users
-    python eval/async_load.py --encoder hashing --ops 2000      # no model: the overhead of the wrapper itself
+    python tools/async_load.py                                   # the default pipeline, 16 coroutines over 20 users
+    python tools/async_load.py --encoder hashing --ops 2000      # no model: the overhead of the wrapper itself
 
 Writes OUT/results.json and OUT/results.md (OUT: --out, default outputs/async_load).
 """

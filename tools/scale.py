@@ -6,10 +6,10 @@ or from a large user's view snapshot) and the most recent users again (warm); it
 process's RSS, what the view cache holds, the first search, cold / warm search P50 / P95, and for HNSW points
 the index's recall@10 against exact search.
 
-    python eval/scale.py                                    # 100x1000, 1000x1000 (1M items), 1x1000, 1x10000
-    python eval/scale.py --grid 200x500 1x100000:hnsw       # other points; :hnsw uses the HNSW index
-    python eval/scale.py --cache-mb 128                     # another ceiling (0: none)
-    python eval/scale.py --store postgresql://user:pw@host/db   # PostgreSQL + pgvector (each point in a fresh database schema of its own)
+    python tools/scale.py                                    # 100x1000, 1000x1000 (1M items), 1x1000, 1x10000
+    python tools/scale.py --grid 200x500 1x100000:hnsw       # other points; :hnsw uses the HNSW index
+    python tools/scale.py --cache-mb 128                     # another ceiling (0: none)
+    python tools/scale.py --store postgresql://user:pw@host/db   # PostgreSQL + pgvector (each point in a fresh database schema of its own)
 
 Stores are built under --work (default outputs/scale/stores) and kept for reruns (--rebuild to rebuild);
 writes OUT/results.json, OUT/results.md and OUT/scale.png (OUT: --out, default outputs/scale).
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{point.name}: {result.serve}", flush=True)
         results.append(result)
-        write_report(results, args.out, {"command": "python eval/scale.py " + " ".join(argv or sys.argv[1:]),
+        write_report(results, args.out, {"command": "python tools/scale.py " + " ".join(argv or sys.argv[1:]),
                                          "date": time.strftime("%Y-%m-%d %H:%M")})
     print((args.out / "results.md").read_text())
     return 0

@@ -61,7 +61,7 @@ PYTEST_PAR := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist
 test: install $(BROWSER)  ## run the whole test suite on two workers (gpu tests skip without CUDA)
 	$(PYTEST_PAR)
 
-test-fast: install $(BROWSER)  ## the suite without its slow, postgres, fuzz and multiprocess tests (markers: pyproject.toml)
+test-fast: install  ## the suite without its slow, postgres, fuzz and multiprocess tests (markers: pyproject.toml)
 	$(PYTEST_PAR) -m "not slow and not postgres and not fuzz and not multiprocess"
 
 lint: install  ## ruff (pyflakes, bugbear, import order)

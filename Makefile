@@ -3,11 +3,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lightmem-installed
 READER := $(VENV)/.lightmem-reader-installed
+BROWSER := $(VENV)/.lightmem-browser-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 
-.PHONY: install reader test test-fast lint docs demo suite eval-dev latency data train train-experimental fetch-data clean help
+.PHONY: install reader browser test test-fast lint docs demo suite eval-dev latency data train train-experimental fetch-data clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -39,12 +40,25 @@ $(READER): $(STAMP)
 
 reader: $(READER)  ## install the reader extra (llama.cpp + Qwen2.5-Coder-0.5B-Instruct)
 
+# The console's browser tests (tests/test_console_browser.py) drive the system's Chromium through Playwright (its own
+# browser download is not used): installed with apt-get as root or through passwordless sudo; otherwise the command
+# to run is printed and those tests skip, saying why. LIGHTMEM_CHROMIUM names another binary.
+HAVE_CHROMIUM := test -n "$$LIGHTMEM_CHROMIUM" || command -v chromium || command -v chromium-browser || command -v google-chrome
+$(BROWSER): $(STAMP)
+	@if { $(HAVE_CHROMIUM); } >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then apt-get update -q && apt-get install -y -q chromium; \
+	elif command -v apt-get >/dev/null && sudo -n true 2>/dev/null; then sudo apt-get update -q && sudo apt-get install -y -q chromium; \
+	else echo "No Chromium: the console's browser tests will skip. Install it (Debian: sudo apt-get install chromium) or set LIGHTMEM_CHROMIUM."; fi
+	@if { $(HAVE_CHROMIUM); } >/dev/null; then touch $(BROWSER); fi
+
+browser: $(BROWSER)  ## install Chromium (apt-get) for the web console's browser tests
+
 # Two pytest-xdist workers, a file each at a time, one torch thread each (two threads apiece would
 # oversubscribe the 2 cores), and the 20 slowest tests listed at the end; `$(PY) -m pytest tests/test_x.py`
 # runs serially as usual.
 PYTEST_PAR := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=20
 
-test: install  ## run the whole test suite on two workers (gpu tests skip without CUDA)
+test: install $(BROWSER)  ## run the whole test suite on two workers (gpu tests skip without CUDA)
 	$(PYTEST_PAR)
 
 test-fast: install  ## the suite without its slow, postgres, fuzz and multiprocess tests (markers: pyproject.toml)

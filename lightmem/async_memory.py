@@ -38,7 +38,7 @@ DEFAULT_MAX_PENDING = 1024
 
 # The Memory methods offered as coroutines, run in order on the worker thread.
 ORDERED = ("add", "add_turns", "batch", "put", "get_by_key", "flush", "pending", "consolidate", "sources", "search",
-           "retrieve", "build_context", "get", "get_all", "update", "archive", "restore", "delete", "delete_user",
+           "retrieve", "build_context", "explain_context", "get", "get_all", "update", "archive", "restore", "delete", "delete_user",
            "history", "users", "usage", "stats", "index_status", "ltm_stats")
 # Methods that wait on something else (the indexer, the scheduler) once the calls before them have run.
 WAITING = ("flush_index", "wait_for_consolidation")

@@ -29,7 +29,7 @@ from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import MemoryStore
 from lightmem.timeutil import now as wall_clock
 from lightmem.timeutil import parse_timestamp
-from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, MemoryItem, Turn
+from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem, Turn
 from lightmem.validation import (
     MAX_TURN_CHARS,
     check_budget,
@@ -261,20 +261,40 @@ class Memory:
         (budget-aware set); with ``k``, the best ``k`` are packed. The returned ``memories`` are what the
         prompt holds: an excerpt is a copy with ``metadata["excerpt"]`` set.
         """
+        return self.explain_context(query, user_id, stm, budget, k, filters, now)[0]
+
+    def explain_context(
+        self,
+        query: str,
+        user_id: str,
+        stm: Sequence[str] = (),
+        budget: int | None = None,
+        k: int | None = None,
+        filters: Filters | Mapping[str, Any] | None = None,
+        now: object = None,
+    ) -> tuple[ComposedContext, RetrievalResult | None]:
+        """``build_context`` with the retrieval behind its prompt: the Stage-1 candidates (with the ranker's
+        scores), the hits packed and the per-stage milliseconds (``compose`` added). The retrieval is None
+        when nothing but the question fits the budget (no search runs then)."""
         user_id, budget, stm = check_user_id(user_id), check_budget(budget), check_stm(stm)
         query = check_query(query)
         budget = self.composer.budget if budget is None else budget
         layout = self.composer.layout(query, stm, budget)  # composed once: compose() reuses it
-        hits: list[Hit] = []
+        result: RetrievalResult | None = None
         if k is not None:
-            hits = self.search(query, user_id, k, filters, stm, now)
+            result = self.retrieve(query, user_id, k, filters, stm, now)
         elif layout.memory_budget > 0:
-            hits = self.search(query, user_id, None, filters, stm, now, layout.memory_budget)
+            result = self.retrieve(query, user_id, None, filters, stm, now, layout.memory_budget)
         else:  # nothing but the question fits: no search, but the arguments are still checked
             Filters.from_mapping(filters)
             if now is not None:
                 parse_timestamp(now)
-        return self.composer.compose(query, stm, [h.item for h in hits], budget, layout=layout)
+        t0 = time.perf_counter()
+        hits = result.hits if result is not None else []
+        context = self.composer.compose(query, stm, [h.item for h in hits], budget, layout=layout)
+        if result is not None:
+            result.timings_ms["compose"] = (time.perf_counter() - t0) * 1000
+        return context, result
 
     # -- memories addressed by the caller's key ------------------------------------------------
     def put(self, key: str, text: str, user_id: str, metadata: Mapping[str, Any] | None = None,
@@ -313,13 +333,23 @@ class Memory:
         return self.store.get(check_user_id(user_id), check_id(item_id, "item_id"), include_archived)
 
     def get_all(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0,
-                metadata: Mapping[str, Any] | None = None) -> list[MemoryItem]:
-        """The user's memories, oldest first; ``metadata``: only those whose metadata passes this filter
-        (``{"field": value}`` or ``{"field": {"$gte": value}}``: ``lightmem.metadata_filter``)."""
+                metadata: Mapping[str, Any] | None = None, *, text: str | None = None, time_from: object = None,
+                time_to: object = None, kind: str | None = None, newest_first: bool = False) -> list[MemoryItem]:
+        """The user's memories, oldest first (``newest_first``: the reverse); ``metadata``: only those whose metadata
+        passes this filter (``{"field": value}`` or ``{"field": {"$gte": value}}``: ``lightmem.metadata_filter``);
+        ``text``: only those whose text holds it (case-insensitive); ``time_from``/``time_to``: only those whose event
+        time is within these bounds (Unix seconds or a date); ``kind``: only ``episodic`` or ``abstract`` ones."""
         conditions = None if metadata is None else metadata_filter.parse(metadata, "metadata")
-        if conditions:
-            return self.store.list(check_user_id(user_id), include_archived, limit, offset, metadata=conditions)
-        return self.store.list(check_user_id(user_id), include_archived, limit, offset)
+        if text is not None and not isinstance(text, str):
+            raise InvalidInputError(f"text must be a string, got {type(text).__name__}")
+        if kind is not None and kind not in (ItemKind.EPISODIC.value, ItemKind.ABSTRACT.value):
+            raise InvalidInputError(f"kind must be 'episodic' or 'abstract', got {shown(kind)}")
+        bounds = {"time_from": None if time_from is None else parse_timestamp(time_from),
+                  "time_to": None if time_to is None else parse_timestamp(time_to)}
+        extra = {k: v for k, v in {"text": text or None, "kind": kind, **bounds}.items() if v is not None}
+        if newest_first:
+            extra["newest_first"] = True
+        return self.store.list(check_user_id(user_id), include_archived, limit, offset, metadata=conditions or None, **extra)
 
     def update(self, item_id: str, user_id: str, text: str | None = None, keep_history: bool = False,
                **fields: Any) -> MemoryItem:

@@ -24,6 +24,7 @@ import lightmem
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError, StoreFullError
 from lightmem.memory import Memory
 from lightmem.server.auth import KeyRing, Principal
+from lightmem.server.console import console_router
 from lightmem.server.schemas import (
     MAX_LIMIT,
     MAX_OFFSET,
@@ -92,6 +93,7 @@ def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int
     app.add_exception_handler(StoreFullError, _store_full)
     app.add_exception_handler(StoreError, _store_unavailable)
     app.include_router(_routes())
+    app.include_router(console_router(_public_index_status))  # the web console at /ui
     return app
 
 

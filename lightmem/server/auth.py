@@ -78,6 +78,15 @@ class KeyRing:
             raise KeyFileError(f'{path} must hold a JSON object: {{"<key>": ["alice"], "<admin key>": ["*"]}}')
         return cls(data)
 
+    def secret(self) -> bytes:
+        """A secret every worker of a server derives alike from its keys: the console signs its sign-in
+        cookies with it, so a change to the keys file ends the sessions signed before."""
+        return hashlib.sha256(b"lightmem-console\x00" + b"".join(d for d, _ in self._entries)).digest()
+
+    def principal(self, label: str) -> Principal | None:
+        """The principal whose label is ``label`` (``key #N``), or None when the keys file has no such key."""
+        return next((p for _, p in self._entries if p.label == label), None)
+
     def identify(self, key: str) -> Principal | None:
         """The principal of ``key``, or None when no key matches. Looks at every key, whatever matches."""
         presented = _digest(key)

@@ -240,8 +240,8 @@ class ItemStore(Protocol):
         """``fn()``, whose writes to this store all join one transaction: all commit or none does."""
         ...
 
-    def turns(self, user_id: str) -> list[Turn]:
-        """The user's stored turns, oldest first."""
+    def turns(self, user_id: str, turn_ids: Sequence[str] | None = None) -> list[Turn]:
+        """The user's stored turns (only those of ``turn_ids`` when given), oldest first."""
         ...
 
     def pending_turns(self, user_id: str) -> list[Turn]:
@@ -255,9 +255,12 @@ class ItemStore(Protocol):
         ...
 
     def list(self, user_id: str, include_archived: bool = False, limit: int | None = None,
-             offset: int = 0, metadata: tuple | None = None) -> list[MemoryItem]:
-        """The user's items, oldest first; ``metadata``: the conditions of ``lightmem.metadata_filter.parse`` that
-        their metadata must pass."""
+             offset: int = 0, metadata: tuple | None = None, *, text: str | None = None, time_from: float | None = None,
+             time_to: float | None = None, kind: str | None = None, newest_first: bool = False) -> list[MemoryItem]:
+        """The user's items, oldest first (``newest_first``: the reverse); ``metadata``: the conditions of
+        ``lightmem.metadata_filter.parse`` that their metadata must pass; ``text``: only items whose text holds it
+        (case-insensitive); ``time_from``/``time_to``: event times within these bounds; ``kind``: an ``ItemKind`` value.
+        Filters and the page (``limit``, ``offset``) apply in the database."""
         ...
 
     def update(self, user_id: str, item_id: str, now: float, *, vector: np.ndarray | None = None,

@@ -396,9 +396,9 @@ class SQLiteStore:
         with self.sql.lock:
             return self.sql.existing_turn_ids(self.sql.connection, user_id, list(turn_ids))
 
-    def turns(self, user_id: str) -> list[Turn]:
-        """The user's stored turns, oldest first."""
-        return self.sql.turns(user_id)
+    def turns(self, user_id: str, turn_ids: Sequence[str] | None = None) -> list[Turn]:
+        """The user's stored turns (only those of ``turn_ids`` when given), oldest first."""
+        return self.sql.turns(user_id, turn_ids)
 
     def pending_turns(self, user_id: str) -> list[Turn]:
         """Turns stored but still in the sensory stage's buffers (no items yet), oldest first."""
@@ -536,14 +536,26 @@ class SQLiteStore:
         return row_to_item(rows[0])
 
     def list(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0,
-             metadata: tuple | None = None) -> list[MemoryItem]:
+             metadata: tuple | None = None, *, text: str | None = None, time_from: float | None = None,
+             time_to: float | None = None, kind: str | None = None, newest_first: bool = False) -> list[MemoryItem]:
         where, params = ([] if include_archived else ["archived = 0"]), []
         if metadata:
             sql, params = metadata_filter.sqlite_where(metadata)
             where.append(sql)
-        rows = self.sql.item_rows(user_id, " AND ".join(where), params)
-        end = None if limit is None else offset + limit
-        return [row_to_item(r) for r in rows[offset:end]]
+        for clause, value in (("instr(lower(text), lower(?)) > 0", text), ("event_time >= ?", time_from),
+                              ("event_time <= ?", time_to), ("kind = ?", kind)):
+            if value is not None:
+                where.append(clause)
+                params = [*params, value]
+        order = f"rid{' DESC' if newest_first else ''} LIMIT ? OFFSET ?"
+        if limit is None:  # every row from offset on: one read
+            return [row_to_item(r) for r in self.sql.item_rows(user_id, " AND ".join(where), [*params, -1, offset], order)]
+        # A page is cut by row ids first (read from the user's index, no sort of whole rows), then only its rows are
+        # read: a page of a user's 10,000 items reads 50 rows, not all of them.
+        sql = f"SELECT rid FROM items WHERE user_id = ?{''.join(f' AND {w}' for w in where)} ORDER BY {order}"
+        rids = [r[0] for r in self.sql.query(sql, [user_id, *params, limit, offset])]
+        found = self.sql.items_by_rid(user_id, rids)
+        return [found[r] for r in rids if r in found]  # a row deleted in between is left out
 
     def fetch(self, user_id: str, rids: Sequence[int]) -> dict[int, MemoryItem]:
         """Items of this user by row id; rows of anyone else are never returned."""

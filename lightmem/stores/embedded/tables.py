@@ -657,12 +657,16 @@ class SQLiteTables:
         )
         return [HistoryEvent(*r) for r in rows]
 
-    def turns(self, user_id: str) -> list[Turn]:
-        rows = self.query(
-            "SELECT turn_id, speaker, text, timestamp, session_id, caption, metadata FROM turns WHERE user_id = ? ORDER BY pk",
-            (user_id,),
-        )
-        return [_row_to_turn(r) for r in rows]
+    def turns(self, user_id: str, turn_ids: Sequence[str] | None = None) -> list[Turn]:
+        cols = "SELECT turn_id, speaker, text, timestamp, session_id, caption, metadata FROM turns WHERE user_id = ?"
+        if turn_ids is None:
+            return [_row_to_turn(r) for r in self.query(f"{cols} ORDER BY pk", (user_id,))]
+        ids, rows = list(dict.fromkeys(turn_ids)), []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            rows += self.query(f"{cols.replace(' FROM', ', pk FROM')} AND turn_id IN ({','.join('?' * len(chunk))})",
+                               (user_id, *chunk))
+        return [_row_to_turn(r[:-1]) for r in sorted(rows, key=lambda r: r[-1])]
 
     def pending_turns(self, user_id: str) -> list[Turn]:
         """Turns stored but still in the sensory stage's buffers (no items yet), oldest first."""

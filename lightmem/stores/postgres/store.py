@@ -367,9 +367,11 @@ class PostgresStore:
         return {r[0] for r in self._query("SELECT turn_id FROM turns WHERE user_id = %s AND turn_id = ANY(%s)",
                                           (user_id, list(turn_ids)))}
 
-    def turns(self, user_id: str) -> list[Turn]:
+    def turns(self, user_id: str, turn_ids: Sequence[str] | None = None) -> list[Turn]:
+        only = "" if turn_ids is None else " AND turn_id = ANY(%s)"
         rows = self._query("SELECT turn_id, speaker, text, timestamp, session_id, caption, metadata FROM turns "
-                           "WHERE user_id = %s ORDER BY pk", (user_id,))
+                           f"WHERE user_id = %s{only} ORDER BY pk",
+                           (user_id,) if turn_ids is None else (user_id, list(turn_ids)))
         return [_row_to_turn(r) for r in rows]
 
     def pending_turns(self, user_id: str) -> list[Turn]:
@@ -494,12 +496,19 @@ class PostgresStore:
         return self._db.read(lambda conn: self._get(conn, user_id, item_id, include_archived))
 
     def list(self, user_id: str, include_archived: bool = False, limit: int | None = None, offset: int = 0,
-             metadata: tuple | None = None) -> list[MemoryItem]:
+             metadata: tuple | None = None, *, text: str | None = None, time_from: float | None = None,
+             time_to: float | None = None, kind: str | None = None, newest_first: bool = False) -> list[MemoryItem]:
         where, params = ("" if include_archived else " AND NOT archived"), []
         if metadata:
             sql, params = metadata_filter.postgres_where(metadata)
             where += f" AND {sql}"
-        rows = self._query(f"SELECT {ITEM_COLS} FROM items WHERE user_id = %s{where} ORDER BY rid LIMIT %s OFFSET %s",
+        for clause, value in (("strpos(lower(text), lower(%s)) > 0", text), ("event_time >= %s", time_from),
+                              ("event_time <= %s", time_to), ("kind = %s", kind)):
+            if value is not None:
+                where += f" AND {clause}"
+                params = [*params, value]
+        order = "rid DESC" if newest_first else "rid"
+        rows = self._query(f"SELECT {ITEM_COLS} FROM items WHERE user_id = %s{where} ORDER BY {order} LIMIT %s OFFSET %s",
                            (user_id, *params, limit, offset))
         return [row_to_item(r) for r in rows]
 

@@ -44,9 +44,10 @@ def test_busy_processes_run_during_the_block_and_are_gone_after():
     from lightmem.evaluation.benchmarks.encoder_speed import busy_processes
 
     me = psutil.Process()
+    before = set(me.children())  # a worker may hold children of its own (another test's server shutting down)
     with busy_processes(2):
-        kids = me.children()
+        kids = [k for k in me.children() if k not in before]
         assert len(kids) == 2 and all(k.is_running() and k.status() != psutil.STATUS_ZOMBIE for k in kids)
-    assert not me.children()
+    assert not [k for k in me.children() if k not in before]
     with pytest.raises(ValueError, match=">= 0"), busy_processes(-1):
         pass

@@ -196,13 +196,14 @@ def _flat(text: str) -> str:
 
 
 @pytest.mark.multiprocess
-def test_restore_refuses_while_another_process_writes_and_no_acknowledged_write_is_lost(tmp_path):
+@pytest.mark.parametrize("background", ["1", "0"], ids=["background", "sync"])
+def test_restore_refuses_while_another_process_writes_and_no_acknowledged_write_is_lost(tmp_path, background):
     store, other, saved, stop = tmp_path / "store", tmp_path / "other", tmp_path / "saved.sqlite", tmp_path / "stop"
     _fill(other, user="saved")
     backup(other, saved)
     _fill(store, user="old")
     writer = subprocess.Popen([sys.executable, "-c", STOPPABLE_WRITER, str(store), str(stop)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=ENV)
+                              stderr=subprocess.PIPE, text=True, env={**ENV, "LIGHTMEM_BACKGROUND_INDEX": background})
     acked: list[int] = []
     try:
         while len(acked) < 5:

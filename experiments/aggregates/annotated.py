@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.fact_keys.ceiling import cited_ids
 from lightmem.datasets.formats import Conversation
 from lightmem.retrieval.anchoring import dated
 from lightmem.timeutil import spoken_date
@@ -72,8 +73,7 @@ def annotated_facts(raw: Mapping[str, Any], conv: Conversation) -> list[Fact]:
             continue
         for speaker, items in per_speaker.items():
             for text, evidence in items:
-                ids = evidence if isinstance(evidence, list) else re.split(r"[;,\s]+", str(evidence))
-                ids = tuple(i.strip() for i in ids if i.strip() in known)
+                ids = tuple(cited_ids(evidence, known))
                 if ids:
                     out.append(Fact(text, speaker, when[session], ids))
     return sorted(out, key=lambda f: f.time)

@@ -40,6 +40,13 @@ KEYS = ("text", "text+facts", "facts+text", "text|fact items")
 CATEGORIES = ("1", "2", "3", "4")  # LoCoMo's answerable categories (5 is adversarial)
 
 
+def cited_ids(evidence: Any, known: set[str]) -> list[str]:
+    """The turn ids an observation's ``evidence`` cites (a list, or one string split at ``;``, ``,`` and spaces),
+    those not in ``known`` dropped."""
+    ids = evidence if isinstance(evidence, list) else re.split(r"[;,\s]+", str(evidence))
+    return [i.strip() for i in ids if i.strip() in known]
+
+
 def cited_facts(raw: Mapping[str, Any], turn_ids: Sequence[str]) -> list[tuple[str, list[str]]]:
     """(fact, the ids of the turns it cites) from a raw LoCoMo sample's ``observation``; citations of turns
     that do not exist are dropped, and so is a fact left citing none."""
@@ -48,8 +55,7 @@ def cited_facts(raw: Mapping[str, Any], turn_ids: Sequence[str]) -> list[tuple[s
     for session in (raw.get("observation") or {}).values():
         for items in session.values():
             for fact, evidence in items:
-                ids = evidence if isinstance(evidence, list) else re.split(r"[;,\s]+", str(evidence))
-                ids = [i.strip() for i in ids if i.strip() in known]
+                ids = cited_ids(evidence, known)
                 if ids:
                     out.append((fact, ids))
     return out

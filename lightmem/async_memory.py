@@ -105,9 +105,27 @@ class AsyncMemory:
         """Run ``fn`` on the worker thread after every call made before it."""
         await self._enter()
         try:
-            job = self._worker.submit(fn, *args, **kwargs)
-            # Cancelling the awaiting coroutine cancels the job if it has not started; a started one finishes.
-            return await asyncio.wrap_future(job)
+            loop = asyncio.get_running_loop()
+            outcome: asyncio.Future[T] = loop.create_future()
+
+            def job() -> None:
+                # ``Task.cancel`` marks ``outcome`` cancelled at once, on the caller's side of the call, so a call
+                # cancelled before the worker reaches it never runs; one that has started finishes in this thread.
+                # (Cancelling the worker's own future instead would reach it a loop step later, and the worker
+                # could start the call in between.)
+                if outcome.cancelled():
+                    return
+                try:
+                    value = fn(*args, **kwargs)
+                except BaseException as error:  # noqa: BLE001 - handed to the awaiting coroutine as it is
+                    value, failure = None, error
+                else:
+                    failure = None
+                if not loop.is_closed():  # a loop that ended without aclose has no one left to tell
+                    loop.call_soon_threadsafe(_settle, outcome, value, failure)
+
+            self._worker.submit(job)
+            return await outcome
         finally:
             self._leave()
 
@@ -161,6 +179,15 @@ class _Opening:
     async def __aexit__(self, *exc: object) -> None:
         if self._memory is not None:
             await self._memory.aclose()
+
+
+def _settle(outcome: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if outcome.done():  # the awaiting coroutine was cancelled while the call ran
+        return
+    if error is not None:
+        outcome.set_exception(error)
+    else:
+        outcome.set_result(value)
 
 
 def freeze_loaded() -> None:

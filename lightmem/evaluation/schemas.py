@@ -1,7 +1,9 @@
 """Structured configs of the evaluation entry points (eval/*.py), and their registration.
 
-``register_configs()`` stores them in Hydra's ConfigStore (the YAML files of conf/ extend them:
-``defaults: [schema_locomo, ...]``); the entry points call it before Hydra composes.
+Here: the configs several entry points share (LoCoMo's and LongMemEval's, which the suite composes too, and
+their data / QA / injection nodes). A config only one benchmark uses lives in its runs module as
+``SCHEMA = ("schema_<name>", XConfig)``. ``register_configs()`` stores all of them in Hydra's ConfigStore
+(the YAML files of conf/ extend them: ``defaults: [schema_locomo, ...]``) before Hydra composes.
 
 ``optimized_metric`` names the flat metric (as logged: ``metrics(results)`` of the entry point's
 runner in ``lightmem.evaluation.runs``) that the entry point's ``main`` returns, so a Hydra/Optuna
@@ -9,10 +11,13 @@ sweep optimises any metric without code changes; None returns nothing.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from lightmem.config import PathsConfig, PipelineConfig, logger_field, register_schemas
+from lightmem.config import PipelineConfig, register_schemas
 
 
 @dataclass
@@ -91,119 +96,24 @@ class LongMemEvalConfig(PipelineConfig):
     optimized_metric: str | None = "lme/session_recall_all@10"
 
 
-@dataclass
-class GrowthConfig(PipelineConfig):
-    """MTM growth along one trajectory (LightMem-SLM §4.5)."""
-
-    locomo_path: str = "${paths.data}/locomo/locomo_dev.json.gz"
-    locomo_conversations: Any = "0-4"
-    filler_path: str | None = "${paths.data}/longmemeval/longmemeval_s_dev_sample.json.gz"
-    sizes: list[int] = field(default_factory=lambda: [100, 1000, 5000, 10_000])
-    k: int = 10
-    budget: int = 600
-    max_questions: int | None = 300  # per checkpoint, spread evenly over the answerable ones
-    out_dir: str = "outputs/growth"
-    optimized_metric: str | None = None  # e.g. growth/reranking/recall_all@budget@10000
+SCHEMAS = {"schema_locomo": LocomoEvalConfig, "schema_longmemeval": LongMemEvalConfig}  # the shared ones
+RUNS = "lightmem.evaluation.runs"
 
 
-@dataclass
-class LatencyBenchConfig(PipelineConfig):
-    sizes: list[int] = field(default_factory=lambda: [100, 1000, 10_000])
-    n_queries: int = 200
-    k: int = 10
-    budget: int | None = None  # a token budget per search (what build_context packs: excerpts, squeezing); None: best K
-    corpus: list[str] = field(
-        default_factory=lambda: [
-            "${paths.data}/locomo/locomo_dev.json.gz",
-            "${paths.data}/longmemeval/longmemeval_oracle_dev.json.gz",
-        ]
-    )
-    out_dir: str = "outputs/latency"
-    seed: int = 0
-    optimized_metric: str | None = "latency/search_ms_p95"  # at the largest size (minimise)
-
-
-@dataclass
-class EncoderSpeedConfig:
-    """eval/encoder_speed.py: query and ingest speed of the encoder's backends, measured interleaved."""
-
-    encoder: Any = None
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    logger: Any = logger_field()
-    backends: list[str] = field(default_factory=lambda: ["torch", "onnx", "onnx_int8"])
-    corpus: str = "${paths.data}/locomo/locomo_dev.json.gz"
-    n_queries: int = 200
-    n_texts: int | None = None  # None: every turn of the corpus
-    rounds: int = 2
-    chunk: int = 256
-    busy_processes: int = 0  # other processes keeping a core busy during the measurement (a loaded machine)
-    seed: int = 0
-    out_dir: str = "outputs/encoder_speed"
-    optimized_metric: str | None = None  # e.g. encoder_speed/onnx_int8/query_ms_p50
-
-
-@dataclass
-class RolesBenchConfig(PipelineConfig):
-    data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
-    conversation: Any = 0
-    controllers: list[str] = field(default_factory=lambda: ["passthrough", "fast", "experimental/generative"])
-    selectors: list[str] = field(default_factory=lambda: ["none", "experimental/generative", "cross_encoder"])
-    writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "experimental/generative"])
-    k: int = 10
-    n_queries: int = 100
-    n_queries_generative: int = 10
-    n_turns: int = 200
-    n_turns_generative: int = 24
-    turns_per_batch: int = 8
-    out_dir: str = "outputs/roles"
-    optimized_metric: str | None = None
-
-
-@dataclass
-class SensoryBenchConfig(PipelineConfig):
-    """eval/sensory.py: compression, segmentation and ingestion cost of the sensory stage."""
-
-    parts: list[str] = field(default_factory=lambda: ["compression", "segmentation", "ingest"])
-    locomo_path: str = "${paths.data}/locomo/locomo_dev.json.gz"
-    locomo_conversations: Any = "0-4"
-    rates: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7])
-    lme_path: str = "${paths.data}/longmemeval/longmemeval_s_dev_sample.json.gz"
-    lme_instances: Any = "0-9"
-    seg_methods: list[str] = field(default_factory=lambda: ["hybrid", "attention", "similarity"])
-    seg_rates: list[float] = field(default_factory=lambda: [0.6])
-    seg_taus: list[float] = field(default_factory=lambda: [0.3])
-    ingest_conversation: Any = 0
-    ingest_writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "experimental/generative"])
-    ingest_sensory: list[str] = field(default_factory=lambda: ["none", "lightmem"])
-    out_dir: str = "outputs/sensory"
-    optimized_metric: str | None = None
-
-
-@dataclass
-class LTMBenchConfig(PipelineConfig):
-    """eval/ltm.py: consolidation growth and cost, search latency idle vs during consolidation."""
-
-    data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
-    conversation: Any = 0
-    copies: int = 2
-    n_queries: int = 100
-    k: int = 10
-    out_dir: str = "outputs/ltm_bench"
-    optimized_metric: str | None = "latency/busy_ms_p95"  # search P95 during consolidation (minimise)
-
-
-SCHEMAS = {
-    "schema_locomo": LocomoEvalConfig,
-    "schema_latency": LatencyBenchConfig,
-    "schema_encoder_speed": EncoderSpeedConfig,
-    "schema_longmemeval": LongMemEvalConfig,
-    "schema_growth": GrowthConfig,
-    "schema_roles": RolesBenchConfig,
-    "schema_sensory_bench": SensoryBenchConfig,
-    "schema_ltm_bench": LTMBenchConfig,
-}
+def benchmark_schemas() -> dict[str, type]:
+    """The ``SCHEMA = (name, dataclass)`` of every module of ``lightmem.evaluation.runs`` that declares one: the
+    config of a benchmark only its own entry point uses lives next to its ``run(cfg)``. The modules are found by
+    name and imported here, at call time (they import the harnesses: an entry point registers only its own)."""
+    found = {}
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).with_name("runs"))]), key=lambda m: m.name):
+        schema = getattr(importlib.import_module(f"{RUNS}.{info.name}"), "SCHEMA", None)
+        if schema is not None:
+            found[schema[0]] = schema[1]
+    return found
 
 
 def register_configs() -> None:
-    """Register the evaluation schemas and lightmem's resolvers (idempotent)."""
-    register_schemas(SCHEMAS)
+    """Register lightmem's resolvers and every evaluation schema, the shared ones and each benchmark's
+    (idempotent): what composing any conf/*.yaml of eval/ needs (tests, tools, experiments, the suite).
+    An eval/*.py stub registers only the shared ones and its own (``lightmem.evaluation.runs.entry``)."""
+    register_schemas({**SCHEMAS, **benchmark_schemas()})

@@ -6,16 +6,39 @@ import json
 import os
 import platform
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from lightmem.config import make_run_logger, to_container
+from lightmem.config import PathsConfig, logger_field, make_run_logger, to_container
 from lightmem.datasets import load_conversations
 from lightmem.evaluation.benchmarks.encoder_speed import busy_processes, compare_backends, speed_table
 from lightmem.metric_logger import quiet_third_party_logs
+
+
+@dataclass
+class EncoderSpeedConfig:
+    """eval/encoder_speed.py: query and ingest speed of the encoder's backends, measured interleaved."""
+
+    encoder: Any = None
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    logger: Any = logger_field()
+    backends: list[str] = field(default_factory=lambda: ["torch", "onnx", "onnx_int8"])
+    corpus: str = "${paths.data}/locomo/locomo_dev.json.gz"
+    n_queries: int = 200
+    n_texts: int | None = None  # None: every turn of the corpus
+    rounds: int = 2
+    chunk: int = 256
+    busy_processes: int = 0  # other processes keeping a core busy during the measurement (a loaded machine)
+    seed: int = 0
+    out_dir: str = "outputs/encoder_speed"
+    optimized_metric: str | None = None  # e.g. encoder_speed/onnx_int8/query_ms_p50
+
+
+SCHEMA = ("schema_encoder_speed", EncoderSpeedConfig)  # conf/encoder_speed.yaml extends it
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:

@@ -5,18 +5,37 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from lightmem.config import SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
+from lightmem.config import PipelineConfig, SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.datasets.longmemeval import load_longmemeval
 from lightmem.evaluation.benchmarks.growth import run_growth
 from lightmem.evaluation.reports.failures import failures_md
 from lightmem.evaluation.reports.report import growth_table, plot_growth
 from lightmem.metric_logger import quiet_third_party_logs
+
+
+@dataclass
+class GrowthConfig(PipelineConfig):
+    """MTM growth along one trajectory (LightMem-SLM §4.5)."""
+
+    locomo_path: str = "${paths.data}/locomo/locomo_dev.json.gz"
+    locomo_conversations: Any = "0-4"
+    filler_path: str | None = "${paths.data}/longmemeval/longmemeval_s_dev_sample.json.gz"
+    sizes: list[int] = field(default_factory=lambda: [100, 1000, 5000, 10_000])
+    k: int = 10
+    budget: int = 600
+    max_questions: int | None = 300  # per checkpoint, spread evenly over the answerable ones
+    out_dir: str = "outputs/growth"
+    optimized_metric: str | None = None  # e.g. growth/reranking/recall_all@budget@10000
+
+
+SCHEMA = ("schema_growth", GrowthConfig)  # conf/growth.yaml extends it
 
 
 def unreached_sizes(rows: list[dict]) -> list[str]:

@@ -6,17 +6,38 @@ import json
 import platform
 import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from lightmem.config import build_memory, to_container
+from lightmem.config import PipelineConfig, build_memory, to_container
 from lightmem.datasets import load_conversations
 from lightmem.evaluation.benchmarks.latency import corpus_and_queries, latency_table, measure_growth, plot_latency
 from lightmem.memory import Memory
 from lightmem.metric_logger import make_run_logger, quiet_third_party_logs
 from lightmem.retrieval.stage2 import Stage1Selector
+
+
+@dataclass
+class LatencyBenchConfig(PipelineConfig):
+    sizes: list[int] = field(default_factory=lambda: [100, 1000, 10_000])
+    n_queries: int = 200
+    k: int = 10
+    budget: int | None = None  # a token budget per search (what build_context packs: excerpts, squeezing); None: best K
+    corpus: list[str] = field(
+        default_factory=lambda: [
+            "${paths.data}/locomo/locomo_dev.json.gz",
+            "${paths.data}/longmemeval/longmemeval_oracle_dev.json.gz",
+        ]
+    )
+    out_dir: str = "outputs/latency"
+    seed: int = 0
+    optimized_metric: str | None = "latency/search_ms_p95"  # at the largest size (minimise)
+
+
+SCHEMA = ("schema_latency", LatencyBenchConfig)  # conf/latency.yaml extends it
 
 
 def _device(cfg: DictConfig, backend: str) -> tuple[str, callable]:

@@ -5,16 +5,34 @@ from __future__ import annotations
 import json
 import platform
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from lightmem.config import build_memory, to_container
+from lightmem.config import PipelineConfig, build_memory, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.evaluation.benchmarks.ltm import consolidation_growth, latency_under_consolidation, plot_latency_split
 from lightmem.evaluation.reports.failures import failures_md
+from lightmem.evaluation.schemas import LocomoDataConfig
 from lightmem.metric_logger import make_run_logger, quiet_third_party_logs
+
+
+@dataclass
+class LTMBenchConfig(PipelineConfig):
+    """eval/ltm.py: consolidation growth and cost, search latency idle vs during consolidation."""
+
+    data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
+    conversation: Any = 0
+    copies: int = 2
+    n_queries: int = 100
+    k: int = 10
+    out_dir: str = "outputs/ltm_bench"
+    optimized_metric: str | None = "latency/busy_ms_p95"  # search P95 during consolidation (minimise)
+
+
+SCHEMA = ("schema_ltm_bench", LTMBenchConfig)  # conf/ltm_bench.yaml extends it
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:

@@ -5,17 +5,40 @@ from __future__ import annotations
 import json
 import platform
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from lightmem.config import SharedRuntime, build_embedder, build_memory, compose_option, to_container
+from lightmem.config import PipelineConfig, SharedRuntime, build_embedder, build_memory, compose_option, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.evaluation.benchmarks.roles import bench_role, controller_inputs, roles_table, run_controller, run_writer
 from lightmem.evaluation.reports.failures import failures_md
+from lightmem.evaluation.schemas import LocomoDataConfig
 from lightmem.metric_logger import quiet_third_party_logs
 from lightmem.types import Filters
+
+
+@dataclass
+class RolesBenchConfig(PipelineConfig):
+    data: LocomoDataConfig = field(default_factory=LocomoDataConfig)
+    conversation: Any = 0
+    controllers: list[str] = field(default_factory=lambda: ["passthrough", "fast", "experimental/generative"])
+    selectors: list[str] = field(default_factory=lambda: ["none", "experimental/generative", "cross_encoder"])
+    writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "experimental/generative"])
+    k: int = 10
+    n_queries: int = 100
+    n_queries_generative: int = 10
+    n_turns: int = 200
+    n_turns_generative: int = 24
+    turns_per_batch: int = 8
+    out_dir: str = "outputs/roles"
+    optimized_metric: str | None = None
+
+
+SCHEMA = ("schema_roles", RolesBenchConfig)  # conf/roles.yaml extends it
+
 
 CONF = Path(__file__).resolve().parents[3] / "conf"  # the repository's conf/ (a running Hydra app uses its own)
 

@@ -5,16 +5,49 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lightmem.config import SharedRuntime, build_embedder, build_memory, build_sensory_stage, compose_option, to_container
+from lightmem.config import (
+    PipelineConfig,
+    SharedRuntime,
+    build_embedder,
+    build_memory,
+    build_sensory_stage,
+    compose_option,
+    to_container,
+)
 from lightmem.datasets import load_conversations, load_locomo, select_conversations
 from lightmem.evaluation.benchmarks.sensory import compression_eval, ingest_eval, segmentation_eval, user_stream
 from lightmem.evaluation.reports.report import plot_segmentation, sensory_tables
 from lightmem.metric_logger import make_run_logger, quiet_third_party_logs
+
+
+@dataclass
+class SensoryBenchConfig(PipelineConfig):
+    """eval/sensory.py: compression, segmentation and ingestion cost of the sensory stage."""
+
+    parts: list[str] = field(default_factory=lambda: ["compression", "segmentation", "ingest"])
+    locomo_path: str = "${paths.data}/locomo/locomo_dev.json.gz"
+    locomo_conversations: Any = "0-4"
+    rates: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7])
+    lme_path: str = "${paths.data}/longmemeval/longmemeval_s_dev_sample.json.gz"
+    lme_instances: Any = "0-9"
+    seg_methods: list[str] = field(default_factory=lambda: ["hybrid", "attention", "similarity"])
+    seg_rates: list[float] = field(default_factory=lambda: [0.6])
+    seg_taus: list[float] = field(default_factory=lambda: [0.3])
+    ingest_conversation: Any = 0
+    ingest_writers: list[str] = field(default_factory=lambda: ["turn", "extractive", "experimental/generative"])
+    ingest_sensory: list[str] = field(default_factory=lambda: ["none", "lightmem"])
+    out_dir: str = "outputs/sensory"
+    optimized_metric: str | None = None
+
+
+SCHEMA = ("schema_sensory_bench", SensoryBenchConfig)  # conf/sensory_bench.yaml extends it
+
 
 CONF = Path(__file__).resolve().parents[3] / "conf"  # the repository's conf/ (a running Hydra app uses its own)
 

@@ -1,0 +1,66 @@
+"""What every eval/<name>.py script is, in one call: ``main = hydra_entry(__file__, "<name>", "<title>")``.
+
+A benchmark is three files: ``lightmem/evaluation/runs/<name>.py`` (``run(cfg)``, ``metrics(results)``, and when
+it has a config of its own ``SCHEMA = ("schema_<name>", XConfig)``; a small benchmark measures there too, a big one
+in ``lightmem/evaluation/benchmarks/``), ``conf/<name>.yaml`` (``defaults: [schema_<name>, ...]``) and the stub
+``eval/<name>.py``. ``lightmem.evaluation.schemas.register_configs`` finds the ``SCHEMA`` by itself.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from lightmem.config import register_schemas
+from lightmem.evaluation.reports.failures import exit_on_failures
+from lightmem.evaluation.runs.common import optimized_metric
+from lightmem.evaluation.schemas import SCHEMAS
+
+
+def hydra_entry(script_file: str, name: str, title: str | None = None, *, config_name: str | None = None,
+                module: str | None = None) -> Callable[[], Any]:
+    """The ``main`` of an eval/ script: register the configs, compose ``conf/<config_name>.yaml`` (command-line
+    overrides, ``--multirun``, ``--config-name``, ``--cfg job`` as any ``@hydra.main``), run, return the metric.
+
+    Args:
+        script_file: The script's ``__file__``; its configs are the ``conf/`` folder beside the script's folder,
+            and Hydra names the job after it (``hydra.job.name``: the run's log file ``<out_dir>/<stem>.log``).
+        name: The benchmark's name: its runs module and, by default, its config.
+        title: The benchmark's name in the failure message: when given, a run whose results list failures
+            exits 1 (``exit_on_failures``) after writing what did finish.
+        config_name: The config to compose (default ``name``).
+        module: The runs module, importable (default ``lightmem.evaluation.runs.<name>``); it has
+            ``run(cfg)``, ``metrics(results)`` and may have ``SCHEMA``.
+
+    Returns:
+        ``main()``, which registers the shared evaluation schemas and the module's own ``SCHEMA`` (before Hydra
+        composes), then runs Hydra's app; its task calls ``run(cfg)`` and returns ``optimized_metric`` of
+        ``metrics(results)`` (what a sweeper optimises). ``main.run`` and ``main.metrics`` are the module's.
+    """
+    runner = importlib.import_module(module or f"lightmem.evaluation.runs.{name}")
+    conf = Path(os.path.realpath(script_file)).parent.parent / "conf"
+
+    def task(cfg: DictConfig) -> float | None:
+        results = runner.run(cfg)
+        if title is not None:
+            exit_on_failures(results, title, cfg.out_dir)  # exit 1 when the run recorded failures
+        return optimized_metric(runner.metrics(results), cfg)  # the metric a sweep optimises: cfg.optimized_metric
+
+    # Hydra takes the task's file for the script (it unwraps __wrapped__): the job's name and the folder a relative
+    # --config-path starts from are then the script's, as with @hydra.main written in the script itself.
+    task.__wrapped__ = types.FunctionType((lambda cfg: None).__code__.replace(co_filename=str(script_file)), {})
+    app = hydra.main(version_base="1.3", config_path=str(conf), config_name=config_name or name)(task)
+
+    def main() -> Any:
+        own = getattr(runner, "SCHEMA", None)
+        register_schemas({**SCHEMAS, **dict([own] if own else [])})  # the schemas and resolvers conf/ needs
+        return app()
+
+    main.run, main.metrics, main.module = runner.run, runner.metrics, runner
+    return main

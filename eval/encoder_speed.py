@@ -4,22 +4,10 @@
     python eval/encoder_speed.py backends=[onnx,onnx_int8] n_texts=1000 rounds=3
     python eval/encoder_speed.py busy_processes=1                  # while another process keeps one core busy
 """
-from __future__ import annotations
+from lightmem.evaluation.runs.entry import hydra_entry
 
-import hydra
-from omegaconf import DictConfig
-
-from lightmem.evaluation.runs.common import optimized_metric
-from lightmem.evaluation.runs.encoder_speed import metrics, run
-from lightmem.evaluation.schemas import register_configs
-
-
-@hydra.main(version_base="1.3", config_path="../conf", config_name="encoder_speed")
-def main(cfg: DictConfig) -> float | None:
-    results = run(cfg)
-    return optimized_metric(metrics(results), cfg)  # the metric a sweep optimises: cfg.optimized_metric
-
+main = hydra_entry(__file__, "encoder_speed")
+run = main.run  # the runner, for whoever loads this script (tests call run(cfg))
 
 if __name__ == "__main__":
-    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

@@ -15,8 +15,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from lightmem.evaluation.runs.entry import register_configs
 from lightmem.evaluation.runs.suite import closing_summary, run
-from lightmem.evaluation.schemas import register_configs
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="suite")

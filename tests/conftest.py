@@ -161,7 +161,7 @@ def compose(config_name: str, overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from lightmem.evaluation.schemas import register_configs as register_evaluation
+    from lightmem.evaluation.runs.entry import register_configs as register_evaluation
     from lightmem.training.schemas import register_configs as register_training
 
     register_evaluation()  # what the entry points do before Hydra composes

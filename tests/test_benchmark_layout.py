@@ -80,7 +80,7 @@ def test_every_eval_script_is_a_stub_with_a_config_and_a_runs_module(script):
 def test_register_configs_registers_every_schema_a_config_names():
     from hydra.core.config_store import ConfigStore
 
-    from lightmem.evaluation.schemas import register_configs
+    from lightmem.evaluation.runs.entry import register_configs
     from lightmem.training.schemas import SCHEMAS as TRAINING
 
     register_configs()

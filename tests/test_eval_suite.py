@@ -278,8 +278,8 @@ def test_whole_suite_runs_from_one_command_on_tiny_data(tmp_path):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    from lightmem.evaluation.runs.entry import register_configs
     from lightmem.evaluation.runs.suite import run as run_suite
-    from lightmem.evaluation.schemas import register_configs
 
     register_configs()
 
@@ -425,9 +425,9 @@ def test_suite_reruns_a_run_that_recorded_failures_and_reports_reused_ones(tmp_p
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    from lightmem.evaluation.runs.entry import register_configs
     from lightmem.evaluation.runs.suite import closing_summary
     from lightmem.evaluation.runs.suite import run as run_suite
-    from lightmem.evaluation.schemas import register_configs
 
     register_configs()
 

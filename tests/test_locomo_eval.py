@@ -165,7 +165,7 @@ def test_the_locomo_optuna_search_maximises_optimized_metric():
     from hydra import compose as hc
     from hydra import initialize_config_dir
 
-    from lightmem.evaluation.schemas import register_configs
+    from lightmem.evaluation.runs.entry import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -81,7 +81,7 @@ def check_train(args) -> dict:
 
     from data_gen import distill as distill_script
     from data_gen import synth as synth_script
-    from lightmem.evaluation.schemas import register_configs as register_evaluation
+    from lightmem.evaluation.runs.entry import register_configs as register_evaluation
     from lightmem.training.schemas import register_configs as register_training
     from train import cross_encoder as selector_script
     from train import embedder as embedder_script

@@ -17,8 +17,8 @@ from omegaconf import DictConfig
 from experiments.aggregates.annotated import AnnotatedAggregates
 from lightmem.datasets.catalog import repo_root
 from lightmem.evaluation.reports.failures import exit_on_failures
+from lightmem.evaluation.runs.entry import register_configs
 from lightmem.evaluation.runs.locomo import run
-from lightmem.evaluation.schemas import register_configs
 
 
 @hydra.main(version_base="1.3", config_path=str(repo_root() / "conf"), config_name="locomo")

@@ -96,7 +96,7 @@ def pipeline_main(args: argparse.Namespace, convs: list, raws: list) -> int:
     """--pipeline: both keys through the composed read path; a table per category and the paired differences."""
     from hydra import compose, initialize_config_dir
 
-    from lightmem.evaluation.schemas import register_configs
+    from lightmem.evaluation.runs.entry import register_configs
 
     register_configs()
     try:

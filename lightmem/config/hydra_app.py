@@ -26,7 +26,7 @@ def register_resolvers() -> None:
 def register_schemas(schemas: Mapping[str, type]) -> None:
     """Store ``schemas`` (name → dataclass) in Hydra's ConfigStore, where the YAML files of conf/
     find them (``defaults: [schema_...]``), and register the resolvers. Entry points call this
-    (through ``lightmem.evaluation.schemas.register_configs`` or ``lightmem.training.schemas.register_configs``)
+    (through ``lightmem.evaluation.runs.entry.register_configs`` or ``lightmem.training.schemas.register_configs``)
     before Hydra composes; importing lightmem registers nothing."""
     register_resolvers()
     from lightmem.config.schemas import STORE_SCHEMAS

@@ -2,8 +2,9 @@
 
 Here: the configs several entry points share (LoCoMo's and LongMemEval's, which the suite composes too, and
 their data / QA / injection nodes). A config only one benchmark uses lives in its runs module as
-``SCHEMA = ("schema_<name>", XConfig)``. ``register_configs()`` stores all of them in Hydra's ConfigStore
-(the YAML files of conf/ extend them: ``defaults: [schema_locomo, ...]``) before Hydra composes.
+``SCHEMA = ("schema_<name>", XConfig)``. ``lightmem.evaluation.runs.entry.register_configs()`` stores all of
+them in Hydra's ConfigStore (the YAML files of conf/ extend them: ``defaults: [schema_locomo, ...]``) before Hydra
+composes; this module only defines them, and imports nothing above it.
 
 ``optimized_metric`` names the flat metric (as logged: ``metrics(results)`` of the entry point's
 runner in ``lightmem.evaluation.runs``) that the entry point's ``main`` returns, so a Hydra/Optuna
@@ -11,13 +12,10 @@ sweep optimises any metric without code changes; None returns nothing.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from lightmem.config import PipelineConfig, register_schemas
+from lightmem.config import PipelineConfig
 
 
 @dataclass
@@ -97,23 +95,3 @@ class LongMemEvalConfig(PipelineConfig):
 
 
 SCHEMAS = {"schema_locomo": LocomoEvalConfig, "schema_longmemeval": LongMemEvalConfig}  # the shared ones
-RUNS = "lightmem.evaluation.runs"
-
-
-def benchmark_schemas() -> dict[str, type]:
-    """The ``SCHEMA = (name, dataclass)`` of every module of ``lightmem.evaluation.runs`` that declares one: the
-    config of a benchmark only its own entry point uses lives next to its ``run(cfg)``. The modules are found by
-    name and imported here, at call time (they import the harnesses: an entry point registers only its own)."""
-    found = {}
-    for info in sorted(pkgutil.iter_modules([str(Path(__file__).with_name("runs"))]), key=lambda m: m.name):
-        schema = getattr(importlib.import_module(f"{RUNS}.{info.name}"), "SCHEMA", None)
-        if schema is not None:
-            found[schema[0]] = schema[1]
-    return found
-
-
-def register_configs() -> None:
-    """Register lightmem's resolvers and every evaluation schema, the shared ones and each benchmark's
-    (idempotent): what composing any conf/*.yaml of eval/ needs (tests, tools, experiments, the suite).
-    An eval/*.py stub registers only the shared ones and its own (``lightmem.evaluation.runs.entry``)."""
-    register_schemas({**SCHEMAS, **benchmark_schemas()})

@@ -3,12 +3,13 @@
 A benchmark is three files: ``lightmem/evaluation/runs/<name>.py`` (``run(cfg)``, ``metrics(results)``, and when
 it has a config of its own ``SCHEMA = ("schema_<name>", XConfig)``; a small benchmark measures there too, a big one
 in ``lightmem/evaluation/benchmarks/``), ``conf/<name>.yaml`` (``defaults: [schema_<name>, ...]``) and the stub
-``eval/<name>.py``. ``lightmem.evaluation.schemas.register_configs`` finds the ``SCHEMA`` by itself.
+``eval/<name>.py``. ``register_configs`` (here) finds the ``SCHEMA`` by itself.
 """
 from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -64,3 +65,22 @@ def hydra_entry(script_file: str, name: str, title: str | None = None, *, config
 
     main.run, main.metrics, main.module = runner.run, runner.metrics, runner
     return main
+
+
+def benchmark_schemas() -> dict[str, type]:
+    """The ``SCHEMA = (name, dataclass)`` of every module of ``lightmem.evaluation.runs`` that declares one: the
+    config of a benchmark only its own entry point uses lives next to its ``run(cfg)``. The modules are found by
+    name and imported at call time (they import the harnesses: an eval/ stub registers only its own)."""
+    found = {}
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
+        schema = getattr(importlib.import_module(f"{__package__}.{info.name}"), "SCHEMA", None)
+        if schema is not None:
+            found[schema[0]] = schema[1]
+    return found
+
+
+def register_configs() -> None:
+    """Register lightmem's resolvers and every evaluation schema, the shared ones and each benchmark's
+    (idempotent): what composing any conf/*.yaml of eval/ needs (tests, tools, experiments, the suite).
+    An eval/*.py stub registers only the shared ones and its own (``hydra_entry``)."""
+    register_schemas({**SCHEMAS, **benchmark_schemas()})

@@ -55,8 +55,12 @@ browser: $(BROWSER)  ## install Chromium (apt-get) for the web console's browser
 
 # Two pytest-xdist workers, a file each at a time, one torch thread each (two threads apiece would
 # oversubscribe the 2 cores), and the 20 slowest tests listed at the end; `$(PY) -m pytest tests/test_x.py`
-# runs serially as usual.
-PYTEST_PAR := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=20
+# runs serially as usual. Bytecode is cached (PYTHONDONTWRITEBYTECODE emptied: the many test subprocesses
+# then compile lightmem once), and only the pytest plugins the tests use load: autoloading every installed
+# one has pytest rewrite the asserts of schemathesis, hypothesis and langsmith (hundreds of modules) per worker.
+PYTEST_PLUGINS := -p xdist.plugin -p _hypothesis_pytestplugin -p anyio.pytest_plugin
+PYTEST_PAR := PYTHONDONTWRITEBYTECODE= PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+	$(PY) -m pytest $(PYTEST_PLUGINS) -q -n 2 --dist loadfile --durations=20
 
 test: install $(BROWSER)  ## run the whole test suite on two workers (gpu tests skip without CUDA)
 	$(PYTEST_PAR)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 from conftest import ROOT
@@ -57,9 +58,10 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return found
 
 
-def graph() -> dict[str, set[str]]:
+@lru_cache(maxsize=1)  # parsed once per test process; each test reads it, none changes it
+def graph() -> dict[str, frozenset[str]]:
     known = modules()
-    return {name: imports(name, path, known) for name, path in known.items()}
+    return {name: frozenset(imports(name, path, known)) for name, path in known.items()}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -47,7 +47,7 @@ def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
     common = ["optim.max_steps=2", "optim.eval_every=2",  # evaluated untrained and after the last step
               "optim.cpu=true", "optim.batch_size=4", f"data_dir={data}"]
     s = selector_script.run(compose("train_cross_encoder", common + [f"out_dir={tmp_path}/run_sel", f"export_dir={tmp_path}/ck/selector",
-                                                                "max_eval_groups=8", "task.group_size=4"]))
+                                                                "max_eval_groups=4", "task.group_size=4", "task.max_length=32"]))
     assert s["train"]["steps"] == 2 and any(k.startswith("test/locomo/selector/recall_all") for k in s["test"])
     card = json.loads((tmp_path / "ck/selector/card.json").read_text())
     assert card["base_model"] == "all-MiniLM-L6-v2" and len(card["data_sha256"]) == 64 and card["metrics"]
@@ -57,7 +57,7 @@ def test_data_gen_and_all_six_trainers_run_end_to_end(tmp_path):
     assert 0.0 <= p["test"]["test/trained/answer_kept@r0.5"] <= 1.0
     assert (tmp_path / "ck/comp/adapter_model.safetensors").exists()
     e = embedder_script.run(compose("train_embedder", common + [f"out_dir={tmp_path}/run_emb", f"export_dir={tmp_path}/ck/emb",
-                                                               "max_eval_groups=8", "lora.r=4"]))
+                                                               "max_eval_groups=4", "lora.r=4", "task.max_length=32"]))
     assert e["train"]["steps"] == 2 and 0.0 <= e["test"]["test/locomo/tuned_cosine/recall_all@10"] <= 1.0
     assert (tmp_path / "ck/emb/adapter_model.safetensors").exists()
     r = ranker_script.run(compose("train_ranker", [f"out_dir={tmp_path}/run_rk", f"export_dir={tmp_path}/ck/rk", "encoder=hashing",

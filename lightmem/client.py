@@ -22,9 +22,8 @@ does not offer are left out: ``open``, ``add_turns``, ``flush``, ``pending``, ``
 ``ltm_stats`` (the server runs its own indexer and consolidation; ``GET /healthz`` shows its indexer).
 
 **Arguments the HTTP API does not carry** are left out of the signatures, so a call using one fails at once
-instead of being ignored: ``add(context=...)``, ``search(stm=..., now=...)``, ``build_context(k=..., now=...)``
-(``search``'s ``budget`` and ``build_context``'s ``filters`` are keyword-only, since the arguments before them in
-``Memory`` are missing). A message's ``caption`` and an add operation's ``context`` raise ``InvalidInputError``;
+instead of being ignored: ``add(context=...)``, ``search(stm=..., now=...)``, ``build_context(now=...)``
+(``search``'s ``budget`` is keyword-only, since the arguments before it in ``Memory`` are missing). A message's ``caption`` and an add operation's ``context`` raise ``InvalidInputError``;
 a message's own ``session_id`` must be the call's (the API takes one per request).
 
 **Records rebuilt from the answers.** ``MemoryItem`` from a memory's JSON (``id, user_id, text, provenance, kind,
@@ -383,10 +382,11 @@ def _search(query: str, user_id: str, k: int | None, filters: Any, budget: int |
     return [_hit(h, user_id) for h in data["hits"]]
 
 
-def _build_context(query: str, user_id: str, stm: Sequence[str], budget: int | None, filters: Any) -> Op[ComposedContext]:
+def _build_context(query: str, user_id: str, stm: Sequence[str], budget: int | None, k: int | None,
+                   filters: Any) -> Op[ComposedContext]:
     if isinstance(stm, str):
         raise InvalidInputError("stm must be a list of recent turns, got a single string; wrap it in a list")
-    body = _dropped({"user_id": user_id, "query": query, "stm": list(stm), "budget": budget,
+    body = _dropped({"user_id": user_id, "query": query, "stm": list(stm), "budget": budget, "k": k,
                      "filters": _filters(filters)})
     return _context((yield _Request("POST", "/v1/context", body=body)), user_id)
 
@@ -512,10 +512,10 @@ class MemoryClient(_Base):
         """``Memory.search`` (no ``stm`` nor ``now``: the API has none)."""
         return self._run(_search(query, user_id, k, filters, budget))
 
-    def build_context(self, query: str, user_id: str, stm: Sequence[str] = (), budget: int | None = None, *,
-                      filters: Filters | Mapping[str, Any] | None = None) -> ComposedContext:
-        """``Memory.build_context`` (no ``k`` nor ``now``); ``memories`` hold their ids only."""
-        return self._run(_build_context(query, user_id, stm, budget, filters))
+    def build_context(self, query: str, user_id: str, stm: Sequence[str] = (), budget: int | None = None,
+                      k: int | None = None, filters: Filters | Mapping[str, Any] | None = None) -> ComposedContext:
+        """``Memory.build_context`` (no ``now``: the server's clock); ``memories`` hold their ids only."""
+        return self._run(_build_context(query, user_id, stm, budget, k, filters))
 
     def get(self, item_id: str, user_id: str, include_archived: bool = False) -> MemoryItem:
         return self._run(_get(item_id, user_id, include_archived))
@@ -608,9 +608,9 @@ class AsyncMemoryClient(_Base):
                      filters: Filters | Mapping[str, Any] | None = None, *, budget: int | None = None) -> list[Hit]:
         return await self._run(_search(query, user_id, k, filters, budget))
 
-    async def build_context(self, query: str, user_id: str, stm: Sequence[str] = (), budget: int | None = None, *,
-                            filters: Filters | Mapping[str, Any] | None = None) -> ComposedContext:
-        return await self._run(_build_context(query, user_id, stm, budget, filters))
+    async def build_context(self, query: str, user_id: str, stm: Sequence[str] = (), budget: int | None = None,
+                            k: int | None = None, filters: Filters | Mapping[str, Any] | None = None) -> ComposedContext:
+        return await self._run(_build_context(query, user_id, stm, budget, k, filters))
 
     async def get(self, item_id: str, user_id: str, include_archived: bool = False) -> MemoryItem:
         return await self._run(_get(item_id, user_id, include_archived))

@@ -134,6 +134,7 @@ def test_every_method_round_trips_with_memory_s_types_and_answers(served):
         assert all(isinstance(m, MemoryItem) and m.user_id == "bob" for m in ctx.memories)
         narrow = memory.build_context(f"Rex {tag}", "bob", filters={"metadata": {"topic": tag, "rank": 2}})
         assert [m.id for m in narrow.memories] == [second.id]
+        assert len(memory.build_context(f"Rex {tag}", "bob", k=1).memories) == 1
 
         # changes
         changed = memory.update(first.id, "bob", text=f"I adopted a dog named Max {tag}", keep_history=True,

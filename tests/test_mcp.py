@@ -48,6 +48,9 @@ def test_add_search_context_list_delete(server):
         await c.call_tool("add_memory", {"text": "We moved to Lisbon in May"})
         found = await c.call_tool("search_memories", {"query": "puppy Rex", "k": 1})
         ctx = await c.call_tool("build_context", {"query": "Where do we live?", "budget": 80, "stm": ["Bob: news?"]})
+        both = await c.call_tool("build_context", {"query": "Rex Lisbon"})
+        one = await c.call_tool("build_context", {"query": "Rex Lisbon", "k": 1})
+        assert [len(r.structured_content["memory_ids"]) for r in (both, one)] == [2, 1]
         item_id = added.structured_content["items"][0]["id"]
         gone = await c.call_tool("delete_memory", {"memory_id": item_id})
         left = await c.call_tool("get_memories", {})
@@ -86,6 +89,7 @@ def test_tools_act_only_for_the_served_user(memory, server):
     ("search_memories", {"query": "x", "k": 0}, "k"),
     ("search_memories", {"query": "x", "k": "many"}, "k"),
     ("build_context", {"query": "x", "budget": -1}, "budget"),
+    ("build_context", {"query": "x", "k": 0}, "k"),
     ("delete_memory", {"memory_id": "no-such-id"}, "no item"),
     ("get_memories", {"offset": -3}, "offset"),
 ])

@@ -189,6 +189,7 @@ def test_malformed_add_gets_422_naming_the_field(client, body, field):
     ("/v1/search", {"user_id": "alice", "query": "x", "filters": {"user_id": "bob"}}, "filters.user_id"),
     ("/v1/search", {"user_id": "alice", "query": "x", "filters": {"kinds": ["secret"]}}, "filters.kinds"),
     ("/v1/context", {"user_id": "alice", "query": "x", "budget": -5}, "budget"),
+    ("/v1/context", {"user_id": "alice", "query": "x", "k": 0}, "k"),
 ])
 def test_malformed_search_and_context_get_422(client, path, body, field):
     r = client.post(path, headers=auth(ALICE), json=body)
@@ -282,6 +283,9 @@ def test_own_memories_are_found_with_score_and_provenance(client):
     ctx = client.post("/v1/context", headers=auth(ALICE),
                       json={"user_id": "alice", "query": "Where did we move?", "budget": 60, "stm": ["Bob: any news?"]}).json()
     assert "Lisbon" in ctx["prompt"] and "Bob: any news?" in ctx["prompt"] and 0 < ctx["n_tokens"] <= 60
+    both = client.post("/v1/context", headers=auth(ALICE), json={"user_id": "alice", "query": "Rex Lisbon"}).json()
+    one = client.post("/v1/context", headers=auth(ALICE), json={"user_id": "alice", "query": "Rex Lisbon", "k": 1}).json()
+    assert len(both["memory_ids"]) == 2 and len(one["memory_ids"]) == 1  # k packs the best k, as Memory.build_context does
 
 
 def test_an_acknowledged_write_is_committed(client, location):

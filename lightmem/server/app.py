@@ -178,7 +178,8 @@ def _routes() -> APIRouter:
         authorize(caller, body.user_id)
         filters = body.filters.model_dump(exclude_none=True) if body.filters else None
         with memory_of(request) as memory:
-            ctx = memory.build_context(body.query, body.user_id, stm=body.stm, budget=body.budget, filters=filters)
+            ctx = memory.build_context(body.query, body.user_id, stm=body.stm, budget=body.budget, k=body.k,
+                                       filters=filters)
         return ContextOut.of(ctx)
 
     @r.get("/v1/memories", tags=["memories"], responses=read)

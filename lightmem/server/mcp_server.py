@@ -174,10 +174,12 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
         query: Annotated[NonBlank, Field(description="The question the context is for.")],
         budget: Annotated[Budget | None, Field(description="Prompt budget in tokens; defaults to the memory's.")] = None,
         stm: Annotated[list[str] | None, Field(description="Recent turns of the conversation, oldest first.")] = None,
+        k: Annotated[K | None, Field(description="Pack the best k memories; by default the best fill the budget.")] = None,
     ) -> ContextOut:
         """Compose a prompt: the query, then recent turns, then the best memories, within the token budget."""
         check("build_context", query=(query, long), stm=(stm, long))
-        return ContextOut.of(call("build_context", memory.build_context, query, user_id, stm=stm or (), budget=budget))
+        return ContextOut.of(call("build_context", memory.build_context, query, user_id, stm=stm or (), budget=budget,
+                                  k=k))
 
     return server
 

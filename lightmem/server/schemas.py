@@ -119,6 +119,8 @@ class ContextRequest(_Request):
     query: Text
     budget: Budget | None = Field(None, description="Tokens of the whole prompt as the reader's tokenizer counts them (default: the server's).")
     stm: list[str] = Field(default_factory=list, description="Recent turns of the conversation, oldest first.")
+    k: K | None = Field(None, description="Pack the best k memories (default: Stage 2 fills what the question and "
+                                          "the recent turns leave of the budget).")
     filters: SearchFilters | None = None
 
 

@@ -184,7 +184,9 @@ class _Opening:
 def _settle(outcome: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
     if outcome.done():  # the awaiting coroutine was cancelled while the call ran
         return
-    if error is not None:
+    if isinstance(error, StopIteration):  # a future cannot hold one (asyncio refuses it): say what it was
+        outcome.set_exception(RuntimeError(f"the call raised StopIteration: {error!r}"))
+    elif error is not None:
         outcome.set_exception(error)
     else:
         outcome.set_result(value)

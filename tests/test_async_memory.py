@@ -155,3 +155,20 @@ def test_open_and_close(tmp_path):
             await again.aclose()  # twice does nothing
 
     assert asyncio.run(run()) == ["user: hello there"]
+
+
+def test_a_call_that_raises_stopiteration_fails_instead_of_hanging(tmp_path):
+    memory = _memory(tmp_path / "s")
+
+    def broken(*args, **kwargs):
+        raise StopIteration("from deep inside")
+
+    memory.get = broken  # an asyncio future cannot hold StopIteration; the call must still end
+
+    async def run():
+        async with AsyncMemory(memory) as m:
+            with pytest.raises(RuntimeError, match="StopIteration"):
+                await asyncio.wait_for(m.get("x", "ana"), timeout=30)
+            return await m.get_all("ana")  # the worker goes on serving
+
+    assert asyncio.run(run()) == []

@@ -28,9 +28,9 @@ class GatedEmbedder(HashingEmbedder):
         return super().encode(texts, *args, **kwargs)
 
 
-def _memory(location, embedder=None) -> Memory:
+def _memory(location, embedder=None, background: bool = False) -> Memory:
     return Memory.open(location, embedder=embedder or HashingEmbedder(64), selector=Stage1Selector(),
-                       background_index=False, **({} if str(location).startswith("postgresql") else {"synchronous": "NORMAL"}))
+                       background_index=background, **({} if str(location).startswith("postgresql") else {"synchronous": "NORMAL"}))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -38,9 +38,10 @@ def location(request, tmp_path):
     return request.getfixturevalue("pg_uri") if request.param == "postgres" else tmp_path / "store"
 
 
-def test_the_coroutines_return_what_memory_returns(location):
+@pytest.mark.parametrize("background", [True, False], ids=["background", "sync"])
+def test_the_coroutines_return_what_memory_returns(location, background):
     async def run():
-        async with AsyncMemory(_memory(location)) as m:
+        async with AsyncMemory(_memory(location, background=background)) as m:
             added = await m.add([{"speaker": "Ana", "text": "I play the cello in Lisbon"}], user_id="ana")
             hits = await m.search("cello", "ana", k=1)
             ctx = await m.build_context("Where does Ana play?", "ana", budget=200)
@@ -54,9 +55,10 @@ def test_the_coroutines_return_what_memory_returns(location):
     assert [i.id for i in listed] == [added[0].id] and removed["items"] == 1 and after == []
 
 
-def test_calls_run_in_the_order_they_were_made(tmp_path):
+@pytest.mark.parametrize("background", [True, False], ids=["background", "sync"])
+def test_calls_run_in_the_order_they_were_made(tmp_path, background):
     async def run():
-        async with AsyncMemory(_memory(tmp_path / "s")) as m:
+        async with AsyncMemory(_memory(tmp_path / "s", background=background)) as m:
             texts = [f"note number {i}" for i in range(30)]
             await asyncio.gather(*(m.add(t, user_id="ana") for t in texts), m.delete_user("bob"))
             return texts, [i.text for i in await m.get_all("ana")]

@@ -61,7 +61,8 @@ PAGE_LIMITED_CLI = textwrap.dedent(
 def lightmem(*args: str, script: str | None = None) -> subprocess.CompletedProcess:
     """Run the lightmem command in a new process; stderr with its lines unwrapped."""
     head = ["-c", script] if script else ["-m", "lightmem.cli"]
-    done = subprocess.run([sys.executable, *head, *map(str, args)], capture_output=True, text=True, env=ENV,
+    env = {**os.environ, "PYTHONPATH": ENV["PYTHONPATH"]}  # as the test set it (LIGHTMEM_BACKGROUND_INDEX)
+    done = subprocess.run([sys.executable, *head, *map(str, args)], capture_output=True, text=True, env=env,
                           timeout=120)
     done.stderr = " ".join(done.stderr.split())
     return done
@@ -160,7 +161,9 @@ def full_disk(request, tmp_path) -> Iterator[FullDisk]:
 
 
 @pytest.mark.multiprocess
-def test_a_full_disk_exits_3_saying_so_and_loses_nothing(full_disk, tmp_path):
+@pytest.mark.parametrize("background", ["1", "0"], ids=["background", "sync"])
+def test_a_full_disk_exits_3_saying_so_and_loses_nothing(full_disk, tmp_path, background, monkeypatch):
+    monkeypatch.setenv("LIGHTMEM_BACKGROUND_INDEX", background)  # the indexer writes vectors on its own thread
     store = full_disk.store
     assert main(["ingest", str(_turns_file(tmp_path / "a.jsonl", 20)), "--store", str(store), "--user", "me",
                  "--encoder", "hashing", "-q"]) == 0

@@ -109,7 +109,8 @@ def _stop(writer: subprocess.Popen, stop: Path, acked: list[int]) -> None:
 
 
 @pytest.mark.multiprocess
-def test_restore_refuses_a_store_a_writer_opened_through_a_hard_link_and_loses_no_acknowledged_turn(tmp_path):
+@pytest.mark.parametrize("background", ["1", "0"], ids=["background", "sync"])
+def test_restore_refuses_a_store_a_writer_opened_through_a_hard_link_and_loses_no_acknowledged_turn(tmp_path, background):
     # The attack of the issue: the writer opens the store through a hard link in another folder.
     store, linked, stop = tmp_path / "store", tmp_path / "linked", tmp_path / "stop"
     saved = _saved(tmp_path)
@@ -118,7 +119,7 @@ def test_restore_refuses_a_store_a_writer_opened_through_a_hard_link_and_loses_n
     linked.mkdir()
     os.link(db, alias)
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(linked), str(stop)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=ENV)
+                              stderr=subprocess.PIPE, text=True, env={**ENV, "LIGHTMEM_BACKGROUND_INDEX": background})
     acked: list[int] = []
     try:
         acked, refused_open = _acks(writer, 5)
@@ -156,8 +157,9 @@ def test_restore_through_the_other_name_of_a_store_a_writer_has_open_is_refused(
     saved = _saved(tmp_path)
     _fill(store, user="old")
     db, alias = store / "lightmem.sqlite", linked / "lightmem.sqlite"
+    # the writer as shipped, its background indexer on (the sync writer: the test above and tests/test_backup.py)
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(store), str(stop), str(go)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=ENV)
+                              stderr=subprocess.PIPE, text=True, env={**ENV, "LIGHTMEM_BACKGROUND_INDEX": "1"})
     acked: list[int] = []
     try:
         assert writer.stdout.readline().strip() == "open", writer.stderr.read()

@@ -4,32 +4,14 @@
     python train/ranker.py
     python train/ranker.py -m l2=1e-4,1e-3,1e-2
 """
-from __future__ import annotations
-
-import json
-
-import hydra
-from omegaconf import DictConfig
-
-from lightmem.config import per_job
-from lightmem.metric_logger import quiet_third_party_logs
+from lightmem.training.entry import held_out, train_entry
 from lightmem.training.ranker import train_ranker
-from lightmem.training.schemas import register_configs
 
-
-def run(cfg: DictConfig) -> dict:
-    quiet_third_party_logs()
-    summary = train_ranker(cfg)
-    print(json.dumps({k: round(v, 4) for k, v in summary["test"].items() if "overall" in k}, indent=1))
-    return summary
-
-
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train_ranker")
-def main(cfg: DictConfig) -> float:
-    cfg = per_job(cfg)
-    return run(cfg)["test"].get("test/locomo/ranker/overall/recall_all@budget", float("nan"))
-
+main = train_entry(__file__, "train_ranker", train_ranker,
+                   shown=lambda k: "overall" in k,
+                   digits=4,
+                   objective=held_out("test/locomo/ranker/overall/recall_all@budget"))
+run = main.run  # the run without Hydra, for whoever loads this script (tests call run(cfg))
 
 if __name__ == "__main__":
-    register_configs()  # the schemas and resolvers conf/ needs, before Hydra composes
     main()

@@ -6,7 +6,7 @@ training schemas that extend it, next to their runners): everything else takes t
 - ``schemas``: the structured configs of everything that builds a Memory (``PipelineConfig``).
 - ``builders``: config nodes → embedder, roles, sensory stage, LTM options, and ``build_memory``.
 - ``hydra_app``: resolvers and schema registration (called by the entry points, never on import),
-  ``compose_option``, ``per_job``.
+  ``compose_option``, ``per_job``, ``script_app`` (the Hydra app of every script).
 """
 from __future__ import annotations
 
@@ -18,7 +18,14 @@ from lightmem.config.builders import (
     ltm_options,
     sensory_spec,
 )
-from lightmem.config.hydra_app import compose_option, per_job, register_resolvers, register_schemas, to_container
+from lightmem.config.hydra_app import (
+    compose_option,
+    per_job,
+    register_resolvers,
+    register_schemas,
+    script_app,
+    to_container,
+)
 from lightmem.config.schemas import (
     EmbeddedStoreConfig,
     MemoryConfig,
@@ -46,6 +53,7 @@ __all__ = [
     "ltm_options",
     "make_run_logger",
     "per_job",
+    "script_app",
     "register_resolvers",
     "register_schemas",
     "to_container",

@@ -2,7 +2,9 @@
 give each multirun job its own output folder."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import types
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +98,20 @@ def per_job(cfg: DictConfig) -> DictConfig:
         cfg.out_dir = HydraConfig.get().runtime.output_dir
         cfg.export_dir = None
     return cfg
+
+
+def script_app(script_file: str, config_name: str, task: Callable[[DictConfig], Any]) -> Callable[[], Any]:
+    """``@hydra.main`` for a script's ``task``, written once for every eval/, train/ and data_gen/ script.
+
+    The configs are the ``conf/`` folder beside the script's folder, and Hydra takes the script for the job
+    (``hydra.job.name``: the run's log file ``<out_dir>/<stem>.log``; the folder a relative ``--config-path``
+    starts from), as with ``@hydra.main`` written in the script itself: command-line overrides, ``--multirun``,
+    ``--config-name`` and ``--cfg job`` work as usual. The caller registers its schemas before calling the app.
+    """
+    import hydra
+
+    conf = Path(os.path.realpath(script_file)).parent.parent / "conf"
+    # Hydra unwraps __wrapped__ to find the task's file: a no-op whose code names the script.
+    task.__wrapped__ = types.FunctionType((lambda cfg: None).__code__.replace(co_filename=str(script_file)), {})
+    return hydra.main(version_base="1.3", config_path=str(conf), config_name=config_name)(task)
+

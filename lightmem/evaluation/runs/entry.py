@@ -8,17 +8,14 @@ in ``lightmem/evaluation/benchmarks/``), ``conf/<name>.yaml`` (``defaults: [sche
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from lightmem.config import register_schemas
+from lightmem.config import register_schemas, script_app
 from lightmem.evaluation.reports.failures import exit_on_failures
 from lightmem.evaluation.runs.common import optimized_metric
 from lightmem.evaluation.schemas import SCHEMAS
@@ -45,7 +42,6 @@ def hydra_entry(script_file: str, name: str, title: str | None = None, *, config
         ``metrics(results)`` (what a sweeper optimises). ``main.run`` and ``main.metrics`` are the module's.
     """
     runner = importlib.import_module(module or f"lightmem.evaluation.runs.{name}")
-    conf = Path(os.path.realpath(script_file)).parent.parent / "conf"
 
     def task(cfg: DictConfig) -> float | None:
         results = runner.run(cfg)
@@ -53,10 +49,7 @@ def hydra_entry(script_file: str, name: str, title: str | None = None, *, config
             exit_on_failures(results, title, cfg.out_dir)  # exit 1 when the run recorded failures
         return optimized_metric(runner.metrics(results), cfg)  # the metric a sweep optimises: cfg.optimized_metric
 
-    # Hydra takes the task's file for the script (it unwraps __wrapped__): the job's name and the folder a relative
-    # --config-path starts from are then the script's, as with @hydra.main written in the script itself.
-    task.__wrapped__ = types.FunctionType((lambda cfg: None).__code__.replace(co_filename=str(script_file)), {})
-    app = hydra.main(version_base="1.3", config_path=str(conf), config_name=config_name or name)(task)
+    app = script_app(script_file, config_name or name, task)
 
     def main() -> Any:
         own = getattr(runner, "SCHEMA", None)

@@ -144,8 +144,7 @@ def console_router(index_status: Callable[[dict[str, Any]], dict[str, Any]]) -> 
     def users(request: Request) -> Response:
         def show(request: Request, who: Visitor) -> Response:
             with _memory(request) as memory:
-                names = memory.users() if who.is_admin else sorted(who.principal.users or ())
-                rows = views.user_rows(memory, names)
+                rows = views.user_rows(memory, who.visible_users(memory))
                 ltm = memory.ltm_stats()
             return render(request, "users.html", who=who, user=None, rows=rows, ltm=ltm)
         return page(show)(request)
@@ -225,10 +224,9 @@ def console_router(index_status: Callable[[dict[str, Any]], dict[str, Any]]) -> 
     def status(request: Request) -> Response:
         def show(request: Request, who: Visitor) -> Response:
             with _memory(request) as memory:
-                names = memory.users() if who.is_admin else sorted(who.principal.users or ())
                 info = {"store": memory.store.info(), "index": index_status(memory.index_status()),
                         "views": memory.store.cache_stats(), "ltm": memory.ltm_stats()}
-                rows = views.user_rows(memory, names)
+                rows = views.user_rows(memory, who.visible_users(memory))
             return render(request, "status.html", who=who, user=None, info=info, rows=rows)
         return page(show)(request)
 

@@ -17,6 +17,7 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -45,6 +46,10 @@ class Visitor:
     @property
     def is_admin(self) -> bool:
         return self.principal.users is None
+
+    def visible_users(self, memory: Any) -> list[str]:
+        """The users this visitor's pages list: every user of the store for an admin key, else the key's own."""
+        return memory.users() if self.is_admin else sorted(self.principal.users or ())
 
 
 def _b64(raw: bytes) -> str:

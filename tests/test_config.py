@@ -320,3 +320,31 @@ def test_the_ltm_abstractor_is_chosen_from_a_table_that_says_what_it_needs():
     assert not ABSTRACTORS["extractive"].needs_llm and ABSTRACTORS["generative"].needs_llm
     assert isinstance(ABSTRACTORS["extractive"].build(None, None, Deidentifier()), ExtractiveAbstractor)
     assert isinstance(ABSTRACTORS["generative"].build(None, object(), Deidentifier()), GenerativeAbstractor)
+
+
+def test_composing_shares_the_config_store_and_still_sees_a_schema_stored_later():
+    """Each compose deep-copies Hydra's repository; the ConfigStore in it is the live one (not a copy of every
+    schema), so a schema stored after an earlier compose is found, and a composed config edited in place
+    leaves the stored node as it was."""
+    import copy
+    from dataclasses import dataclass
+
+    from hydra.core.config_store import ConfigStore
+
+    first = compose("locomo", [])
+    store = ConfigStore.instance()
+    assert copy.deepcopy(store) is store and copy.deepcopy({"s": store})["s"] is store
+
+    @dataclass
+    class Late:
+        late_value: int = 7
+
+    store.store(name="late_test_config", node=Late)
+    try:
+        cfg = compose("late_test_config", [])
+        assert cfg.late_value == 7
+        cfg.late_value = 8
+        assert compose("late_test_config", []).late_value == 7
+    finally:
+        del store.repo["late_test_config.yaml"]
+    assert compose("locomo", []) == first

@@ -67,6 +67,13 @@ def test_packaged_spacy_finds_people():
 
 
 @pytest.mark.slow
+def test_the_spacy_pipeline_loads_once_per_process_for_each_set_of_disabled_parts():
+    full, fast = ModelRegistry().spacy(), ModelRegistry().spacy(disable=("parser", "lemmatizer"))
+    assert ModelRegistry().spacy() is full and ModelRegistry().spacy(disable=("lemmatizer", "parser")) is fast
+    assert fast is not full and "parser" in full.pipe_names and "parser" not in fast.pipe_names
+
+
+@pytest.mark.slow
 def test_smollm2_gguf_converts_once_and_generates(smollm2_cache):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -79,6 +86,44 @@ def test_smollm2_gguf_converts_once_and_generates(smollm2_cache):
     ids = tok("The capital of France is", return_tensors="pt")
     out = model.generate(**ids, max_new_tokens=3, do_sample=False)
     assert out.shape[1] == ids["input_ids"].shape[1] + 3
+
+
+def test_the_plain_view_gguf_reader_reads_what_gguf_reads(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from lightmem.models.registry import _plain_view_reader
+
+    path = tmp_path / "tiny.gguf"  # every kind of value the SmolLM2 file holds: strings, arrays, scalars, tensors
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"tok{i}\u0120é" for i in range(3000)])
+    w.add_token_merges([f"t o{i}" for i in range(2000)])
+    w.add_token_types([i % 4 for i in range(3000)])
+    w.add_context_length(2048)
+    w.add_float32("tiny.rope_theta", 1e4)
+    w.add_bool("tiny.flag", True)
+    w.add_tensor("w", np.arange(24, dtype=np.float32).reshape(4, 6))
+    w.add_tensor("h", np.arange(8, dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    ours, theirs = _plain_view_reader(gguf.GGUFReader)(path), gguf.GGUFReader(path)
+    assert type(ours) is not gguf.GGUFReader  # the fast path is the one taken on the pinned gguf
+    assert list(ours.fields) == list(theirs.fields) and "tokenizer.ggml.merges" in ours.fields
+    for name, field in theirs.fields.items():
+        mine = ours.fields[name]
+        assert (mine.types, mine.data, mine.offset) == (field.types, field.data, field.offset), name
+        assert len(mine.parts) == len(field.parts) and all(np.array_equal(a, b) for a, b in zip(mine.parts, field.parts)), name
+    assert ours.fields["tokenizer.ggml.tokens"].contents()[2999] == "tok2999\u0120é"
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors] == ["w", "h"]
+    assert all(a.tensor_type == b.tensor_type and np.array_equal(a.data, b.data) for a, b in zip(ours.tensors, theirs.tensors))
+
+    class Other(gguf.GGUFReader):  # a gguf whose reader reads differently keeps its own reader
+        def _get(self, offset, dtype, count=1, override_order=None, extra=None):
+            return super()._get(offset, dtype, count, override_order)
+
+    assert _plain_view_reader(Other) is Other
 
 
 @pytest.mark.gpu

@@ -31,12 +31,25 @@ def register_schemas(schemas: Mapping[str, type]) -> None:
     (through ``lightmem.evaluation.runs.entry.register_configs`` or ``lightmem.training.schemas.register_configs``)
     before Hydra composes; importing lightmem registers nothing."""
     register_resolvers()
+    _share_the_config_store()
     from lightmem.config.schemas import STORE_SCHEMAS
 
     for name, node in schemas.items():
         _store_once(None, name, node)
     for name, node in STORE_SCHEMAS.items():  # each backend's node, which conf/store/*.yaml extend
         _store_once("store", name, node)
+
+
+def _share_the_config_store() -> None:
+    """Make a deep copy of Hydra's ConfigStore the store itself, as it is a process-wide singleton.
+
+    Every compose deep-copies Hydra's config repository (``CachingConfigRepository``), and hydra-core 1.3's
+    structured-config source holds the ConfigStore, so each compose also copied every registered schema:
+    about half of a compose's 0.2-0.3 s here. Hydra's own fix (facebookresearch/hydra#2928, not in a 1.3
+    release) makes that source read the live singleton instead; sharing it on copy does the same. Nothing is
+    written through the copy: ``ConfigStore.load`` hands out a deep copy of each node it returns."""
+    if "__deepcopy__" not in vars(ConfigStore):
+        ConfigStore.__deepcopy__ = lambda self, memo: self  # type: ignore[attr-defined]
 
 
 _STORED: dict[tuple[str | None, str], Any] = {}

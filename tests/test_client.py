@@ -345,6 +345,10 @@ class _Broken(threading.Thread):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Stop the thread before closing its socket: closed first, the number of the socket could go to the next
+        # server's socket while this thread is about to accept on it, and this one would answer that server's calls.
+        self.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's accept, which returns
+        self.join(5)
         self.sock.close()
         for conn in self.held:
             conn.close()

@@ -1,6 +1,7 @@
 """Shared fixtures: tiny offline models, a composed Hydra config, PostgreSQL, and the gpu, postgres and fuzz markers."""
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -48,6 +49,17 @@ def _uses_postgres(item) -> bool:
         return True
     callspec = getattr(item, "callspec", None)
     return callspec is not None and any(isinstance(v, str) and v == "postgres" for v in callspec.params.values())
+
+
+def pytest_collection_finish(session):
+    """Fewer garbage collections while the tests run: by now each process holds the objects of torch,
+    transformers, FastAPI and the rest (millions), and with Python's default thresholds a full collection
+    walks them all thousands of times. Frozen, they are left out of every collection, and a young
+    generation of 10,000 objects instead of 700 collects about a fifth as often (`make test-fast`: ~10 s
+    less CPU). Tests that need a collection still call ``gc.collect()``."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 20)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -37,6 +37,7 @@ def _rows(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "questions.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # a LoCoMo run with QA and a judge, end to end
 def test_locomo_qa_scores_answers_per_category_with_the_judge(tmp_path):
     judge = "+qa.judge={_target_: fakes.ScriptedLLM, script: ['{\"label\": \"CORRECT\"}', 'so WRONG']}"
     cfg = compose("locomo", [*TINY, *SCRIPTED, "data.conversations=0", "qa.enabled=true", "data.categories=[1,2,3,4,5]",
@@ -115,6 +116,7 @@ def test_noisy_controller_and_writer_inject_reproducibly():
     assert [t.turn_id for t in noise_turns(["a b"], 3, 5.0)] == ["noise:0", "noise:1", "noise:2"]
 
 
+@pytest.mark.slow  # two LoCoMo runs end to end
 def test_injection_runs_are_seeded_and_saturation_is_counted(tmp_path):
     base = [*TINY, "data.conversations=0", "inject.write_noise=0.5", "inject.hq_noise=0.5", "inject.saturation=1.0"]
     a = run_locomo(compose("locomo", [*base, "seed=7", f"out_dir={tmp_path}/a"]), quiet=True)
@@ -195,6 +197,7 @@ def test_longmemeval_runner_scores_sessions_and_turns(tmp_path):
     assert (tmp_path / "out" / "results.md").exists() and (tmp_path / "out" / "recall.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # three LongMemEval runs end to end
 def test_longmemeval_controls_stand_beside_each_prompt_and_the_reader_answers_them(tmp_path):
     mod = _lme_entry_point()
     path = _lme_file(tmp_path / "lme.json")
@@ -329,6 +332,7 @@ def test_max_questions_spreads_over_the_conversation():
     assert sample_questions(conv, [4], 0) == []
 
 
+@pytest.mark.slow  # three LoCoMo and LongMemEval runs end to end
 def test_qa_backend_failures_are_recorded_and_the_entry_point_exits_non_zero(tmp_path, capsys):
     from lightmem.evaluation.reports.failures import exit_on_failures
     from lightmem.evaluation.runs.longmemeval import run as run_lme
@@ -459,6 +463,7 @@ def _entry(name: str):
     return entry_point(name)
 
 
+@pytest.mark.slow  # the role and sensory benchmarks end to end
 def test_a_skipped_role_setting_is_a_failure_and_an_unknown_sensory_part_an_error(tmp_path, monkeypatch):
     from lightmem.evaluation.reports.failures import exit_on_failures
 

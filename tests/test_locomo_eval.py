@@ -74,6 +74,7 @@ def test_run_with_minilm_finds_the_obvious_evidence(tmp_path):
     assert results["latency"]["embed_ms_p50"] > 0  # the timed search embedded its query
 
 
+@pytest.mark.slow  # the latency benchmark end to end
 def test_latency_benchmark_runs_on_tiny_sizes(tmp_path):
     cfg = compose("latency", [f"corpus=[{TINY_LOCOMO}]", "sizes=[3,9]", "n_queries=4", "encoder=hashing", f"out_dir={tmp_path}", "k=2"])
     results = _load_entry("latency").run(cfg)
@@ -85,6 +86,7 @@ def test_latency_benchmark_runs_on_tiny_sizes(tmp_path):
     assert (tmp_path / "latency.png").exists() and "replay 1 added item" in (tmp_path / "results.md").read_text()
 
 
+@pytest.mark.slow  # the latency benchmark end to end
 def test_latency_benchmark_can_time_searches_that_pack_a_budget(tmp_path):
     base = [f"corpus=[{TINY_LOCOMO}]", "sizes=[9]", "n_queries=4", "encoder=hashing", "k=2"]
     best_k = _load_entry("latency").run(compose("latency", [*base, f"out_dir={tmp_path / 'k'}"]))["latency"][0]

@@ -115,16 +115,21 @@ def _http(client: TestClient, case: Case) -> bool:
     return r.status_code != 422
 
 
-def _mcp(memory: Memory, case: Case) -> bool | None:
+def _mcp(memory: Memory, case: Case) -> bool | str | None:
+    """The MCP answer; a turn is given to ``add_memory`` and, as a list of one, to ``add_memories``, which must agree."""
     if case.mcp is None:
         return None
     tool, args = case.mcp
     server = create_mcp_server(memory, USER)
-    try:
-        asyncio.run(server.call_tool(tool, args))
-    except ToolError:
-        return False
-    return True
+    calls = [(tool, args)] + ([("add_memories", {"messages": [args]})] if tool == "add_memory" else [])
+    answers = set()
+    for name, arguments in calls:
+        try:
+            asyncio.run(server.call_tool(name, arguments))
+            answers.add(True)
+        except ToolError:
+            answers.add(False)
+    return answers.pop() if len(answers) == 1 else "add_memory and add_memories differ"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -142,9 +147,9 @@ def test_every_entry_point_accepts_and_refuses_the_same_inputs_on_both_backends(
             if any(answer is not None and answer != case.accepted for answer in got):
                 wrong[case.name] = got
         assert not wrong, f"(python, http, mcp) answers that differ from the expected one: {wrong}"
-        # nothing refused reached the store: the plain turn and the longest turn, once per entry point
+        # nothing refused reached the store: the plain turn and the longest turn, once per entry point (twice by MCP)
         texts = [i.text for i in memory.get_all(USER)]
-        assert len(texts) == 6 and all("\x00" not in t for t in texts)
+        assert len(texts) == 8 and all("\x00" not in t for t in texts)
 
 
 def test_mcp_refuses_an_agent_bound_to_an_impossible_user(tmp_path):

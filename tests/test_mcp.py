@@ -10,7 +10,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from lightmem.server.mcp_server import create_mcp_server
 
-TOOLS = {"add_memory", "search_memories", "get_memories", "delete_memory", "build_context"}
+TOOLS = {"add_memory", "add_memories", "search_memories", "get_memories", "delete_memory", "build_context"}
 
 
 def run(server_or_params, calls):
@@ -62,6 +62,29 @@ def test_add_search_context_list_delete(server):
     assert hit["text"] == "Alice: I adopted a puppy named Rex" and hit["provenance"] and hit["score"] > 0
     assert "Lisbon" in ctx.structured_content["prompt"] and ctx.structured_content["n_tokens"] <= 80
     assert [i["text"] for i in left.structured_content["items"]] == ["user: We moved to Lisbon in May"]
+
+
+def test_add_memories_writes_several_messages_in_one_call_or_none_of_them(memory, server):
+    async def calls(c):
+        added = await c.call_tool("add_memories", {"messages": [
+            {"text": "I adopted a dog named Rex", "timestamp": "2023-05-08T13:56:00", "metadata": {"topic": "pets"}},
+            {"text": "What breed is he?", "speaker": "assistant"},
+            {"text": "A beagle", "speaker": "Alice", "timestamp": 1683554400}]})
+        refused = await c.call_tool("add_memories", {"messages": [{"text": "a fine message"}, {"text": "   "}]})
+        hostile = await c.call_tool("add_memories", {"messages": [{"text": "fine"}, {"text": "bad\u0000 one"}]})
+        empty = await c.call_tool("add_memories", {"messages": []})
+        unknown = await c.call_tool("add_memories", {"messages": [{"text": "hi", "mood": "glad"}]})
+        return added, refused, hostile, empty, unknown
+
+    added, *bad = run(server, calls)
+    assert not added.is_error
+    items = added.structured_content["items"]
+    assert [i["text"] for i in items] == ["user: I adopted a dog named Rex", "assistant: What breed is he?",
+                                          "Alice: A beagle"]
+    assert items[0]["metadata"]["topic"] == "pets" and items[2]["event_time"] == 1683554400
+    assert all(r.is_error for r in bad)
+    assert "messages[1].text" in bad[1].content[0].text and "NUL" in bad[1].content[0].text
+    assert [i.text for i in memory.get_all("alice")] == [i["text"] for i in items]  # the refused calls wrote nothing
 
 
 def test_tools_act_only_for_the_served_user(memory, server):

@@ -43,6 +43,9 @@ FIELDS = [
     ("add_memory", "text", None, MAX_TURN_CHARS),
     ("add_memory", "speaker", '"text": "hello"', MAX_ID_CHARS),
     ("add_memory", "timestamp", '"text": "hello"', MAX_ID_CHARS),
+    ("add_memories", "text", None, MAX_TURN_CHARS),  # in the second of two messages
+    ("add_memories", "speaker", '"text": "hello"', MAX_ID_CHARS),
+    ("add_memories", "timestamp", '"text": "hello"', MAX_ID_CHARS),
     ("search_memories", "query", None, MAX_TURN_CHARS),
     ("delete_memory", "memory_id", None, MAX_ID_CHARS),
     ("build_context", "query", None, MAX_TURN_CHARS),
@@ -54,7 +57,10 @@ def _case(tool: str, field: str, others: str | None, value: str) -> tuple[str, s
     """The raw ``arguments`` object of a call putting ``value`` (raw JSON) into ``field``."""
     if field == "stm":
         value = f'["a recent turn", {value}]'
-    return tool, "{" + (f"{others}, " if others else "") + f'"{field}": {value}' + "}"
+    message = "{" + (f"{others}, " if others else "") + f'"{field}": {value}' + "}"
+    if tool == "add_memories":
+        return tool, '{"messages": [{"text": "a fine message"}, ' + message + "]}"
+    return tool, message
 
 
 CASES = [

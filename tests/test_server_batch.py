@@ -70,3 +70,93 @@ def test_an_atomic_batch_is_all_or_nothing(client):
     r = client.post("/v1/batch", headers=_h(ALICE), json={"ops": ops[:1], "atomic": True})
     assert r.status_code == 200 and r.json()["results"][0]["status"] == "ok"
     assert _texts(client, "alice") == ["A: a fact"]
+
+
+def _search_while_the_batch_waits(client, atomic: bool, hold) -> tuple[dict, dict, bool]:
+    """Send a 4-add batch from a thread; ``hold(inside, release)`` stops it mid-way; then search from another
+    thread and give it 3 s. Returns the batch's answer, the search's and whether the search was answered in time."""
+    import threading
+
+    inside, release = threading.Event(), threading.Event()
+    hold(inside, release)
+    ops = [{"op": "add", "user_id": "alice", "messages": [{"speaker": "Alice", "text": f"op {i}"}]} for i in range(4)]
+    answer: dict = {}
+    searched: dict = {}
+    writer = threading.Thread(target=lambda: answer.update(r=client.post("/v1/batch", headers=_h(ALICE),
+                                                                             json={"ops": ops, "atomic": atomic})))
+    reader = threading.Thread(target=lambda: searched.update(r=client.post(
+        "/v1/search", headers=_h(ALICE), json={"query": "op", "user_id": "alice", "k": 10})))
+    writer.start()
+    try:
+        assert inside.wait(10)
+        reader.start()
+        reader.join(3)
+        in_time = not reader.is_alive()
+        mid = dict(searched)
+    finally:
+        release.set()
+        writer.join(10)
+    reader.join(10)
+    assert answer["r"].status_code == 200 and [x["status"] for x in answer["r"].json()["results"]] == ["ok"] * 4
+    assert searched["r"].status_code == 200 and len(_texts(client, "alice")) == 4
+    return answer, mid, in_time
+
+
+def test_a_search_goes_between_the_operations_of_a_batch(client, monkeypatch):
+    """The server runs one Memory call at a time; a batch that is not atomic takes that turn per operation, so a
+    search sent while a long batch writes is answered before the batch ends."""
+    import threading
+
+    import lightmem.server.app as app_module
+
+    real_lock, real_run = client.app.state.memory_lock, app_module.run_batch
+    batch = {"thread": None, "turns": 0}
+
+    class Turns:  # the server's lock, which the batch's thread waits for before taking it a second time
+        def __enter__(self):
+            if threading.current_thread() is batch["thread"]:
+                batch["turns"] += 1
+                if batch["turns"] == 2:
+                    batch["inside"].set()
+                    assert batch["release"].wait(10)
+            return real_lock.__enter__()
+
+        def __exit__(self, *exc):
+            return real_lock.__exit__(*exc)
+
+    def run_batch(*args, **kwargs):  # the route's thread is the batch's while it runs
+        batch["thread"] = threading.current_thread()
+        try:
+            return real_run(*args, **kwargs)
+        finally:
+            batch["thread"] = None
+
+    def hold(inside, release):
+        batch.update(inside=inside, release=release)
+        monkeypatch.setattr(client.app.state, "memory_lock", Turns())
+        monkeypatch.setattr(app_module, "run_batch", run_batch)
+
+    _, mid, in_time = _search_while_the_batch_waits(client, False, hold)
+    assert in_time and mid["r"].status_code == 200  # answered mid-batch: the first add is committed, the rest not yet
+    assert [h["text"] for h in mid["r"].json()["hits"]] == ["Alice: op 0"]
+    assert batch["turns"] == 4  # the lock taken once per operation
+
+
+def test_an_atomic_batch_holds_the_server_until_it_commits(client):
+    memory = client.app.state.memory
+    real = memory.add_turns
+
+    def hold(inside, release):
+        def add_turns(user_id, turns, context=()):
+            if turns[0].text == "op 1":  # the second operation waits, inside the batch's transaction
+                inside.set()
+                assert release.wait(10)
+            return real(user_id, turns, context)
+
+        memory.add_turns = add_turns
+
+    try:
+        _, mid, in_time = _search_while_the_batch_waits(client, True, hold)
+    finally:
+        memory.add_turns = real
+    assert not in_time and not mid  # the search waited for the whole batch

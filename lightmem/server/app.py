@@ -21,6 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import lightmem
+from lightmem.batch import plan as plan_batch
+from lightmem.batch import run as run_batch
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError, StoreFullError
 from lightmem.memory import Memory
 from lightmem.server.auth import KeyRing, Principal
@@ -233,16 +235,16 @@ def _routes() -> APIRouter:
                 log.info("403: %s may not act for the user of a batch operation", caller.label)
                 raise HTTPException(403, f"ops[{i}]: this API key may not act for user {op.user_id!r}")
         ops = [op.model_dump(exclude_none=True) for op in body.ops]
-        warm([m["text"] for op in ops if op["op"] == "add" for m in op["messages"]
-              if len(m["text"]) <= request.app.state.memory.max_turn_chars])
-        with memory_of(request) as memory:
-            try:
-                results = memory.batch(ops, atomic=body.atomic)
-            except ItemNotFoundError as exc:
-                if getattr(exc, "op_index", None) is None:
-                    raise
-                raise ItemNotFoundError(f"ops[{exc.op_index}]: {exc.args[0] if exc.args else exc}; nothing of the "
-                                        "atomic batch was written") from exc
+        memory = request.app.state.memory
+        planned = plan_batch(memory, ops)  # every operation checked before the first write; the store is not read
+        warm([m["text"] for op in ops if op["op"] == "add" for m in op["messages"] if len(m["text"]) <= memory.max_turn_chars])
+        try:  # the lock per operation: other requests go between the operations of a batch that is not atomic
+            results = run_batch(memory, planned, atomic=body.atomic, each=lambda: memory_of(request))
+        except ItemNotFoundError as exc:
+            if getattr(exc, "op_index", None) is None:
+                raise
+            raise ItemNotFoundError(f"ops[{exc.op_index}]: {exc.args[0] if exc.args else exc}; nothing of the "
+                                    "atomic batch was written") from exc
         return BatchOut(results=[BatchResultOut.of(r) for r in results])
 
     @r.put("/v1/keys/{key:path}", tags=["keys"], responses=_errors(401, 403, 413, 422))

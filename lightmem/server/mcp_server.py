@@ -13,11 +13,12 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.memory import Memory
 from lightmem.server.schemas import (
+    MAX_TURNS_PER_REQUEST,
     Budget,
     ContextOut,
     DeletedOut,
@@ -86,6 +87,17 @@ def _refuse(tool: str, problem: str) -> NoReturn:
 
 
 # -- the tools ---------------------------------------------------------------------------------
+class MessageArg(BaseModel):
+    """One message of ``add_memories``: the arguments of ``add_memory``, as an object."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: NonBlank = Field(description="What was said.")
+    speaker: NonBlank = Field("user", description="Who said it: a name, 'user' or 'assistant'.")
+    timestamp: Timestamp | None = Field(None, description="When it was said (ISO 8601, a date string, or Unix "
+                                                          "seconds); defaults to now.")
+    metadata: dict[str, Any] | None = Field(None, description="Fields kept with the memory, to filter on later.")
+
+
 METADATA_FILTER = ("Only memories whose metadata passes: {'field': value} or {'field': {'$gte': value}} "
                    "($eq $ne $gt $gte $lt $lte).")
 
@@ -139,6 +151,21 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
                **({"metadata": metadata} if metadata is not None else {})}
         warm([text])  # the text's analysis outside the lock: other tool calls are not held behind it
         return ItemsOut(items=[MemoryOut.of(i) for i in call("add_memory", memory.add, msg, user_id=user_id)])
+
+    @server.tool()
+    def add_memories(
+        messages: Annotated[list[MessageArg], Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST, description=(
+            "The messages, oldest first, e.g. [{'speaker': 'user', 'text': 'I adopted a dog named Rex.'}, "
+            f"{{'speaker': 'assistant', 'text': 'Congratulations!'}}]; at most {MAX_TURNS_PER_REQUEST:,}."))],
+    ) -> ItemsOut:
+        """Remember several messages at once (a message and its reply, a stretch of conversation), oldest first.
+        They are written together: all of them or, when one is refused, none. Returns the memories written."""
+        for i, m in enumerate(messages):
+            check("add_memories", **{f"messages[{i}].text": (m.text, long), f"messages[{i}].speaker": (m.speaker, short),
+                                     f"messages[{i}].timestamp": (m.timestamp, short)})
+        msgs = [m.model_dump(exclude_none=True) for m in messages]
+        warm([m.text for m in messages])  # outside the lock, as add_memory does
+        return ItemsOut(items=[MemoryOut.of(i) for i in call("add_memories", memory.add, msgs, user_id=user_id)])
 
     @server.tool()
     def search_memories(

@@ -11,6 +11,8 @@ checks that every acknowledged turn is in the store and that no search returned 
     python tools/serve_load.py --clients 1 --search-ratio 1 --big-turn 100000 --workers 1   # searches while a longest turn is added
     python tools/serve_load.py --clients 1 --search-ratio 1 --bulk 2000 --workers 1 --encoder tuned --store postgresql://...
                                                                # another user's searches while requests of 2,000 turns are added
+    python tools/serve_load.py --clients 1 --search-ratio 1 --bulk 1000 --bulk-via batch --workers 1
+                                                               # the same with batches of 1,000 adds (POST /v1/batch)
     python tools/serve_load.py --workers 2 --encoder tuned --selector trained --rss-every 1   # each worker's RSS over time
     python tools/serve_load.py --plot OUT1 OUT2 --labels before after --figure rss.png        # one RSS figure of earlier runs
 
@@ -261,6 +263,12 @@ class Load:
         body = {"user_id": user, "messages": [{"speaker": user, "text": _turn(user, rng), "id": t} for t in turn_ids]}
         await self._call(http, "add_bulk", "/v1/memories", key, body, lambda r: self.acked[user].update(turn_ids))
 
+    async def add_batch(self, http: httpx.AsyncClient, user: str, key: str, turn_ids: list[str], rng: random.Random) -> None:
+        body = {"ops": [{"op": "add", "user_id": user, "messages": [{"speaker": user, "text": _turn(user, rng), "id": t}]}
+                        for t in turn_ids]}
+        await self._call(http, "add_batch", "/v1/batch", key, body, lambda r: self.acked[user].update(
+            t for t, res in zip(turn_ids, r.json()["results"]) if res["status"] == "ok"))
+
     async def search(self, http: httpx.AsyncClient, user: str, key: str, rng: random.Random) -> None:
         body = {"user_id": user, "query": f"When did {user} go to {rng.choice(THINGS)}?", "k": 5}
         await self._call(http, "search", "/v1/search", key, body,
@@ -319,7 +327,8 @@ async def _drive(base: str, keys: dict[str, str], args: argparse.Namespace, load
             rng, n, u = random.Random(seed), 0, users[-1]
             async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout) as own:
                 while time.monotonic() < deadline:
-                    await load.add_bulk(own, u, keys[u], [f"{u}-bulk-{seed}-{n}-{j}" for j in range(args.bulk)], rng)
+                    send = load.add_batch if args.bulk_via == "batch" else load.add_bulk
+                    await send(own, u, keys[u], [f"{u}-bulk-{seed}-{n}-{j}" for j in range(args.bulk)], rng)
                     n += 1
 
         t0 = time.monotonic()
@@ -402,11 +411,12 @@ def table(rows: list[dict], note: str) -> str:
         lines[0] += "; one more client adds turns of " + ", ".join(sorted({f"{r['big_turn_chars']:,}" for r in rows})) + \
             " characters back to back: " + "; ".join(f"{r['workers']} worker(s): add P50 / P95 {r['add_big']['p50_ms']} / "
                                                       f"{r['add_big']['p95_ms']} ms over {r['add_big']['n']}" for r in rows if r.get("add_big"))
-    if any(r.get("add_bulk") for r in rows):
-        lines[0] += "; one more client adds requests of " + ", ".join(sorted({f"{r['bulk_turns']:,}" for r in rows})) + \
-            " turns back to back: " + "; ".join(f"{r['workers']} worker(s): P50 / max {r['add_bulk']['p50_ms']} / "
-                                                f"{r['add_bulk']['max_ms']} ms over {r['add_bulk']['n']}, the others' search P99 "
-                                                f"{r.get('search', {}).get('p99_ms')} ms" for r in rows if r.get("add_bulk"))
+    for ep, what in (("add_bulk", "requests"), ("add_batch", "batches of one add per turn, of")):
+        if any(r.get(ep) for r in rows):
+            lines[0] += f"; one more client sends {what} " + ", ".join(sorted({f"{r['bulk_turns']:,}" for r in rows})) + \
+                " turns back to back: " + "; ".join(f"{r['workers']} worker(s): P50 / max {r[ep]['p50_ms']} / "
+                                                    f"{r[ep]['max_ms']} ms over {r[ep]['n']}, the others' search P99 "
+                                                    f"{r.get('search', {}).get('p99_ms')} ms" for r in rows if r.get(ep))
     for r in rows:
         a, s = r.get("add", {}), r.get("search", {})
         lines.append(f"| {r.get('store', 'sqlite')} | {r['workers']} | {r['clients']} | {r['users']} | {r['rps']} | {a.get('p50_ms')} / {a.get('p95_ms')} | "
@@ -523,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="one more client adds turns of CHARS characters of unseen words, back to back (default 0: none)")
     p.add_argument("--bulk", type=int, default=0, metavar="TURNS",
                    help="one more client adds requests of TURNS short turns each, back to back (default 0: none)")
+    p.add_argument("--bulk-via", choices=["memories", "batch"], default="memories",
+                   help="send those turns as one POST /v1/memories (default) or as a POST /v1/batch of one add per turn "
+                        "(at most 1,000), which other requests may go between")
     p.add_argument("--max-turn-chars", type=int, help="the server's limit per turn (default: lightmem's)")
     p.add_argument("--cache-mb", type=float, help="the server's ceiling of each worker's views (default: lightmem's)")
     p.add_argument("--request-timeout", type=float, default=60, help="seconds before a request counts as an error")

@@ -1,62 +1,23 @@
 """lightmem's OpenAI Agents SDK adapter, run by the SDK's own ``Runner`` with a scripted model (no network, no LLM).
 
-The SDK ships no public fake model: ``ScriptedModel`` below is a minimal ``agents.models.interface.Model`` that
-records the instructions and input of every call and answers with the next scripted output.
+The SDK and the test helpers that need it (``ScriptedModel``, a minimal ``Model`` that records what it is sent) are in
+``_openai_agents_kit.py``, which each test imports when it runs: collecting this file imports nothing of the SDK.
 """
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 
 import pytest
 
-agents = pytest.importorskip("agents")
+from lightmem import AsyncMemory
 
-from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool  # noqa: E402
-from agents.items import ModelResponse  # noqa: E402
-from agents.models.interface import Model  # noqa: E402
-from agents.usage import Usage  # noqa: E402
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("agents") is None,
+                                reason="the openai-agents extra: pip install 'lightmem-slm[openai-agents]'")
 
-from lightmem import AsyncMemory  # noqa: E402
-from lightmem.integrations.openai_agents import (  # noqa: E402
-    ITEM_KIND,
-    PART_CHARS,
-    LightmemSession,
-    lightmem_input_filter,
-    lightmem_instructions,
-)
-
-agents.set_tracing_disabled(True)
 FACT = "I live in Lisbon and my dog is called Rex."
 QUESTION = "Where do I live and what is my dog called?"
-
-
-def say(text: str, n: int = 1) -> list:
-    return [ResponseOutputMessage(id=f"msg_{n}", type="message", role="assistant", status="completed",
-                                  content=[ResponseOutputText(type="output_text", text=text, annotations=[])])]
-
-
-def call_tool(name: str, arguments: str, n: int = 1) -> list:
-    return [ResponseFunctionToolCall(id=f"fc_{n}", call_id=f"call_{n}", type="function_call", name=name,
-                                     arguments=arguments, status="completed")]
-
-
-class ScriptedModel(Model):
-    """Answers with ``script``'s outputs in turn (the last one again when it runs out); records what it was sent."""
-
-    def __init__(self, script: list[list]) -> None:
-        self.script, self.calls = list(script), []
-
-    async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing,
-                           *, previous_response_id=None, conversation_id=None, prompt=None, **_):
-        self.calls.append({"instructions": system_instructions, "input": json.loads(json.dumps(input, default=str))})
-        output = self.script.pop(0) if len(self.script) > 1 else self.script[0]
-        return ModelResponse(output=output, usage=Usage(), response_id=None)
-
-    async def stream_response(self, *args, **kwargs):  # pragma: no cover - the tests run without streaming
-        raise NotImplementedError
-        yield
 
 
 def run(coro):
@@ -64,6 +25,16 @@ def run(coro):
 
 
 def test_a_fact_reaches_a_new_session_of_the_same_user_only(memory):
+    from _openai_agents_kit import (
+        ITEM_KIND,
+        Agent,
+        LightmemSession,
+        Runner,
+        ScriptedModel,
+        lightmem_instructions,
+        say,
+    )
+
     model = ScriptedModel([say("Noted.")])
     agent = Agent(name="assistant", model=model,
                   instructions=lightmem_instructions(memory, lambda ctx: ctx.context["user"], base="Be brief."))
@@ -88,13 +59,9 @@ def test_a_fact_reaches_a_new_session_of_the_same_user_only(memory):
     assert all(h.item.metadata.get("oa_kind") != ITEM_KIND for h in memory.search(FACT, "alice", k=50))
 
 
-@function_tool
-def fetch_page(url: str) -> str:
-    """Fetch a page (a long one, so that its history item is stored in several parts)."""
-    return f"<page of {url}> " + "lorem ipsum \"quoted\" \\ é " * (3 * PART_CHARS // 25)
-
-
 def two_runs(session, memory_model_script):
+    from _openai_agents_kit import Agent, Runner, ScriptedModel, fetch_page
+
     model = ScriptedModel(memory_model_script)
     agent = Agent(name="assistant", model=model, instructions="Be brief.", tools=[fetch_page])
 
@@ -108,10 +75,14 @@ def two_runs(session, memory_model_script):
 
 
 def script():
+    from _openai_agents_kit import call_tool, say
+
     return [say("Noted.", 1), call_tool("fetch_page", json.dumps({"url": "https://example.org"}), 2), say("Done: it is lorem ipsum.", 3)]
 
 
 def test_history_round_trips_as_sqlite_session_keeps_it(memory):
+    from _openai_agents_kit import PART_CHARS, LightmemSession, SQLiteSession
+
     (ours, ours_tail, ours_none), ours_model = two_runs(LightmemSession("s", memory, "alice"), script())
     (ref, ref_tail, ref_none), ref_model = two_runs(SQLiteSession("s"), script())
     assert ours == ref and ours_tail == ref_tail and ours_none == ref_none == []
@@ -130,6 +101,8 @@ def test_history_round_trips_as_sqlite_session_keeps_it(memory):
 
 
 def test_pop_and_clear(memory):
+    from _openai_agents_kit import LightmemSession, SQLiteSession
+
     session, ref = LightmemSession("s", memory, "alice"), SQLiteSession("s")
     items = [{"role": "user", "content": FACT}, {"role": "assistant", "content": "Noted."},
              {"role": "user", "content": "My sister is Ana."}]
@@ -154,6 +127,16 @@ def test_pop_and_clear(memory):
 
 
 def test_async_memory_and_the_input_filter(memory):
+    from _openai_agents_kit import (
+        Agent,
+        LightmemSession,
+        RunConfig,
+        Runner,
+        ScriptedModel,
+        lightmem_input_filter,
+        say,
+    )
+
     model = ScriptedModel([say("Noted.")])
     agent = Agent(name="assistant", model=model, instructions="Be brief.")
 

@@ -72,9 +72,9 @@ def test_an_atomic_batch_is_all_or_nothing(client):
     assert _texts(client, "alice") == ["A: a fact"]
 
 
-def _search_while_the_batch_waits(client, atomic: bool, hold) -> tuple[dict, dict, bool]:
+def _search_while_the_batch_waits(client, atomic: bool, hold, wait: float) -> tuple[dict, dict, bool]:
     """Send a 4-add batch from a thread; ``hold(inside, release)`` stops it mid-way; then search from another
-    thread and give it 3 s. Returns the batch's answer, the search's and whether the search was answered in time."""
+    thread and give it ``wait`` s. Returns the batch's answer, the search's and whether the search was answered."""
     import threading
 
     inside, release = threading.Event(), threading.Event()
@@ -90,7 +90,7 @@ def _search_while_the_batch_waits(client, atomic: bool, hold) -> tuple[dict, dic
     try:
         assert inside.wait(10)
         reader.start()
-        reader.join(3)
+        reader.join(wait)
         in_time = not reader.is_alive()
         mid = dict(searched)
     finally:
@@ -136,7 +136,7 @@ def test_a_search_goes_between_the_operations_of_a_batch(client, monkeypatch):
         monkeypatch.setattr(client.app.state, "memory_lock", Turns())
         monkeypatch.setattr(app_module, "run_batch", run_batch)
 
-    _, mid, in_time = _search_while_the_batch_waits(client, False, hold)
+    _, mid, in_time = _search_while_the_batch_waits(client, False, hold, wait=10)
     assert in_time and mid["r"].status_code == 200  # answered mid-batch: the first add is committed, the rest not yet
     assert [h["text"] for h in mid["r"].json()["hits"]] == ["Alice: op 0"]
     assert batch["turns"] == 4  # the lock taken once per operation
@@ -156,7 +156,7 @@ def test_an_atomic_batch_holds_the_server_until_it_commits(client):
         memory.add_turns = add_turns
 
     try:
-        _, mid, in_time = _search_while_the_batch_waits(client, True, hold)
+        _, mid, in_time = _search_while_the_batch_waits(client, True, hold, wait=1)  # still waiting after 1 s
     finally:
         memory.add_turns = real
     assert not in_time and not mid  # the search waited for the whole batch

@@ -33,9 +33,24 @@ def tiny_complexity_ckpt(tmp_path_factory, tiny_models):
     return tiny_models.save(tiny_models.bert("sequence", 2), tmp_path_factory.mktemp("complexity"))
 
 
+@pytest.fixture(scope="module")
+def tiny_slm_ckpt(tmp_path_factory, tiny_selector_ckpt):
+    """The SLM selector's folder shape (a cross-encoder and its stack.json) over the tiny cross-encoder."""
+    import json
+    import shutil
+
+    folder = tmp_path_factory.mktemp("slm") / "slm"
+    shutil.copytree(tiny_selector_ckpt, folder)
+    (folder / "stack.json").write_text(json.dumps({"alpha": 1.0, "top_n": 2, "base_model": "all-MiniLM-L6-v2",
+                                                   "num_layers": 2, "max_length": 32}))
+    return folder
+
+
 @pytest.mark.parametrize("group", ["controller", "selector", "writer"])
-def test_every_role_option_builds_into_a_working_memory(tmp_path, group, tiny_selector_ckpt, tiny_complexity_ckpt):
+def test_every_role_option_builds_into_a_working_memory(tmp_path, group, tiny_selector_ckpt, tiny_complexity_ckpt,
+                                                        tiny_slm_ckpt):
     tiny = {("selector", "cross_encoder"): f"selector.checkpoint={tiny_selector_ckpt}",  # trained models: tiny stand-ins
+            ("selector", "slm"): f"selector.checkpoint={tiny_slm_ckpt}",  # (the committed ones: test_slm.py, test_roles.py)
             ("controller", "experimental/fast_trained"): f"controller.complexity.checkpoint={tiny_complexity_ckpt}"}
     assert "experimental/generative" in GROUPS[group]  # every role keeps its fenced-off generative option
     for option in GROUPS[group]:

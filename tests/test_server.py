@@ -72,6 +72,25 @@ def test_the_memory_opens_once_per_app_and_closes_at_shutdown(tmp_path):
         opened[0].get_all("alice")
 
 
+def test_what_the_memory_loaded_is_out_of_the_collectors_reach_once_the_app_starts(tmp_path):
+    """The worker freezes what opening loaded (gc.freeze), so a full collection, which holds every request, no
+    longer walks the models (the console inspector's slowest of 20 requests: ~220 ms -> ~50-90 ms)."""
+    import gc
+
+    seen = {}
+
+    def factory() -> Memory:
+        memory = _open(tmp_path / "store")
+        seen["loaded"] = memory.retriever  # an object opening made: frozen once the app has started
+        seen["frozen_before"] = gc.get_freeze_count()
+        return memory
+
+    with TestClient(create_app(factory, KeyRing(KEYS))) as c:
+        assert gc.get_freeze_count() > seen["frozen_before"]
+        assert c.get("/healthz").status_code == 200
+    assert seen["loaded"] is not None
+
+
 def test_a_slow_memory_call_does_not_block_the_server(client):
     memory = client.app.state.memory
     started, release = threading.Event(), threading.Event()

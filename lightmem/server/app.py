@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import lightmem
+from lightmem.async_memory import freeze_loaded
 from lightmem.batch import plan as plan_batch
 from lightmem.batch import run as run_batch
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError, StoreFullError
@@ -75,6 +76,9 @@ def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.memory = await run_in_threadpool(memory_factory)
+        # What opening loaded (models, tokenizers, views) lives as long as the worker: out of the collector's reach, a
+        # full collection, which holds every request of the worker, no longer walks it (as AsyncMemory.open does).
+        freeze_loaded()
         try:
             yield
         finally:

@@ -18,7 +18,6 @@ thread: each call blocks the loop for its length), or an ``AsyncMemory`` or ``As
 """
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +25,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 from llama_index.core.memory import BaseMemoryBlock
 from pydantic import Field
 
+from lightmem.integrations.calls import call_memory
 from lightmem.retrieval.composer import ContextComposer
 
 __all__ = ["LightmemMemoryBlock", "token_counter", "turns_of"]
@@ -33,12 +33,6 @@ __all__ = ["LightmemMemoryBlock", "token_counter", "turns_of"]
 SPEAKERS = {MessageRole.USER: "user", MessageRole.ASSISTANT: "assistant"}
 
 
-async def _call(memory: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Call ``memory.<name>``, awaiting the result when it is awaitable (``AsyncMemory``, an async client)."""
-    result = getattr(memory, name)(*args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 def _text(message: ChatMessage) -> str:
@@ -101,7 +95,7 @@ class LightmemMemoryBlock(BaseMemoryBlock[str]):
         query = next((t for t in reversed(texts) if t), "")
         if not query:
             return ""
-        composed = await _call(self.memory, "build_context", query, self.user_id, budget=self.budget,
+        composed = await call_memory(self.memory, "build_context", query, self.user_id, budget=self.budget,
                                **self.context_options)
         if not composed.memories:
             return ""
@@ -115,4 +109,4 @@ class LightmemMemoryBlock(BaseMemoryBlock[str]):
     async def remember(self, messages: Sequence[ChatMessage]) -> list[Any]:
         """Save the user and assistant text of ``messages`` as the user's memories now; returns the items written."""
         turns = turns_of(messages)
-        return await _call(self.memory, "add", turns, self.user_id) if turns else []
+        return await call_memory(self.memory, "add", turns, self.user_id) if turns else []

@@ -15,7 +15,6 @@ thread: each call blocks the loop for its length), or an ``AsyncMemory`` or ``As
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import uuid
@@ -28,6 +27,7 @@ from agents.run_config import CallModelData, ModelInputData
 from agents.run_context import RunContextWrapper
 
 from lightmem.errors import InvalidInputError, ItemNotFoundError
+from lightmem.integrations.calls import call_memory
 
 __all__ = ["LightmemSession", "lightmem_instructions", "lightmem_input_filter", "last_user_text", "ITEM_KIND"]
 
@@ -42,12 +42,6 @@ UserId = Union[str, Callable[[RunContextWrapper[Any]], str]]
 log = logging.getLogger(__name__)
 
 
-async def _call(memory: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Call ``memory.<name>``, awaiting the result when it is awaitable (``AsyncMemory``, an async client)."""
-    result = getattr(memory, name)(*args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 def _text_of(content: Any) -> str:
@@ -137,7 +131,7 @@ class LightmemSession:
         """Every memory of the user (archived ones included) whose metadata passes ``spec``, page by page."""
         out: list[Any] = []
         while True:
-            page = await _call(self.memory, "get_all", self.user_id, include_archived=True, limit=PAGE,
+            page = await call_memory(self.memory, "get_all", self.user_id, include_archived=True, limit=PAGE,
                                offset=len(out), metadata=dict(spec))
             out.extend(page)
             if len(page) < PAGE:
@@ -194,8 +188,8 @@ class LightmemSession:
             for i, part in enumerate(parts):
                 key = f"oa/{self._tag}/{seq:019d}/{nonce}/{i}"
                 meta = self._filter(oa_seq=seq, oa_nonce=nonce, oa_part=i, oa_parts=len(parts), oa_json=part)
-                rec = await _call(self.memory, "put", key, _summary(item), self.user_id, metadata=meta)
-                await _call(self.memory, "archive", rec.id, self.user_id)  # history, not a memory to search
+                rec = await call_memory(self.memory, "put", key, _summary(item), self.user_id, metadata=meta)
+                await call_memory(self.memory, "archive", rec.id, self.user_id)  # history, not a memory to search
             self._seen_seq = seq
             turn = _turn_of(item) if self.remember else None
             if turn is not None:
@@ -204,7 +198,7 @@ class LightmemSession:
             seq += 1
         if turns:
             try:
-                await _call(self.memory, "add", turns, self.user_id, session_id=self.session_id)
+                await call_memory(self.memory, "add", turns, self.user_id, session_id=self.session_id)
             except InvalidInputError as exc:  # e.g. a turn over the memory's max_turn_chars: the history has it
                 log.warning("lightmem: session %r: turns kept in the history but not remembered: %s", self.session_id, exc)
 
@@ -231,7 +225,7 @@ class LightmemSession:
 
     async def _delete(self, item_id: str) -> None:
         try:
-            await _call(self.memory, "delete", item_id, self.user_id)
+            await call_memory(self.memory, "delete", item_id, self.user_id)
         except ItemNotFoundError:  # already gone (another session object popped it): nothing to erase
             pass
 
@@ -258,7 +252,7 @@ def lightmem_instructions(memory: Any, user_id: UserId, base: str = DEFAULT_BASE
         query = last_user_text(getattr(ctx, "turn_input", None))
         if not query:
             return base
-        composed = await _call(memory, "build_context", query, _user_of(user_id, ctx), budget=budget, **context_options)
+        composed = await call_memory(memory, "build_context", query, _user_of(user_id, ctx), budget=budget, **context_options)
         return f"{base}\n\n{composed.prompt}" if base else composed.prompt
 
     return instructions
@@ -278,7 +272,7 @@ def lightmem_input_filter(memory: Any, user_id: str | Callable[[Any], str], budg
         if not query:
             return model_data
         uid = user_id(data.context) if callable(user_id) else user_id
-        composed = await _call(memory, "build_context", query, uid, budget=budget, **context_options)
+        composed = await call_memory(memory, "build_context", query, uid, budget=budget, **context_options)
         instructions = f"{model_data.instructions}\n\n{composed.prompt}" if model_data.instructions else composed.prompt
         return ModelInputData(input=model_data.input, instructions=instructions)
 

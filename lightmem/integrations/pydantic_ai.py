@@ -16,7 +16,6 @@ thread: each call blocks the loop for its length), or an ``AsyncMemory`` or ``As
 """
 from __future__ import annotations
 
-import inspect
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
@@ -27,17 +26,13 @@ from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
+from lightmem.integrations.calls import call_memory
+
 __all__ = ["LightmemMemory", "turns_of"]
 
 UserId = Union[str, Callable[[RunContext[Any]], str]]
 
 
-async def _call(memory: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Call ``memory.<name>``, awaiting the result when it is awaitable (``AsyncMemory``, an async client)."""
-    result = getattr(memory, name)(*args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 def _prompt_text(content: Any) -> str:
@@ -128,7 +123,7 @@ class LightmemMemory(AbstractCapability[Any]):
             query = prompts[-1] if prompts else ""
         if not query.strip():
             return None
-        composed = await _call(self.memory, "build_context", query, self._user(ctx), budget=self.budget,
+        composed = await call_memory(self.memory, "build_context", query, self._user(ctx), budget=self.budget,
                                **self.context_options)
         return composed.prompt
 
@@ -142,4 +137,4 @@ class LightmemMemory(AbstractCapability[Any]):
         session = session_id or self.session_id
         if session is not None:
             turns = [{**t, "session_id": session} for t in turns]
-        return await _call(self.memory, "add", turns, user_id or self._user(None))
+        return await call_memory(self.memory, "add", turns, user_id or self._user(None))

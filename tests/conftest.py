@@ -51,6 +51,23 @@ def _uses_postgres(item) -> bool:
     return callspec is not None and any(isinstance(v, str) and v == "postgres" for v in callspec.params.values())
 
 
+def pytest_configure(config):
+    """One spaCy pipeline per set of disabled parts in a test process (~1.3 s a load; the product loads one per
+    runtime that asks, as spaCy does not promise that one pipeline may run in several threads at once, while the
+    tests never run two memories' pipelines concurrently)."""
+    import functools
+
+    from lightmem.models.registry import ModelRegistry
+
+    load = ModelRegistry.spacy
+
+    @functools.lru_cache(maxsize=None)
+    def shared(name: str, disable: tuple[str, ...]):
+        return load(ModelRegistry(), name, disable)
+
+    ModelRegistry.spacy = lambda self, name="en_core_web_sm", disable=(): shared(name, tuple(disable))
+
+
 def pytest_collection_finish(session):
     """Fewer garbage collections while the tests run: by now each process holds the objects of torch,
     transformers, FastAPI and the rest (millions), and with Python's default thresholds a full collection

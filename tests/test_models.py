@@ -67,13 +67,6 @@ def test_packaged_spacy_finds_people():
 
 
 @pytest.mark.slow
-def test_the_spacy_pipeline_loads_once_per_process_for_each_set_of_disabled_parts():
-    full, fast = ModelRegistry().spacy(), ModelRegistry().spacy(disable=("parser", "lemmatizer"))
-    assert ModelRegistry().spacy() is full and ModelRegistry().spacy(disable=("lemmatizer", "parser")) is fast
-    assert fast is not full and "parser" in full.pipe_names and "parser" not in fast.pipe_names
-
-
-@pytest.mark.slow
 def test_smollm2_gguf_converts_once_and_generates(smollm2_cache):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -14,7 +14,6 @@ import importlib.util
 import logging
 import os
 import shutil
-import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,22 +250,16 @@ class ModelRegistry:
         return self.path(name)
 
     def spacy(self, name: str = "en_core_web_sm", disable: tuple[str, ...] = ()):  # -> spacy.Language
-        """The packaged spaCy pipeline, loaded once per process for each ``disable`` (~1.3 s a load).
-
-        Every caller gets the same pipeline object, as the roles of one memory already share theirs:
-        lightmem only runs it on text and never adds, removes or trains a component."""
+        """Load the packaged spaCy pipeline (a new one each call: spaCy does not promise that one pipeline may
+        run in several threads at once, and two memories of a process may consolidate at the same time)."""
         spec = self.spec(name)
-        key = (spec.module, tuple(sorted(disable)))
-        with _SPACY_LOCK:
-            if key not in _SPACY:
-                try:
-                    import spacy
-                except ImportError as exc:
-                    raise ModelPackageMissingError(spec.name, "spacy") from exc
-                if importlib.util.find_spec(spec.module) is None:
-                    raise ModelPackageMissingError(spec.name, spec.package)
-                _SPACY[key] = spacy.load(spec.module, disable=list(disable))
-            return _SPACY[key]
+        try:
+            import spacy
+        except ImportError as exc:
+            raise ModelPackageMissingError(spec.name, "spacy") from exc
+        if importlib.util.find_spec(spec.module) is None:
+            raise ModelPackageMissingError(spec.name, spec.package)
+        return spacy.load(spec.module, disable=list(disable))
 
     def causal_lm_path(self, name: str = "SmolLM2-135M-Instruct") -> Path:
         """A transformers folder for a packaged GGUF model, converted once and cached.
@@ -307,10 +300,6 @@ class ModelRegistry:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         tmp.replace(out)  # atomic: a killed conversion never leaves a half folder behind
-
-
-_SPACY: dict[tuple[str, tuple[str, ...]], Any] = {}
-_SPACY_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager

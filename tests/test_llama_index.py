@@ -115,7 +115,8 @@ def test_a_react_agent_of_a_later_conversation_is_given_what_an_earlier_one_save
     from lightmem.integrations.llama_index import LightmemMemoryBlock
 
     async def go() -> tuple[list[str], Any]:
-        async with AsyncMemory.open(tmp_path / "store", encoder="hashing", background_index=False) as memory:
+        # the background indexer on, as users get it: what was saved is found by its words before its vector
+        async with AsyncMemory.open(tmp_path / "store", encoder="hashing", background_index=True) as memory:
             llm = _recorder()
             agent = ReActAgent(tools=[], llm=llm)
             block = LightmemMemoryBlock(memory=memory, user_id="alice")

@@ -12,11 +12,14 @@ from lightmem.server import KeyRing, create_app
 ALICE, ADMIN = "batch-alice-key-0001", "batch-admin-key-0001"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "sqlite-background", "postgres"])
 def client(request, tmp_path):
+    """The server over each backend; on SQLite also with the background indexer on, as `lightmem serve` ships it
+    (tests/conftest.py turns it off unless a test says so)."""
     location = request.getfixturevalue("pg_uri") if request.param == "postgres" else tmp_path / "store"
-    app = create_app(lambda: Memory.open(location, embedder=HashingEmbedder(64), selector=Stage1Selector()),
-                     KeyRing({ALICE: ["alice"], ADMIN: ["*"]}))
+    background = request.param.endswith("-background")
+    app = create_app(lambda: Memory.open(location, embedder=HashingEmbedder(64), selector=Stage1Selector(),
+                                         background_index=background), KeyRing({ALICE: ["alice"], ADMIN: ["*"]}))
     with TestClient(app) as c:
         yield c
 

@@ -43,11 +43,9 @@ def _standalone_porter():
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("nltk is not installed (pip install nltk)")
     path = Path(next(iter(spec.submodule_search_locations))) / "stem" / "porter.py"
-    names: list[str] = []
 
     def stand_in(match: re.Match[str]) -> str:
         bound = [n.strip() for n in match.group(1).split(",")]
-        names.extend(bound)
         return "; ".join(f"{n} = {'object' if n == 'StemmerI' else 'None'}" for n in bound)
 
     source = _NLTK_IMPORT.sub(stand_in, path.read_text(encoding="utf-8"))

@@ -241,7 +241,7 @@ def _routes() -> APIRouter:
         ops = [op.model_dump(exclude_none=True) for op in body.ops]
         memory = request.app.state.memory
         planned = plan_batch(memory, ops)  # every operation checked before the first write; the store is not read
-        warm([m["text"] for op in ops if op["op"] == "add" for m in op["messages"] if len(m["text"]) <= memory.max_turn_chars])
+        warm([m["text"] for op in ops if op["op"] == "add" for m in op["messages"]])  # checked: none is over the limit
         try:  # the lock per operation: other requests go between the operations of a batch that is not atomic
             results = run_batch(memory, planned, atomic=body.atomic, each=lambda: memory_of(request))
         except ItemNotFoundError as exc:

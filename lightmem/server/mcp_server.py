@@ -146,11 +146,8 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
                                                                      "later, e.g. {'topic': 'pets'}.")] = None,
     ) -> ItemsOut:
         """Remember one message of the conversation. Returns the memories written."""
-        check("add_memory", text=(text, long), speaker=(speaker, short), timestamp=(timestamp, short))
-        msg = {"speaker": speaker, "text": text, **({"timestamp": timestamp} if timestamp is not None else {}),
-               **({"metadata": metadata} if metadata is not None else {})}
-        warm([text])  # the text's analysis outside the lock: other tool calls are not held behind it
-        return ItemsOut(items=[MemoryOut.of(i) for i in call("add_memory", memory.add, msg, user_id=user_id)])
+        return write("add_memory", [MessageArg(text=text, speaker=speaker, timestamp=timestamp, metadata=metadata)],
+                     lambda i: "")
 
     @server.tool()
     def add_memories(
@@ -160,12 +157,17 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     ) -> ItemsOut:
         """Remember several messages at once (a message and its reply, a stretch of conversation), oldest first.
         They are written together: all of them or, when one is refused, none. Returns the memories written."""
+        return write("add_memories", messages, lambda i: f"messages[{i}].")
+
+    def write(tool: str, messages: list[MessageArg], where: Callable[[int], str]) -> ItemsOut:
+        """Check each message's text (``where(i)``: its arguments' prefix in a refusal), then add them in one call."""
         for i, m in enumerate(messages):
-            check("add_memories", **{f"messages[{i}].text": (m.text, long), f"messages[{i}].speaker": (m.speaker, short),
-                                     f"messages[{i}].timestamp": (m.timestamp, short)})
-        msgs = [m.model_dump(exclude_none=True) for m in messages]
-        warm([m.text for m in messages])  # outside the lock, as add_memory does
-        return ItemsOut(items=[MemoryOut.of(i) for i in call("add_memories", memory.add, msgs, user_id=user_id)])
+            at = where(i)
+            check(tool, **{f"{at}text": (m.text, long), f"{at}speaker": (m.speaker, short),
+                           f"{at}timestamp": (m.timestamp, short)})
+        warm([m.text for m in messages])  # the texts' analysis outside the lock: other tool calls are not held behind it
+        items = call(tool, memory.add, [m.model_dump(exclude_none=True) for m in messages], user_id=user_id)
+        return ItemsOut(items=[MemoryOut.of(i) for i in items])
 
     @server.tool()
     def search_memories(

@@ -36,10 +36,12 @@ from lightmem.validation import (
     check_id,
     check_item_fields,
     check_k,
+    check_metadata,
     check_query,
     check_stm,
     check_turn_lengths,
     check_user_id,
+    is_adapter_key,
     to_turns,
 )
 from lightmem.write import WritePipeline
@@ -302,12 +304,17 @@ class Memory:
         """Write the memory that ``key`` names for ``user_id`` (a caller's name for it, unique per user, as a
         framework's ``put(namespace, key, value)`` has): a new one, or one that takes the place of the memory the key
         named before, in one transaction (the old one is erased as ``delete`` erases it). The text is stored as
-        given, no Writer between; ``metadata`` comes back with it (``metadata["key"]`` is the key)."""
+        given, no Writer between; ``metadata`` comes back with it (``metadata["key"]`` is the key). An adapter's
+        bookkeeping keys (``lightmem.validation.ADAPTER_METADATA``) are taken under that adapter's own keys only."""
         user_id, key = check_user_id(user_id), check_id(key, "key")
-        turn = to_turns({"speaker": "user", "text": text, "metadata": dict(metadata or {})}, timestamp)[0]
+        meta = dict(metadata or {})
+        check_metadata(meta, "field 'metadata'", key=key)
+        own = {k: v for k, v in meta.items() if is_adapter_key(k)}
+        rest = {k: v for k, v in meta.items() if k not in own}
+        turn = to_turns({"speaker": "user", "text": text, "metadata": rest}, timestamp)[0]
         check_turn_lengths([turn], self.max_turn_chars)
         item_id = key_id(user_id, key)
-        turn = dataclasses.replace(turn, turn_id=item_id, metadata={**turn.metadata, "key": key})
+        turn = dataclasses.replace(turn, turn_id=item_id, metadata={**turn.metadata, **own, "key": key})
         draft = DraftItem(text=text, provenance=[item_id], event_time=turn.timestamp,
                           metadata={**turn.metadata, "key": key})
 
@@ -364,6 +371,10 @@ class Memory:
         item_id = check_id(item_id, "item_id")
         if not isinstance(keep_history, bool):
             raise InvalidInputError(f"keep_history must be True or False, got {keep_history!r}")
+        if fields.get("metadata") is not None:  # put's key and an adapter's bookkeeping (refused above) stay as put wrote them
+            old = self.store.get(user_id, item_id, include_archived=True)
+            kept = {k: v for k, v in old.metadata.items() if k == "key" or is_adapter_key(k)}
+            fields["metadata"] = {**fields["metadata"], **kept}
         if text is not None:  # checked above
             fields.update(text=text, n_tokens=self.counter.count([text])[0])
             # The word keep scores belong to a text: a new text is scored again (or loses them without a scorer).

@@ -34,6 +34,12 @@ MAX_TURN_CHARS = 100_000
 MAX_METADATA_DEPTH = 32
 MAX_METADATA_KEYS = 1_000
 MAX_METADATA_BYTES = 64 * 1024
+# The metadata keys lightmem's framework adapters (lightmem.integrations) keep their records' bookkeeping in, each
+# prefix with the prefix of the ``Memory.put`` keys of that adapter's records: LangGraph's ``lg_ns``, ``lg_key``,
+# ``lg_value`` ... under keys ``lg:...``, the OpenAI Agents session's ``oa_kind``, ``oa_json`` ... under ``oa/...``.
+# No caller's metadata may hold them (add, update, batch, HTTP, MCP, a JSONL ingest): only ``put`` of one of the
+# adapter's own keys writes them, so no door can forge an adapter's record into another memory or change one.
+ADAPTER_METADATA = {"lg_": "lg:", "oa_": "oa/"}
 
 
 def check_user_id(user_id: object) -> str:
@@ -185,9 +191,10 @@ def json_depth(value: object, limit: int | None = None) -> int:
     return deepest
 
 
-def check_metadata(meta: Mapping[str, Any], what: str = "field 'metadata'") -> None:
+def check_metadata(meta: Mapping[str, Any], what: str = "field 'metadata'", key: str | None = None) -> None:
     """Refuse metadata over the bound (``MAX_METADATA_DEPTH`` levels, ``MAX_METADATA_KEYS`` keys in all,
-    ``MAX_METADATA_BYTES`` of compact UTF-8 JSON) or not storable as standard JSON (``check_json``).
+    ``MAX_METADATA_BYTES`` of compact UTF-8 JSON), not storable as standard JSON (``check_json``), or holding an
+    adapter's bookkeeping keys (``check_adapter_keys``; ``key``: the ``Memory.put`` key the metadata is written under).
 
     Checked before anything is written, by every entry point (Python, HTTP, MCP, a JSONL ingest): what is
     stored can always be read back and served. The walk is iterative and stops at the first excess, so a
@@ -217,6 +224,30 @@ def check_metadata(meta: Mapping[str, Any], what: str = "field 'metadata'") -> N
     if size > MAX_METADATA_BYTES:
         raise InvalidInputError(f"{what} is {size:,} bytes as JSON, over the limit of {MAX_METADATA_BYTES:,} bytes "
                                 f"({MAX_METADATA_BYTES // 1024} KiB): keep large data elsewhere and store a reference")
+    check_adapter_keys(meta, what, key)
+
+
+def is_adapter_key(name: object) -> bool:
+    """Whether ``name`` is a metadata key a framework adapter keeps its bookkeeping in (``ADAPTER_METADATA``)."""
+    return isinstance(name, str) and name.startswith(tuple(ADAPTER_METADATA))
+
+
+def check_adapter_keys(meta: Mapping[str, Any], what: str, key: str | None = None) -> None:
+    """Refuse a top-level key of ``meta`` that an adapter keeps its bookkeeping in, unless ``key`` (a
+    ``Memory.put`` key) is one of that adapter's own (``ADAPTER_METADATA``).
+
+    Raises:
+        InvalidInputError: naming ``what`` and the reserved key.
+    """
+    for name in meta:
+        if not is_adapter_key(name):
+            continue
+        prefix = next(p for p in ADAPTER_METADATA if name.startswith(p))
+        if key is None or not key.startswith(ADAPTER_METADATA[prefix]):
+            reserved = " and ".join(f"{p!r}" for p in ADAPTER_METADATA)
+            raise InvalidInputError(f"{what} holds the key {shown(name)}: metadata keys starting with {reserved} are "
+                                    "reserved for the bookkeeping of lightmem's framework adapters (LangGraph, OpenAI "
+                                    "Agents), which no caller's metadata may write or change; rename the field")
 
 
 def _holds_nul(value: object) -> bool:

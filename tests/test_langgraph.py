@@ -218,7 +218,7 @@ def _exercise(store: BaseStore) -> dict:
 
 def test_behaves_like_the_reference(tmp_path):
     with _memory(tmp_path) as memory:
-        ours = _exercise(LightmemStore(memory))
+        ours = _exercise(LightmemStore(memory, all_users=True))  # the reference reads across users
     reference = _exercise(InMemoryStore())
     assert ours == reference
     assert reference["query_user"] == [(("memories", "bob"), "k1")]  # the scenario says something

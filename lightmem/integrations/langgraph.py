@@ -7,13 +7,22 @@ an awaitable is awaited). The layout:
 
 - **Namespace → user.** The namespace label at ``user_index`` names the lightmem user (1 by default: LangMem's
   ``("memories", user_id)``); a namespace too short to name one is refused (``InvalidNamespaceError``, a
-  ``ValueError``) for ``put``, ``get`` and ``delete``. A search or listing whose prefix stops before the user label
-  goes through every user of the store (``Memory.users()``).
+  ``ValueError``) for ``put``, ``get`` and ``delete``. That label is always a literal user id, in every operation:
+  ``"*"``, ``"%"``, ``"_"`` or ``"?"`` there name the user of that name and no other (as LangGraph's own stores read a
+  search prefix literally), so an app that takes the user id from a request cannot be made to read other users.
+- **One user per call.** A search or ``list_namespaces`` whose prefix stops before the user label (``("memories",)``,
+  ``()``, a suffix alone) would reach every user of the store; it is refused (``InvalidNamespaceError``) unless the
+  store was opened with ``all_users=True``, which goes through ``Memory.users()`` as LangGraph's stores go through
+  all their namespaces (an admin tool's store, not one a graph serving users gets; over ``MemoryClient`` it needs an
+  admin key). Within the named user, ``list_namespaces``' ``"*"`` at another label is LangGraph's wildcard.
 - **Document → memory.** ``put(namespace, key, value)`` is ``Memory.put(<key string>, text, user, metadata)``: the key
   string (``"lg:"`` and the JSON of the namespace and key, or its SHA-256 when over 256 characters) is unique per
   user, so a second ``put`` replaces the memory (the old one erased). The metadata carries ``lg_ns`` (the namespace as
   ``{"0": label, "1": label, ...}``, so a prefix is a filter on its fields), ``lg_depth``, ``lg_key``, ``lg_value``
-  (the value itself) and ``lg_created`` (when the key was first written). The text lightmem indexes is the value at
+  (the value itself) and ``lg_created`` (when the key was first written). These ``lg_`` keys are reserved
+  (``lightmem.validation.ADAPTER_METADATA``): only ``put`` under an ``lg:`` key writes them, no door's metadata (add,
+  update, batch, HTTP, MCP) may write or change them, and the store reads only memories under ``lg:`` keys. The text
+  lightmem indexes is the value at
   the index fields (``put(..., index=[...])``, else ``LightmemStore(index={"fields": [...]})``), else the value's
   ``"content"`` or ``"text"`` when it is a string, else the value as JSON.
 - **Search.** With a query: lightmem's retrieval (``Memory.search``) under a metadata filter for the namespace prefix
@@ -111,6 +120,9 @@ class LightmemStore(BaseStore):
         user_index: Position of the namespace label that names the user (``("memories", user_id)``: 1).
         index: LangGraph's ``IndexConfig``; only ``fields`` is read (the value paths whose text lightmem indexes).
         candidates: For a search with a filter checked after retrieval, how many candidates per wanted result.
+        all_users: Let a search or listing whose prefix stops before the user label read every user of the store
+            (LangGraph's semantics for a store of one trusted caller); False (the default) refuses it, so each call
+            reaches the one user its namespace names.
 
     ``batch`` runs the operations in order, each seeing the ones before it. Over an asynchronous memory, ``batch`` runs
     them on an event loop of its own (call ``abatch``, ``aget`` ... from a coroutine); over a synchronous one,
@@ -120,9 +132,11 @@ class LightmemStore(BaseStore):
     supports_ttl = False
 
     def __init__(self, memory: Any, user_index: int = 1, *, index: Mapping[str, Any] | None = None,
-                 candidates: int = 4) -> None:
+                 candidates: int = 4, all_users: bool = False) -> None:
         if isinstance(user_index, bool) or not isinstance(user_index, int) or user_index < 0:
             raise ValueError(f"user_index must be a whole number >= 0, got {user_index!r}")
+        if not isinstance(all_users, bool):
+            raise ValueError(f"all_users must be True or False, got {all_users!r}")
         if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
             raise ValueError(f"candidates must be a whole number >= 1, got {candidates!r}")
         missing = [m for m in ("put", "get_by_key", "get_all", "search", "delete") if not callable(getattr(memory, m, None))]
@@ -131,6 +145,7 @@ class LightmemStore(BaseStore):
         self.memory = memory
         self.user_index = user_index
         self.candidates = candidates
+        self.all_users = all_users
         fields = list((index or {}).get("fields") or [])
         self.index_config = dict(index) if index else None
         self._fields = [(f, tokenize_path(f)) for f in fields if f != "$"]
@@ -207,8 +222,18 @@ class LightmemStore(BaseStore):
                     raise ValueError(f"query must be a string, got {type(op.query).__name__}")
                 if op.filter is not None and not isinstance(op.filter, Mapping):
                     raise ValueError(f"filter must be a dict, got {type(op.filter).__name__}")
+                self._reach(tuple(op.namespace_prefix), "search")
             if isinstance(op, ListNamespacesOp):
                 _check_window(op.limit, op.offset)
+                self._reach(_list_prefix(op), "list_namespaces")
+
+    def _reach(self, prefix: tuple[str, ...], what: str) -> None:
+        """Refuse a prefix that stops before the user label, unless the store reads every user (``all_users``)."""
+        if len(prefix) <= self.user_index and not self.all_users:
+            raise InvalidNamespaceError(
+                f"{what} with the namespace prefix {prefix} would reach every user: LightmemStore(user_index="
+                f"{self.user_index}) reads the user from label {self.user_index}, so name the user (e.g. ('memories', "
+                "user_id)), or open LightmemStore(memory, all_users=True) for a store that may read every user's")
 
     def _user(self, namespace: tuple[str, ...]) -> str:
         if len(namespace) <= self.user_index:
@@ -263,9 +288,13 @@ class LightmemStore(BaseStore):
         return None
 
     def _users(self, path: Sequence[str]) -> _Plan:
-        """The users a namespace prefix (``"*"`` a wildcard) can reach."""
-        if len(path) > self.user_index and path[self.user_index] != "*":
+        """The users a namespace prefix reaches: the one its user label names, literally (``"*"`` names the user
+        ``*``); every user only for a prefix that stops before that label, which ``_check`` lets through under
+        ``all_users`` only."""
+        if len(path) > self.user_index:
             return [path[self.user_index]]
+        if not self.all_users:  # _check refused it; kept here so that no path reaches every user by mistake
+            raise InvalidNamespaceError(f"namespace prefix {tuple(path)} does not name a user")
         users = yield "users", (), {}
         return list(users)
 
@@ -315,8 +344,7 @@ class LightmemStore(BaseStore):
 
     def _list_namespaces(self, op: ListNamespacesOp) -> _Plan:
         conditions = tuple(op.match_conditions or ())
-        prefixes = [c.path for c in conditions if c.match_type == "prefix"]
-        prefix = max(prefixes, key=len) if prefixes else ()
+        prefix = _list_prefix(op)
         users = yield from self._users(prefix)
         pushed: dict[str, Any] = {"lg_depth": {"$gte": max(1, len(prefix))}}
         pushed.update({f"lg_ns.{i}": label for i, label in enumerate(prefix) if label != "*" and i != self.user_index})
@@ -377,11 +405,17 @@ def _time(seconds: Any) -> datetime:
     return datetime.fromtimestamp(float(seconds), tz=timezone.utc)
 
 
+def _list_prefix(op: ListNamespacesOp) -> tuple[str, ...]:
+    """The longest prefix condition of a ``list_namespaces`` (``()`` when it has none)."""
+    prefixes = [tuple(c.path) for c in op.match_conditions or () if c.match_type == "prefix"]
+    return max(prefixes, key=len) if prefixes else ()
+
+
 def _to_item(memory_item: Any, cls: type[Item], score: float | None = None) -> Item | None:
     meta = _meta(memory_item)
     namespace = _namespace(meta)
-    if namespace is None or "lg_key" not in meta:
-        return None  # not a memory this adapter wrote
+    if namespace is None or "lg_key" not in meta or not str(meta.get("key", "")).startswith("lg:"):
+        return None  # not a memory this adapter wrote (its put, under an "lg:" key)
     updated = _field(memory_item, "created_at")
     created = meta.get("lg_created", updated)
     value = dict(meta.get("lg_value") or {})

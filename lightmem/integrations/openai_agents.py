@@ -101,10 +101,14 @@ class LightmemSession:
         remember: Also write the user's and the assistant's text turns as memories (the default).
 
     History items are stored one memory per item (more for an item over ``PART_CHARS`` of JSON), archived so that no
-    search returns them, with ``metadata`` ``{"oa_kind": ITEM_KIND, "oa_session", "oa_seq", "oa_nonce", "oa_part",
-    "oa_parts", "oa_json"}``; ``get_items`` lists them with ``get_all(include_archived=True, metadata=...)`` and
-    returns the items in the order they were added. ``pop_item`` also erases the memories its turn became;
-    ``clear_session`` erases the history and keeps the memories (``clear_session(forget=True)`` erases both).
+    search returns them, written by ``put`` under the key ``oa/<session hash>/<seq>/<nonce>/<part>`` with ``metadata``
+    ``{"oa_kind": ITEM_KIND, "oa_session", "oa_seq", "oa_nonce", "oa_part", "oa_parts", "oa_json"}``; ``get_items``
+    lists them with ``get_all(include_archived=True, metadata=...)``, keeps those under this session's keys, and returns
+    the items in the order they were added. The ``oa_`` keys are reserved (``lightmem.validation.ADAPTER_METADATA``):
+    no door's metadata (add, update, batch, HTTP, MCP) may write or change them, so a caller cannot inject a history
+    item through metadata. ``session_id`` and ``user_id`` are literal ids: ``"*"`` or ``"%"`` name a session or a user
+    of that name, never several. ``pop_item`` also erases the memories its turn became (found by their source turn
+    id); ``clear_session`` erases the history and keeps the memories (``clear_session(forget=True)`` erases both).
     """
 
     def __init__(self, session_id: str, memory: Any, user_id: str, session_settings: SessionSettings | None = None,
@@ -124,8 +128,11 @@ class LightmemSession:
         return {"oa_kind": ITEM_KIND, "oa_session": self.session_id, **more}
 
     async def _records(self, min_seq: int | None = None) -> list[Any]:
-        """This session's memories that hold history items (with ``oa_seq >= min_seq``)."""
-        return await self._list(self._filter(**({"oa_seq": {"$gte": min_seq}} if min_seq else {})))
+        """This session's memories that hold history items (with ``oa_seq >= min_seq``): those ``add_items`` put under
+        this session's keys (no door but ``put`` of an ``oa/`` key writes ``oa_*`` metadata: ``ADAPTER_METADATA``)."""
+        records = await self._list(self._filter(**({"oa_seq": {"$gte": min_seq}} if min_seq else {})))
+        own = f"oa/{self._tag}/"
+        return [r for r in records if str(r.metadata.get("key", "")).startswith(own)]
 
     async def _list(self, spec: Mapping[str, Any]) -> list[Any]:
         """Every memory of the user (archived ones included) whose metadata passes ``spec``, page by page."""
@@ -192,9 +199,8 @@ class LightmemSession:
                 await call_memory(self.memory, "archive", rec.id, self.user_id)  # history, not a memory to search
             self._seen_seq = seq
             turn = _turn_of(item) if self.remember else None
-            if turn is not None:
-                turns.append({"speaker": turn[0], "text": turn[1], "id": f"oa-{self._tag}-{seq}-{nonce}",
-                              "metadata": {"oa_session": self.session_id, "oa_item": f"{seq}/{nonce}"}})
+            if turn is not None:  # its memories are found again by this turn id (their provenance), not by metadata
+                turns.append({"speaker": turn[0], "text": turn[1], "id": self._turn_id(seq, nonce)})
             seq += 1
         if turns:
             try:
@@ -211,7 +217,7 @@ class LightmemSession:
         (seq, nonce), records, item = assembled[-1]
         for rec in records:
             await self._delete(rec.id)
-        for mem in await self._list({"oa_session": self.session_id, "oa_item": f"{seq}/{nonce}"}):
+        for mem in await self._remembered(self._turn_id(seq, nonce)):
             await self._delete(mem.id)
         return item
 
@@ -220,8 +226,18 @@ class LightmemSession:
         for rec in await self._records():
             await self._delete(rec.id)
         if forget:
-            for mem in await self._list({"oa_session": self.session_id}):
+            for mem in await self._remembered(f"oa-{self._tag}-"):
                 await self._delete(mem.id)
+
+    def _turn_id(self, seq: int, nonce: str) -> str:
+        return f"oa-{self._tag}-{seq}-{nonce}"
+
+    async def _remembered(self, turn_id: str) -> list[Any]:
+        """The memories this session's turns became whose source turn ids start with ``turn_id`` (a whole id, or
+        the session's ``oa-<tag>-``): the session's memories (``session_id``) by their provenance."""
+        mems = await self._list({"session_id": self.session_id})
+        return [m for m in mems if any(t == turn_id or (turn_id.endswith("-") and t.startswith(turn_id))
+                                       for t in m.provenance)]
 
     async def _delete(self, item_id: str) -> None:
         try:

@@ -123,6 +123,7 @@ def memory_parts(
     group_dates: bool = True,
     max_turn_chars: int = MAX_TURN_CHARS,
     background_index: bool | None = None,
+    index_here: bool = True,
     encoder: str | None = None,
     **store_kwargs: Any,
 ) -> dict[str, Any]:
@@ -167,6 +168,10 @@ def memory_parts(
             returns (on either backend). A ``maintainer`` always embeds before ``add`` returns. None (the
             default): True, unless the environment sets ``LIGHTMEM_BACKGROUND_INDEX=0`` (a script that searches
             right after each write, or a test suite that wants every vector in place when ``add`` returns).
+        index_here: With background indexing on a PostgreSQL store, this process claims jobs from the store's shared
+            queue and embeds them (True, the default), or only writes and leaves the embedding to other processes:
+            ``lightmem worker``, other servers (False). Either way a job whose holder dies is taken by another
+            process once its lease runs out. The embedded store always embeds in the writing process.
         encoder: The encoder by the name the CLI's ``--encoder``, the server and MCP take: ``tuned`` (the
             default: all-mpnet-base-v2 with the trained adapter), ``mpnet``, ``minilm`` or ``hashing`` (no model:
             a feature-hashed bag of words, for tests and tiny machines). Resolved as the CLI resolves it
@@ -210,4 +215,4 @@ def memory_parts(
     return {"store": store, "embedder": embedder, "retriever": retriever, "composer": composer, "controller": controller,
             "writer": writer, "maintainer": maintainer, "counter": counter, "k": k, "sensory_stage": sensory_stage,
             "ltm": runtime, "word_scorer": word_scorer, "max_turn_chars": max_turn_chars,
-            "background_index": background_index}
+            "background_index": background_index, "index_here": index_here}

@@ -274,7 +274,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     serve(ServeSettings(store=args.store, keys=args.keys, host=args.host, port=args.port, workers=args.workers,
                         encoder=args.encoder, selector=args.selector, max_body_bytes=args.max_body_bytes,
-                        cache_mb=args.cache_mb, max_turn_chars=args.max_turn_chars), malloc_arenas=args.malloc_arenas)
+                        cache_mb=args.cache_mb, max_turn_chars=args.max_turn_chars, index_here=args.index_here),
+          malloc_arenas=args.malloc_arenas)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from lightmem.worker import run_worker
+
+    options = {} if args.pool_size is None else {"pool_size": args.pool_size}
+    report = run_worker(args.store, device=args.device, batch_size=args.batch_size, lease_s=args.lease, drain=args.drain,
+                        report_every=args.report_every, **options)
+    console.print(f"embedded {report.embedded:,} memories ({report.stored:,} stored) in {report.seconds:.1f} s; "
+                  f"{report.items_per_s:.1f}/s while busy; the queue holds {report.queue.get('backlog', '?')} "
+                  f"({report.queue.get('failed', '?')} failed)")
     return 0
 
 
@@ -418,10 +431,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache-mb", type=_cache_mb, metavar="MB",
                    help=f"ceiling of each worker's per-user in-memory indexes; the least recently served users' "
                         f"are dropped and rebuilt from the store when next used (default {DEFAULT_CACHE_MB:g}; 0: none)")
+    s.add_argument("--index-here", action=argparse.BooleanOptionalAction, default=True,
+                   help="each worker embeds what the store's queue holds (the default); --no-index-here: an API replica "
+                        "beside `lightmem worker` processes (a PostgreSQL store)")
     s.add_argument("--malloc-arenas", type=int, metavar="N",
                    help="glibc malloc arenas per worker: bounds the memory its threads leave allocated (default 2, "
                         "or $LIGHTMEM_MALLOC_ARENAS; 0: glibc's default, 8 per core; a MALLOC_ARENA_MAX in the environment wins)")
     s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("worker", help="embed what API processes wrote to a PostgreSQL store: drain its shared queue (no HTTP)",
+                       description="Claims batches of the store's embedding jobs with a lease, embeds them with the store's "
+                       "encoder and stores the vectors. Run any number, on any host that reaches the database; SIGTERM "
+                       "stops one after its batch, and a killed one's batch is taken by another when its lease runs out.")
+    s.add_argument("--store", required=True, metavar="postgresql://...", help="the store's PostgreSQL URI")
+    s.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: the fp32 encoder on a GPU (for a store "
+                   "written by it; a store written by the int8 CPU encoder needs cpu)")
+    s.add_argument("--batch-size", type=int, metavar="N", help="items per claim and encoder call (default 64; 512 on a GPU)")
+    s.add_argument("--lease", type=float, metavar="S", help="seconds a claimed batch stays this worker's (default 30)")
+    s.add_argument("--drain", action="store_true", help="exit once nothing is left to claim")
+    s.add_argument("--report-every", type=float, default=10.0, metavar="S", help="seconds between progress lines (-v)")
+    s.add_argument("--pool-size", type=int, metavar="N", help="database connections of this worker (default 4)")
+    s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("mcp", help="serve one user's memory to an MCP client (stdio): add, search, list, delete, build context")
     s.add_argument("--store", required=True, help=STORE_HELP)

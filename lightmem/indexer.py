@@ -326,24 +326,32 @@ class BackgroundIndexer:
                   "next open retries it): %s", entry[1], entry[0], entry[4], self.last_error)
 
     def _embed_and_store(self, batch: list[_Entry]) -> None:
-        texts = [e[2] for e in batch]
-        vecs = np.asarray(self.embedder.encode(texts), dtype=np.float32)
-        keep = None
-        if self.word_scorer is not None:
-            try:
-                keep = keep_codes(self.word_scorer, texts)
-            except Exception as exc:  # noqa: BLE001 - the vectors are worth storing without the scores
-                log.warning("indexer: word scores failed (%s: %s); %d items stored without them",
-                            type(exc).__name__, exc, len(texts))
-        by_user: dict[str, list[int]] = {}
-        for i, e in enumerate(batch):
-            by_user.setdefault(e[0], []).append(i)
-        done = 0
-        for user_id, rows in by_user.items():
-            done += self.store.set_vectors(user_id, [(batch[i][1], batch[i][2]) for i in rows], vecs[rows],
-                                           keep=[keep[i] for i in rows] if keep is not None else None)
+        done = embed_and_store(self.store, self.embedder, self.word_scorer, [(e[0], e[1], e[2]) for e in batch])
         lag = time.monotonic() - min(e[3] for e in batch)
         self.indexed += len(batch)
         self.last_lag, self.max_lag = lag, max(self.max_lag, lag)
         if done < len(batch):
             log.debug("indexer: %d of %d items changed or went before their vectors came", len(batch) - done, len(batch))
+
+
+def embed_and_store(store: Any, embedder: Embedder, word_scorer: Any, batch: Sequence[tuple[str, str, str]]) -> int:
+    """Embed (user id, item id, index text) entries in one encoder call, score their words (when a scorer is given),
+    and store the vectors per user (``set_vectors``); returns how many items took their vector (an item changed or
+    deleted meanwhile keeps waiting or is gone)."""
+    texts = [e[2] for e in batch]
+    vecs = np.asarray(embedder.encode(texts), dtype=np.float32)
+    keep = None
+    if word_scorer is not None:
+        try:
+            keep = keep_codes(word_scorer, texts)
+        except Exception as exc:  # noqa: BLE001 - the vectors are worth storing without the scores
+            log.warning("indexer: word scores failed (%s: %s); %d items stored without them",
+                        type(exc).__name__, exc, len(texts))
+    by_user: dict[str, list[int]] = {}
+    for i, e in enumerate(batch):
+        by_user.setdefault(e[0], []).append(i)
+    done = 0
+    for user_id, rows in by_user.items():
+        done += store.set_vectors(user_id, [(batch[i][1], batch[i][2]) for i in rows], vecs[rows],
+                                  keep=[keep[i] for i in rows] if keep is not None else None)
+    return done

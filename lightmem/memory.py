@@ -15,11 +15,11 @@ from lightmem.batch import plan as plan_batch
 from lightmem.batch import run as run_batch
 from lightmem.build import memory_parts
 from lightmem.errors import InvalidInputError, ItemNotFoundError, shown
-from lightmem.indexer import BackgroundIndexer
 from lightmem.ltm import CycleReport, LTMRuntime
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
 from lightmem.models.word_scorer import WordScorer, keep_codes
+from lightmem.queue_indexer import make_indexer
 from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
 from lightmem.roles.controller import Controller, PassthroughController
@@ -78,6 +78,7 @@ class Memory:
         word_scorer: WordScorer | None = None,
         max_turn_chars: int = MAX_TURN_CHARS,
         background_index: bool = False,
+        index_here: bool = True,
     ) -> None:
         self.store, self.embedder, self.retriever, self.composer = store, embedder, retriever, composer
         self.controller = controller or PassthroughController()
@@ -88,9 +89,7 @@ class Memory:
         self.max_turn_chars = max_turn_chars
         self.ltm = ltm
         self._closed = False
-        # Background indexing needs a store that takes items before their vectors (the embedded one).
-        self.indexer = BackgroundIndexer(store, embedder, word_scorer) \
-            if background_index and getattr(store, "deferred_vectors", False) else None
+        self.indexer = make_indexer(store, embedder, word_scorer, background_index, index_here)
         self._write = WritePipeline(store, embedder, self.counter, writer or default_writer(), clock,
                                     sensory_stage=sensory_stage, maintainer=maintainer, ltm=ltm, word_scorer=word_scorer,
                                     indexer=self.indexer)

@@ -24,7 +24,7 @@ TOP_MAY_IMPORT = {
 }
 # The stores sit below retrieval, the roles and the Memory that search them.
 ABOVE_STORES = ("lightmem.retrieval", "lightmem.roles", "lightmem.memory", "lightmem.build", "lightmem.write",
-                "lightmem.indexer", "lightmem.async_memory")
+                "lightmem.indexer", "lightmem.queue_indexer", "lightmem.worker", "lightmem.async_memory")
 
 
 def modules() -> dict[str, Path]:

@@ -232,7 +232,7 @@ def test_a_graph_made_before_scopes_is_kept_and_only_the_shared_option_reads_it(
     _unscope(location)
     m = _memory(location)  # the per-user default: the old graph is out of every user's reach
     try:
-        assert m.store.info()["schema_version"] == ("4" if is_server(location) else "5")
+        assert m.store.info()["schema_version"] == "5"
         assert {(n.key, n.evidence, tuple(n.facts)) for n in m.store.graph.nodes(True, scope="")} == before
         assert _knowledge(m, "Robotics Team rover", "alice") == [] and _knowledge(m, "rover", "bob") == []
         _say(m, "bob", ["The Robotics Team won the county fair."], "Bob", prefix="B")

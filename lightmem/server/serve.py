@@ -6,9 +6,11 @@ import os
 
 from fastapi import FastAPI
 
+from lightmem.errors import LightMemError
 from lightmem.server.app import create_app
 from lightmem.server.auth import KeyRing
 from lightmem.server.settings import ENV, ServeSettings, open_memory
+from lightmem.stores.postgres import schema as pg_schema
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,7 @@ def app_from_env() -> FastAPI:
     s = ServeSettings.from_env()
 
     def open_warm():
-        memory = open_memory(s.store, s.encoder, s.selector, s.cache_mb, s.max_turn_chars)
+        memory = open_memory(s.store, s.encoder, s.selector, s.cache_mb, s.max_turn_chars, s.index_here)
         # The stemmer's import (NLTK, which imports SciPy and scikit-learn: ~100 MB and 1-3 s) happens here,
         # before the worker answers, not in its first request.
         from lightmem.text import warm
@@ -84,6 +86,9 @@ def serve(settings: ServeSettings, malloc_arenas: int | None = None) -> None:
     import uvicorn
 
     KeyRing.load(settings.keys)
+    if not settings.index_here and not pg_schema.is_uri(settings.store):
+        raise LightMemError("--no-index-here leaves embedding to `lightmem worker` processes, which drain a PostgreSQL "
+                            "store's queue: serve a postgresql:// store, or drop --no-index-here")
     if malloc_arenas is not None:
         os.environ[ARENAS_ENV] = str(max(malloc_arenas, 0))
     arenas = limit_malloc_arenas(malloc_arenas)

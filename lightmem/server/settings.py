@@ -30,6 +30,8 @@ class ServeSettings:
         max_body_bytes: Larger request bodies get 413.
         cache_mb: Ceiling (MiB) of each worker's per-user in-memory views (None: the store's default).
         max_turn_chars: Longer turns are refused (422).
+        index_here: Each worker embeds what the store's queue holds (True), or leaves it to ``lightmem worker``
+            processes (False; a PostgreSQL store).
     """
 
     store: str
@@ -42,6 +44,7 @@ class ServeSettings:
     max_body_bytes: int = 1 << 20
     cache_mb: float | None = None
     max_turn_chars: int = MAX_TURN_CHARS
+    index_here: bool = True
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -55,7 +58,7 @@ class ServeSettings:
 
 
 def open_memory(store: str, encoder: str | None = None, selector: str = "trained", cache_mb: float | None = None,
-                max_turn_chars: int = MAX_TURN_CHARS) -> Memory:
+                max_turn_chars: int = MAX_TURN_CHARS, index_here: bool = True) -> Memory:
     """Open a store (a folder or a ``postgresql://`` URI) for serving: an existing store with the embedder that wrote it, a new one with ``encoder``.
 
     Raises:
@@ -70,4 +73,5 @@ def open_memory(store: str, encoder: str | None = None, selector: str = "trained
     embedder = resolve_embedder(store, encoder)  # the CLI's resolution: a mismatched --encoder is refused
     options = {} if cache_mb is None else {"cache_mb": cache_mb}
     return Memory.open(store, embedder=embedder, selector=default_selector() if selector == "trained" else Stage1Selector(),
-                       max_turn_chars=max_turn_chars, **options)
+                       max_turn_chars=max_turn_chars, index_here=index_here,
+                       background_index=None if index_here else True, **options)

@@ -23,7 +23,7 @@ from lightmem.stores.keys import TABLES as _FACT_TABLES
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 URI_SCHEMES = ("postgresql://", "postgres://")
 _SCHEMA_LOCK = 0x6C6D0001  # advisory lock: one process creates or upgrades the schema, others wait
 CYCLE_LOCK = 0x6C6D0002  # advisory lock: consolidation cycles commit one at a time, in cycle order
@@ -49,6 +49,42 @@ _DEFER_VECTORS = """
 ALTER TABLE items ALTER COLUMN embedding DROP NOT NULL;
 ALTER TABLE items ADD COLUMN IF NOT EXISTS updated_at DOUBLE PRECISION;
 """  # and when an item last changed (NULL, in rows from before: its created_at)
+
+# Version 5: the embedding queue (``postgres.queue``): a job per item waiting for its vector, which any process
+# (``lightmem worker``, a server's own indexer) claims with a lease. A trigger keeps it exact: an item written or
+# changed without a vector gets a job in the same transaction, a vector stored removes it, a deleted item takes its
+# job with it. Code older than this would write items without jobs, so it may not open a version-5 store.
+EMBED_CHANNEL = "lightmem_embed"  # NOTIFY channel: a job was queued (workers LISTEN and wake at once)
+_QUEUE = """
+CREATE TABLE IF NOT EXISTS embed_jobs (
+  rid BIGINT PRIMARY KEY REFERENCES items (rid) ON DELETE CASCADE,
+  user_id TEXT NOT NULL,
+  enqueued_at DOUBLE PRECISION NOT NULL,
+  lease_until DOUBLE PRECISION, holder TEXT,
+  claims INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0, last_error TEXT
+);
+CREATE OR REPLACE FUNCTION lightmem_embed_job() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.embedding IS NULL THEN
+    -- a new or changed text: queued, or queued again (a holder's lease ends: it embedded the old text)
+    INSERT INTO embed_jobs AS j (rid, user_id, enqueued_at)
+      VALUES (NEW.rid, NEW.user_id, extract(epoch FROM clock_timestamp()))
+      ON CONFLICT (rid) DO UPDATE SET lease_until = NULL, holder = NULL, failures = 0, last_error = NULL;
+    PERFORM pg_notify('lightmem_embed', '');
+  ELSIF TG_OP = 'UPDATE' AND OLD.embedding IS NULL THEN
+    DELETE FROM embed_jobs WHERE rid = NEW.rid;
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER items_embed_job
+AFTER INSERT OR UPDATE OF embedding, text, keys ON items FOR EACH ROW EXECUTE FUNCTION lightmem_embed_job();
+"""
+# Rows of a store from before version 5 that wait for their vector get their jobs.
+_QUEUE_BACKFILL = """
+INSERT INTO embed_jobs (rid, user_id, enqueued_at)
+  SELECT rid, user_id, extract(epoch FROM clock_timestamp()) FROM items WHERE embedding IS NULL
+  ON CONFLICT DO NOTHING
+"""
 
 FACT_TABLES = _FACT_TABLES.format(id="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", real="DOUBLE PRECISION")
 
@@ -230,6 +266,9 @@ def ensure_schema(conn: Any, uri: str, dim: int, embedder: str) -> None:
         if version < SCHEMA_VERSION:
             conn.execute(_TABLES.replace("{dim}", str(int(dim))))
             conn.execute(FACT_TABLES)
+            conn.execute(_QUEUE)
+        if 0 < version < 5:
+            conn.execute(_QUEUE_BACKFILL)
         conn.execute("INSERT INTO schema_version (version) VALUES (%s) ON CONFLICT DO NOTHING", (SCHEMA_VERSION,))
         conn.execute("INSERT INTO meta (key, value) VALUES ('dim', %s), ('embedder', %s) ON CONFLICT DO NOTHING",
                      (str(dim), embedder))

@@ -37,6 +37,7 @@ from lightmem.stores.postgres import schema as pg_schema
 from lightmem.stores.postgres.conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, Connections, RetryPolicy, pipelined
 from lightmem.stores.postgres.graph import PostgresGraph, PostgresGraphTransaction, as_array
 from lightmem.stores.postgres.lexical import LexicalView, sync
+from lightmem.stores.postgres.queue import EmbedQueue
 from lightmem.stores.rows import ITEM_COLS, check_update, forgets_old_text, index_text_sql, rewrites_text, row_to_item
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.stores.views.lexical import BM25_B, BM25_K1
@@ -178,6 +179,7 @@ class PostgresStore:
         self._views: ViewCache[LexicalView] = ViewCache(ceiling_bytes(cache_mb))
         self._access = AccessBuffer()
         self._graph = PostgresGraph(self._query, dim)
+        self.embed_queue = EmbedQueue(self._db, uri)  # the shared embedding queue (postgres.queue)
 
     @property
     def lock(self) -> SnapshotLock:
@@ -668,6 +670,7 @@ class PostgresStore:
 
             self._write(prune, None, "pruning the change log")
         finally:
+            self.embed_queue.close()
             self._db.close()
 
     @staticmethod

@@ -1,0 +1,169 @@
+"""``lightmem worker``: a process that only drains a PostgreSQL store's embedding queue (no HTTP).
+
+Run as many as wanted, on any host that reaches the database: each claims batches with a lease
+(``stores.postgres.queue``), embeds them with the store's own encoder (on the CPU, or on a GPU with
+``device="cuda"`` for a store whose vectors the fp32 encoder reproduces) and stores the vectors. SIGTERM or
+SIGINT stops it after its batch and gives its leases back; SIGKILL leaves them to run out, and another worker (or a
+server's own indexer) takes the batch then.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightmem.errors import LightMemError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WORKER_BATCH = 64  # CPU: an encoder call of ~2 s with the int8 mpnet encoder on 2 cores
+DEFAULT_GPU_BATCH = 512
+
+
+@dataclass
+class WorkerReport:
+    """What a worker did: items embedded and stored, seconds, and the queue as it left it."""
+
+    embedded: int = 0
+    stored: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    busy_seconds: float = 0.0
+    queue: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def items_per_s(self) -> float:
+        return self.embedded / self.busy_seconds if self.busy_seconds else 0.0
+
+
+def open_worker_parts(store: str, device: str = "cpu", **store_options: Any) -> tuple[Any, Any]:
+    """The store at ``store`` (a ``postgresql://`` URI holding a lightmem store) and the encoder that wrote it.
+
+    Raises:
+        LightMemError: not a PostgreSQL URI, no store there yet, or ``device`` cannot reproduce its vectors.
+    """
+    from lightmem.models.embedder import embedder_for
+    from lightmem.stores.factory import describe, is_server, open_store, stored_embedder
+
+    if not is_server(store):
+        raise LightMemError(f"{describe(store)}: `lightmem worker` drains a PostgreSQL store's queue "
+                            "(postgresql://...); an embedded store embeds in the process that writes it")
+    name = stored_embedder(store)
+    if not name or name == "unknown":
+        raise LightMemError(f"{describe(store)} holds no lightmem store yet (or records no encoder): open it once with "
+                            "`lightmem serve` or Memory.open, which creates it with its encoder")
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise LightMemError(f"device must be cpu, cuda or cuda:N, got {device!r}")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise LightMemError(f"--device {device}: torch sees no CUDA device on this host; use --device cpu")
+        embedder = embedder_for(name, backend="torch")  # raises StoreError for a store written by an int8 encoder
+        model = getattr(embedder, "_model", None)
+        if model is not None and hasattr(model, "to"):
+            model.to(device)
+            embedder.device = device
+    else:
+        embedder = embedder_for(name)
+    return open_store(store, dim=embedder.dim, embedder=embedder.name, **store_options), embedder
+
+
+def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None, lease_s: float | None = None,
+               drain: bool = False, report_every: float = 10.0, stop: threading.Event | None = None,
+               on_report: Callable[[WorkerReport], None] | None = None, **store_options: Any) -> WorkerReport:
+    """Drain the store's embedding queue until stopped (SIGTERM/SIGINT, or ``stop`` set) or, with ``drain``, until
+    nothing claimable is left.
+
+    Args:
+        store: ``postgresql://`` URI of the store.
+        device: ``cpu`` or ``cuda[:N]`` (the encoder on a GPU; the store must have been written by the fp32 encoder).
+        batch_size: Items claimed and embedded per batch (default 64 on the CPU, 512 on a GPU).
+        lease_s: Seconds a claimed batch stays this worker's (default ``queue.DEFAULT_LEASE_S``).
+        drain: Return once the queue has nothing claimable (a backfill, a benchmark, a test).
+        report_every: Seconds between progress lines in the log (and ``on_report`` calls).
+        stop: An event that stops the worker when set (tests); SIGTERM and SIGINT set it in the main thread.
+        on_report: Called with the running report every ``report_every`` seconds and at the end.
+        **store_options: ``PostgresStore`` settings (pool_size, statement_timeout, ...).
+    """
+    from lightmem.queue_indexer import QueueIndexer
+
+    db, embedder = open_worker_parts(store, device, **store_options)
+    batch = batch_size or (DEFAULT_GPU_BATCH if device.startswith("cuda") else DEFAULT_WORKER_BATCH)
+    report = WorkerReport()
+    lock = threading.Lock()
+
+    def counted(n: int, done: int, seconds: float) -> None:
+        with lock:
+            report.embedded += n
+            report.stored += done
+            report.batches += 1
+            report.busy_seconds += seconds
+
+    stop = stop or threading.Event()
+    restore = _stop_on_signals(stop)
+    indexer = QueueIndexer(db, embedder, batch_size=batch, lease_s=lease_s, on_batch=counted)
+    started = last = time.monotonic()
+    try:
+        indexer.start()
+        log.info("worker %s: draining %s (batch %d, lease %.0f s, device %s)", indexer.holder, db.location, batch,
+                 indexer.lease_s, device)
+        while not stop.wait(0.5):
+            now = time.monotonic()
+            if now - last >= report_every:
+                last = now
+                _report(report, indexer, started, on_report)
+            if drain and _drained(indexer):
+                break
+            if not indexer.alive:
+                raise LightMemError(f"the worker's indexer stopped: {indexer.last_error}")
+    finally:
+        indexer.close(wait=False)  # gives back the leases of a batch not stored
+        report.seconds = time.monotonic() - started
+        try:
+            report.queue = db.embed_queue.status()
+        except Exception as exc:  # noqa: BLE001 - the report goes without the queue's state
+            log.warning("worker: could not read the queue at the end: %s: %s", type(exc).__name__, exc)
+        finally:
+            db.close()
+            restore()
+    if on_report is not None:
+        on_report(report)
+    log.info("worker %s: %d embedded, %d stored in %.1f s (%.1f items/s while busy)", indexer.holder, report.embedded,
+             report.stored, report.seconds, report.items_per_s)
+    return report
+
+
+def _drained(indexer: Any) -> bool:
+    """Nothing left to claim: no job waits unleased, and this worker holds none (failed-for-good ones aside)."""
+    status = indexer.queue.status()
+    return status["backlog"] - status["failed"] == 0
+
+
+def _report(report: WorkerReport, indexer: Any, started: float, on_report: Callable[[WorkerReport], None] | None) -> None:
+    queue = indexer.queue.status()
+    report.queue, report.seconds = queue, time.monotonic() - started
+    log.info("worker %s: %d embedded (%.1f items/s while busy); queue: %d waiting, %d leased, %d failed, oldest %.1f s",
+             indexer.holder, report.embedded, report.items_per_s, queue["backlog"], queue["leased"], queue["failed"],
+             queue["oldest_wait_s"])
+    if on_report is not None:
+        on_report(report)
+
+
+def _stop_on_signals(stop: threading.Event) -> Callable[[], None]:
+    """SIGTERM and SIGINT set ``stop`` (in the main thread only; elsewhere nothing changes). Returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in before:
+        signal.signal(sig, lambda *_: stop.set())
+
+    def restore() -> None:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+    return restore

@@ -53,7 +53,8 @@ ALTER TABLE items ADD COLUMN IF NOT EXISTS updated_at DOUBLE PRECISION;
 # Version 5: the embedding queue (``postgres.queue``): a job per item waiting for its vector, which any process
 # (``lightmem worker``, a server's own indexer) claims with a lease. A trigger keeps it exact: an item written or
 # changed without a vector gets a job in the same transaction, a vector stored removes it, a deleted item takes its
-# job with it. Code older than this would write items without jobs, so it may not open a version-5 store.
+# job with it. ``consolidation_jobs``: a user whose offline consolidation is due, claimed the same way (one holder
+# per user at a time). Code older than this would write items without jobs, so it may not open a version-5 store.
 EMBED_CHANNEL = "lightmem_embed"  # NOTIFY channel: a job was queued (workers LISTEN and wake at once)
 _QUEUE = """
 CREATE TABLE IF NOT EXISTS embed_jobs (
@@ -78,6 +79,11 @@ BEGIN
 END $$;
 CREATE OR REPLACE TRIGGER items_embed_job
 AFTER INSERT OR UPDATE OF embedding, text, keys ON items FOR EACH ROW EXECUTE FUNCTION lightmem_embed_job();
+CREATE TABLE IF NOT EXISTS consolidation_jobs (
+  user_id TEXT PRIMARY KEY, requested_at DOUBLE PRECISION NOT NULL,
+  lease_until DOUBLE PRECISION, holder TEXT,
+  claims INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0, last_error TEXT
+);
 """
 # Rows of a store from before version 5 that wait for their vector get their jobs.
 _QUEUE_BACKFILL = """

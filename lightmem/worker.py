@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_WORKER_BATCH = 64  # CPU: an encoder call of ~2 s with the int8 mpnet encoder on 2 cores
 DEFAULT_GPU_BATCH = 512
+GPU_ENCODE_BATCH = 128  # texts per forward pass on a GPU (the CPU encoders' 16 would leave it idle)
 
 
 @dataclass
@@ -65,9 +66,11 @@ def open_worker_parts(store: str, device: str = "cpu", **store_options: Any) -> 
             raise LightMemError(f"--device {device}: torch sees no CUDA device on this host; use --device cpu")
         embedder = embedder_for(name, backend="torch")  # raises StoreError for a store written by an int8 encoder
         model = getattr(embedder, "_model", None)
-        if model is not None and hasattr(model, "to"):
+        if device != "cuda" and model is not None:  # cuda:N (the torch backend picked cuda, i.e. cuda:0)
             model.to(device)
             embedder.device = device
+        if hasattr(embedder, "batch_size"):
+            embedder.batch_size = max(embedder.batch_size, GPU_ENCODE_BATCH)
     else:
         embedder = embedder_for(name)
     return open_store(store, dim=embedder.dim, embedder=embedder.name, **store_options), embedder

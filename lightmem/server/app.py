@@ -9,7 +9,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import lightmem
+from lightmem import tracing
 from lightmem.async_memory import freeze_loaded
 from lightmem.batch import plan as plan_batch
 from lightmem.batch import run as run_batch
@@ -55,6 +56,9 @@ from lightmem.server.schemas import (
 )
 from lightmem.text import warm
 
+if TYPE_CHECKING:
+    from lightmem.server.metrics import ServerMetrics
+
 log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 MemoryFactory = Callable[[], Memory]
@@ -63,7 +67,8 @@ _bearer = HTTPBearer(auto_error=False, description="An API key from the server's
 QueryUser = Annotated[UserId, Query(description=USER_DOC)]
 
 
-def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               metrics: ServerMetrics | None = None) -> FastAPI:
     """The FastAPI app of ``lightmem serve``.
 
     Args:
@@ -71,6 +76,7 @@ def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int
             load then), and the memory is closed at shutdown.
         keys: The API keys accepted and the users each may act for.
         max_body_bytes: Larger request bodies are refused with 413 before they are read whole.
+        metrics: Prometheus metrics of this worker (``lightmem.server.metrics``); None: no metrics, no middleware.
     """
 
     @asynccontextmanager
@@ -84,7 +90,9 @@ def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int
         finally:
             await run_in_threadpool(app.state.memory.close)
 
+    # FastAPI's own OpenTelemetry spans and logs stay off: they carry the URL's user ids and a refused body's text.
     app = FastAPI(title="lightmem", version=lightmem.__version__, lifespan=lifespan,
+                  telemetry={"tracing": False, "metrics": False, "logs": False},
                   description="Long-term memory for LLM agents. Every call names the user it acts for; "
                               "an API key acts only for the users the keys file gives it.")
     app.state.keys = keys
@@ -92,6 +100,10 @@ def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int
     # at a time, off the event loop; more throughput comes from more workers (processes).
     app.state.memory_lock = threading.Lock()
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    if metrics is not None or tracing.enabled():  # outermost: a refused body is counted too
+        from lightmem.server.metrics import Observe
+
+        app.add_middleware(Observe, metrics=metrics)
     app.add_exception_handler(RequestValidationError, _malformed)
     app.add_exception_handler(StarletteHTTPException, _unreadable_body)
     app.add_exception_handler(InvalidInputError, _invalid)

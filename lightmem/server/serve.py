@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import AbstractContextManager, nullcontext
 
 from fastapi import FastAPI
 
+from lightmem import tracing
 from lightmem.errors import LightMemError
 from lightmem.server.app import create_app
 from lightmem.server.auth import KeyRing
@@ -69,7 +71,15 @@ def app_from_env() -> FastAPI:
         warm(["memory"])
         return memory
 
-    return create_app(open_warm, KeyRing.load(s.keys), s.max_body_bytes)
+    metrics = None
+    if s.metrics_port is not None:
+        from lightmem.server.metrics import ServerMetrics  # prometheus-client is imported only here
+
+        metrics = ServerMetrics()
+    if s.otel:
+        tracing.export_otlp()
+        tracing.enable()
+    return create_app(open_warm, KeyRing.load(s.keys), s.max_body_bytes, metrics)
 
 
 def serve(settings: ServeSettings, malloc_arenas: int | None = None) -> None:
@@ -94,5 +104,11 @@ def serve(settings: ServeSettings, malloc_arenas: int | None = None) -> None:
     arenas = limit_malloc_arenas(malloc_arenas)
     log.info("malloc arenas per process: %s", arenas or "glibc's default")
     os.environ[ENV] = settings.to_env()  # workers inherit the environment
-    uvicorn.run("lightmem.server.serve:app_from_env", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level="info")
+    scrapes: AbstractContextManager = nullcontext()
+    if settings.metrics_port is not None:  # the workers' metric files, and the port that answers from them
+        from lightmem.server.metrics import exposed
+
+        scrapes = exposed(settings.host, settings.metrics_port)
+    with scrapes:
+        uvicorn.run("lightmem.server.serve:app_from_env", factory=True, host=settings.host, port=settings.port,
+                    workers=settings.workers, log_level="info")

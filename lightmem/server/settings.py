@@ -30,6 +30,9 @@ class ServeSettings:
         max_body_bytes: Larger request bodies get 413.
         cache_mb: Ceiling (MiB) of each worker's per-user in-memory views (None: the store's default).
         max_turn_chars: Longer turns are refused (422).
+        metrics_port: Answer Prometheus on this port (``host``'s interface) with every worker's metrics; None: no
+            metrics at all (``lightmem.server.metrics``).
+        otel: OpenTelemetry spans on in every worker, exported by OTLP (``lightmem.tracing``).
         index_here: Each worker embeds what the store's queue holds (True), or leaves it to ``lightmem worker``
             processes (False; a PostgreSQL store).
     """
@@ -44,6 +47,8 @@ class ServeSettings:
     max_body_bytes: int = 1 << 20
     cache_mb: float | None = None
     max_turn_chars: int = MAX_TURN_CHARS
+    metrics_port: int | None = None
+    otel: bool = False
     index_here: bool = True
 
     def to_env(self) -> str:

@@ -196,6 +196,11 @@ class Connections:
     def close(self) -> None:
         self._pool.close()
 
+    def pool_stats(self) -> dict[str, int]:
+        """The pool's figures (psycopg_pool's ``get_stats``: pool_size, pool_available, pool_max, requests_waiting...),
+        for the server's metrics."""
+        return self._pool.get_stats()
+
     def bound(self) -> Any:
         """This thread's snapshot or transaction connection, or None."""
         return self._bound.conn

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from lightmem import tracing
 from lightmem.models.embedder import Embedder
 from lightmem.models.word_scorer import keep_codes
 
@@ -334,6 +335,7 @@ class BackgroundIndexer:
             log.debug("indexer: %d of %d items changed or went before their vectors came", len(batch) - done, len(batch))
 
 
+@tracing.embed_span
 def embed_and_store(store: Any, embedder: Embedder, word_scorer: Any, batch: Sequence[tuple[str, str, str]]) -> int:
     """Embed (user id, item id, index text) entries in one encoder call, score their words (when a scorer is given),
     and store the vectors per user (``set_vectors``); returns how many items took their vector (an item changed or

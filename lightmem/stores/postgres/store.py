@@ -260,6 +260,10 @@ class PostgresStore:
         with self._mutex:
             self._views.clear()
 
+    def pool_stats(self) -> dict[str, int]:
+        """This process's connections to the database (``psycopg_pool``'s counters: size, available, waiting...)."""
+        return self._db.pool_stats()
+
     def cache_stats(self) -> dict[str, int | float | None]:
         """The per-user BM25 views held in this process: count, estimated MiB, ceiling, hits, misses, evictions."""
         with self._mutex:

@@ -285,7 +285,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     options = {} if args.pool_size is None else {"pool_size": args.pool_size}
     report = run_worker(args.store, device=args.device, batch_size=args.batch_size, lease_s=args.lease, drain=args.drain,
-                        report_every=args.report_every, **options)
+                        report_every=args.report_every, metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                        **options)
     console.print(f"embedded {report.embedded:,} memories ({report.stored:,} stored) in {report.seconds:.1f} s; "
                   f"{report.items_per_s:.1f}/s while busy; the queue holds {report.queue.get('backlog', '?')} "
                   f"({report.queue.get('failed', '?')} failed)")
@@ -458,6 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--drain", action="store_true", help="exit once nothing is left to claim")
     s.add_argument("--report-every", type=float, default=10.0, metavar="S", help="seconds between progress lines (-v)")
     s.add_argument("--pool-size", type=int, metavar="N", help="database connections of this worker (default 4)")
+    s.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="answer Prometheus on this port: embedded items, time per batch, the queue (needs the metrics extra)")
+    s.add_argument("--metrics-host", default="127.0.0.1", help="interface of --metrics-port (default 127.0.0.1)")
     s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("mcp", help="serve one user's memory to an MCP client (stdio): add, search, list, delete, build context")

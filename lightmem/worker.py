@@ -76,9 +76,50 @@ def open_worker_parts(store: str, device: str = "cpu", **store_options: Any) -> 
     return open_store(store, dim=embedder.dim, embedder=embedder.name, **store_options), embedder
 
 
+class WorkerMetrics:
+    """A worker's Prometheus metrics on a port of its own (``lightmem worker --metrics-port``): the names the
+    servers use for the index (``lightmem_index_*``), so one dashboard sums replicas and workers, and the time per
+    batch. prometheus-client is imported only when a worker asks for metrics."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+        try:
+            from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+        except ImportError as exc:
+            raise LightMemError("--metrics-port needs prometheus-client: pip install 'lightmem-slm[metrics]'") from exc
+        r = self.registry = CollectorRegistry()
+        self.embedded = Counter("lightmem_index_embedded_items", "Memories embedded (rate(): embeddings per second)",
+                                registry=r)
+        self.stored = Counter("lightmem_worker_stored_items", "Memories whose vector this worker stored", registry=r)
+        self.batch = Histogram("lightmem_worker_batch_seconds", "Seconds per claimed batch: encode and store",
+                               buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60), registry=r)
+        self.backlog = Gauge("lightmem_index_backlog", "Memories stored but not yet embedded (the shared queue)",
+                             registry=r)
+        self.oldest = Gauge("lightmem_index_oldest_wait_seconds", "Age of the oldest memory waiting for its vector",
+                            registry=r)
+        self.leased = Gauge("lightmem_index_leased_items", "Jobs held under a lease by some worker", registry=r)
+        self.failed = Gauge("lightmem_index_failed_jobs", "Jobs left out after failing (retried at a worker's start)",
+                            registry=r)
+        self.server, self.thread = start_http_server(port, addr=host, registry=r)
+
+    def on_batch(self, n: int, done: int, seconds: float) -> None:
+        self.embedded.inc(n)
+        self.stored.inc(done)
+        self.batch.observe(seconds)
+
+    def on_queue(self, status: dict[str, Any]) -> None:
+        self.backlog.set(status["backlog"])
+        self.oldest.set(status["oldest_wait_s"])
+        self.leased.set(status["leased"])
+        self.failed.set(status["failed"])
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
 def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None, lease_s: float | None = None,
                drain: bool = False, report_every: float = 10.0, stop: threading.Event | None = None,
-               on_report: Callable[[WorkerReport], None] | None = None, **store_options: Any) -> WorkerReport:
+               on_report: Callable[[WorkerReport], None] | None = None, metrics_port: int | None = None,
+               metrics_host: str = "127.0.0.1", **store_options: Any) -> WorkerReport:
     """Drain the store's embedding queue until stopped (SIGTERM/SIGINT, or ``stop`` set) or, with ``drain``, until
     nothing claimable is left.
 
@@ -91,11 +132,14 @@ def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None
         report_every: Seconds between progress lines in the log (and ``on_report`` calls).
         stop: An event that stops the worker when set (tests); SIGTERM and SIGINT set it in the main thread.
         on_report: Called with the running report every ``report_every`` seconds and at the end.
+        metrics_port: Serve Prometheus metrics on this port (``WorkerMetrics``); None: none.
+        metrics_host: The interface of the metrics port.
         **store_options: ``PostgresStore`` settings (pool_size, statement_timeout, ...).
     """
     from lightmem.queue_indexer import QueueIndexer
 
     db, embedder = open_worker_parts(store, device, **store_options)
+    metrics = WorkerMetrics(metrics_port, metrics_host) if metrics_port is not None else None
     batch = batch_size or (DEFAULT_GPU_BATCH if device.startswith("cuda") else DEFAULT_WORKER_BATCH)
     report = WorkerReport()
     lock = threading.Lock()
@@ -106,6 +150,8 @@ def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None
             report.stored += done
             report.batches += 1
             report.busy_seconds += seconds
+        if metrics is not None:
+            metrics.on_batch(n, done, seconds)
 
     stop = stop or threading.Event()
     restore = _stop_on_signals(stop)
@@ -120,6 +166,8 @@ def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None
             if now - last >= report_every:
                 last = now
                 _report(report, indexer, started, on_report)
+                if metrics is not None:
+                    metrics.on_queue(report.queue)
             if drain and _drained(indexer):
                 break
             if not indexer.alive:
@@ -134,6 +182,8 @@ def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None
         finally:
             db.close()
             restore()
+            if metrics is not None:
+                metrics.close()
     if on_report is not None:
         on_report(report)
     log.info("worker %s: %d embedded, %d stored in %.1f s (%.1f items/s while busy)", indexer.holder, report.embedded,

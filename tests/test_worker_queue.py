@@ -291,3 +291,26 @@ def test_a_gpu_worker_drains_a_store_written_by_the_fp32_encoder(pg_uri):
         stored = c.execute("SELECT text, embedding FROM items ORDER BY rid LIMIT 20").fetchall()
     for text, vec in stored:
         assert float(cpu.encode([text])[0] @ vec.to_numpy()) > 0.999
+
+
+@pytest.mark.multiprocess
+def test_a_worker_answers_prometheus_on_its_metrics_port(pg_uri):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    _fill(pg_uri, 400)
+    port = _free_port()
+    proc = _worker(pg_uri, "--metrics-port", str(port))
+    try:
+        deadline = time.monotonic() + 120
+        while _unembedded(pg_uri) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.5)  # a queue refresh after the last batch (every --report-every 0.5 s)
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, out  # SIGTERM: a clean stop after the batch
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples["lightmem_index_embedded_items_total"] == 400
+    assert samples["lightmem_worker_stored_items_total"] == 400
+    assert samples["lightmem_index_backlog"] == 0 and samples["lightmem_worker_batch_seconds_count"] >= 1

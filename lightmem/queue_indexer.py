@@ -127,14 +127,15 @@ class QueueIndexer:
     def backlog(self) -> int:
         return int(self.queue.status()["backlog"])
 
-    def flush(self, timeout: float | None = None) -> bool:
+    def flush(self, timeout: float | None = None, leftovers: bool = True) -> bool:
         """Wait until the items this process wrote so far have their vectors (whoever embedded them) or failed for
-        good. False when ``timeout`` ran out first, or this process embeds and its thread is gone."""
+        good, and (``leftovers``) those the queue held when this indexer started. False when ``timeout`` ran out
+        first, or this process embeds and its thread is gone."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             asked = set(self._submitted)
         waiting, ok = asked, True
-        while self._leftovers_through and ok:
+        while leftovers and self._leftovers_through and ok:
             try:
                 if not self.queue.waiting_through(self._leftovers_through):
                     self._leftovers_through = 0
@@ -190,8 +191,8 @@ class QueueIndexer:
     def close(self, wait: bool = True) -> None:
         """Stop the thread (``wait``: after this process's own writes are embedded, when it embeds) and give back
         its leases, so that what it held is claimable at once."""
-        if wait and self.runs and self._thread is not None and self._thread.is_alive():
-            self.flush()
+        if wait and self.runs and self.alive:
+            self.flush(leftovers=False)  # what this process wrote; others' leftovers stay queued for anyone
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -258,10 +259,11 @@ class QueueIndexer:
         finally:
             self.busy_seconds += time.monotonic() - started
             self.batches += 1
-        try:  # a job whose item changed meanwhile was queued again for its new text; anything else left is ours
-            self.queue.release(self.holder, rids)
-        except Exception:  # noqa: BLE001 - the lease runs out instead
-            pass
+        if done < len(jobs):  # an item changed meanwhile was queued again for its new text; anything else left is ours
+            try:
+                self.queue.release(self.holder, rids)
+            except Exception:  # noqa: BLE001 - the lease runs out instead
+                pass
         seconds = time.monotonic() - started
         lag = max(j.waited_s for j in jobs) + seconds
         self.indexed += len(jobs)

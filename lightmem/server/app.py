@@ -29,6 +29,8 @@ from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError, St
 from lightmem.memory import Memory
 from lightmem.server.auth import KeyRing, Principal
 from lightmem.server.console import console_router
+from lightmem.server.mcp_http import PATH as MCP_PATH
+from lightmem.server.mcp_http import MCPEndpoint
 from lightmem.server.schemas import (
     MAX_LIMIT,
     MAX_OFFSET,
@@ -79,6 +81,8 @@ def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int
         metrics: Prometheus metrics of this worker (``lightmem.server.metrics``); None: no metrics, no middleware.
     """
 
+    mcp = MCPEndpoint(keys)  # MCP over Streamable HTTP, same keys and users (lightmem/server/mcp_http.py)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.memory = await run_in_threadpool(memory_factory)
@@ -86,7 +90,8 @@ def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int
         # full collection, which holds every request of the worker, no longer walks it (as AsyncMemory.open does).
         freeze_loaded()
         try:
-            yield
+            async with mcp.serving(app.state.memory, app.state.memory_lock):
+                yield
         finally:
             await run_in_threadpool(app.state.memory.close)
 
@@ -112,6 +117,7 @@ def create_app(memory_factory: MemoryFactory, keys: KeyRing, max_body_bytes: int
     app.add_exception_handler(StoreError, _store_unavailable)
     app.include_router(_routes())
     app.include_router(console_router(_public_index_status))  # the web console at /ui
+    app.add_route(MCP_PATH, mcp, include_in_schema=False)  # any method: the MCP transport answers each
     return app
 
 

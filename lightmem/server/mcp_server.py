@@ -114,7 +114,16 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     server = LightMemMCPServer("lightmem", log_level="WARNING",
                                instructions=f"Long-term memory of the user {user_id!r}: remember what they say, "
                                             "search it before answering, build a prompt context within a token budget.")
-    lock = threading.Lock()  # one Memory call at a time: tools run in worker threads
+    add_tools(server, memory, lambda: user_id, threading.Lock())
+    return server
+
+
+def add_tools(server: MCPServer, memory: Memory, user_of: Callable[[], str], lock: threading.Lock) -> None:
+    """Register the memory tools on ``server``: each call acts for ``user_of()``, read in the call's own thread.
+
+    Over stdio ``user_of`` returns the one user of the server; over HTTP (``lightmem.server.mcp_http``) the user
+    the call named, once its key was checked. ``lock`` serialises the Memory calls (tools run in worker threads).
+    """
     long, short = memory.max_turn_chars, MAX_ID_CHARS  # a text, query or recent turn is at most a turn; a name an id
 
     def check(tool: str, **args: tuple[object, int]) -> None:
@@ -166,7 +175,7 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
             check(tool, **{f"{at}text": (m.text, long), f"{at}speaker": (m.speaker, short),
                            f"{at}timestamp": (m.timestamp, short)})
         warm([m.text for m in messages])  # the texts' analysis outside the lock: other tool calls are not held behind it
-        items = call(tool, memory.add, [m.model_dump(exclude_none=True) for m in messages], user_id=user_id)
+        items = call(tool, memory.add, [m.model_dump(exclude_none=True) for m in messages], user_id=user_of())
         return ItemsOut(items=[MemoryOut.of(i) for i in items])
 
     @server.tool()
@@ -178,7 +187,7 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
         """Find the memories most relevant to a query, best first, with their scores and source turns."""
         check("search_memories", query=(query, long))
         filters = {"metadata": metadata} if metadata is not None else None
-        return HitsOut(hits=[HitOut.of(h) for h in call("search_memories", memory.search, query, user_id, k=k,
+        return HitsOut(hits=[HitOut.of(h) for h in call("search_memories", memory.search, query, user_of(), k=k,
                                                           filters=filters)])
 
     @server.tool()
@@ -188,7 +197,7 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
         metadata: Annotated[dict[str, Any] | None, Field(description=METADATA_FILTER)] = None,
     ) -> ItemsOut:
         """List the stored memories, oldest first."""
-        items = call("get_memories", memory.get_all, user_id, limit=limit, offset=offset, metadata=metadata)
+        items = call("get_memories", memory.get_all, user_of(), limit=limit, offset=offset, metadata=metadata)
         return ItemsOut(items=[MemoryOut.of(i) for i in items])
 
     @server.tool()
@@ -196,7 +205,7 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
                       ) -> DeletedOut:
         """Forget one memory for good: its text, its history's texts and the messages only it came from."""
         check("delete_memory", memory_id=(memory_id, short))
-        return DeletedOut(id=memory_id, removed=call("delete_memory", memory.delete, memory_id, user_id))
+        return DeletedOut(id=memory_id, removed=call("delete_memory", memory.delete, memory_id, user_of()))
 
     @server.tool()
     def build_context(
@@ -207,10 +216,8 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     ) -> ContextOut:
         """Compose a prompt: the query, then recent turns, then the best memories, within the token budget."""
         check("build_context", query=(query, long), stm=(stm, long))
-        return ContextOut.of(call("build_context", memory.build_context, query, user_id, stm=stm or (), budget=budget,
+        return ContextOut.of(call("build_context", memory.build_context, query, user_of(), stm=stm or (), budget=budget,
                                   k=k))
-
-    return server
 
 
 # -- stdio: every request answered ---------------------------------------------------------------

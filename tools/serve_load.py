@@ -1,4 +1,4 @@
-"""Load benchmark of `lightmem serve` (writes numbers, asserts nothing; exits 1 if a turn was lost or leaked).
+"""Load benchmark of `lightmem serve` (writes numbers, asserts nothing; exits 1 if a turn was lost or leaked, or a deleted memory read).
 
 Starts the server on 127.0.0.1 with each worker count in turn, drives it with concurrent HTTP clients
 mixing adds and searches over many users (each user with its own API key) for a bounded time, then
@@ -15,9 +15,22 @@ checks that every acknowledged turn is in the store and that no search returned 
                                                                # the same with batches of 1,000 adds (POST /v1/batch)
     python tools/serve_load.py --workers 2 --encoder tuned --selector trained --rss-every 1   # each worker's RSS over time
     python tools/serve_load.py --plot OUT1 OUT2 --labels before after --figure rss.png        # one RSS figure of earlier runs
+    python tools/serve_load.py --store postgresql://... --replicas 1,2,4 --workers 1          # R servers on one PostgreSQL
+    python tools/serve_load.py --store postgresql://... --replicas 2 --index-workers 1        # + `lightmem worker`, replicas --no-index-here
 
 Writes OUT/results.json and OUT/results.md (OUT: --out, default outputs/serve_load), with --rss-every OUT/rss.png too. The load generator
 runs on the same machine as the server, so the numbers include its CPU use.
+
+Replicas (--replicas R, one run per value): R `lightmem serve` processes, each on its own port with --workers W, share one
+PostgreSQL store, and each request goes to the next replica in turn (round-robin, as a load balancer would). With
+--index-workers M the replicas run --no-index-here and M `lightmem worker` processes embed the store's queue for the run
+(SIGTERM at its end). Besides lost turns and cross-user hits it counts stale reads across replicas: a share of the
+operations (--delete-ratio, default 0.05 with --replicas) adds a memory holding a word of its own through replica A,
+searches for it through replica B (whose view then holds it), deletes it through A and searches and lists it through B;
+any read sent after a delete was acknowledged that returns the deleted memory is stale (expected: 0). Several hosts are
+simulated here as processes on one machine: on a machine of few cores the replicas share its CPUs with each other, the
+index workers, PostgreSQL and the load generator, so the figure is their correctness and the rates per process
+(requests per replica, requests per CPU-second of the replicas), not how throughput grows with hosts.
 """
 from __future__ import annotations
 
@@ -32,6 +45,8 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -45,8 +60,9 @@ THINGS = ["cello lessons", "a pottery class", "the marathon", "a chess club", "t
           "the climbing gym", "a book fair", "the observatory", "a cooking course"]
 
 
-def _start(args: argparse.Namespace, store: str, keys: Path, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
-    options = ["--workers", str(workers), "--selector", args.selector]
+def _start(args: argparse.Namespace, store: str, keys: Path, workers: int, log: Path,
+           extra: list[str] | tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    options = ["--workers", str(workers), "--selector", args.selector, *extra]
     if args.encoder != "tuned":
         options += ["--encoder", args.encoder]
     if args.max_turn_chars:
@@ -242,14 +258,19 @@ def _big_turn(chars: int, rng: random.Random) -> str:
 
 
 class Load:
-    """What the clients saw: latencies per endpoint, errors, acknowledged turns, returned hits."""
+    """What the clients saw: latencies per endpoint, errors, acknowledged turns, returned hits, deletes."""
 
     def __init__(self) -> None:
         self.ms: dict[str, list[float]] = defaultdict(list)
         self.errors: dict[str, int] = defaultdict(int)
         self.acked: dict[str, set[str]] = defaultdict(set)  # user -> turn ids the server acknowledged
-        self.hits: list[tuple[str, list[str]]] = []  # (user, hit ids) per answered search
+        # (user, ids, monotonic time before the request was sent) per answered search or listing
+        self.hits: list[tuple[str, list[str], float]] = []
+        self.deleted: dict[str, tuple[str, float]] = {}  # item id -> (user, monotonic time its delete was acknowledged)
+        self.probes = self.visible_before_delete = self.reads_after_delete = 0
         self.t_load = self.t_end = 0.0  # monotonic start and end of the timed load
+        self.requests_per_replica: list[int] = []  # during the timed load
+        self.cpu: dict[str, dict] = {}  # "start", "end": CPU seconds of the processes (replicas only)
 
     async def add(self, http: httpx.AsyncClient, user: str, key: str, turn_ids: list[str], rng: random.Random) -> None:
         body = {"user_id": user, "messages": [{"speaker": user, "text": _turn(user, rng), "id": t} for t in turn_ids]}
@@ -269,39 +290,120 @@ class Load:
         await self._call(http, "add_batch", "/v1/batch", key, body, lambda r: self.acked[user].update(
             t for t, res in zip(turn_ids, r.json()["results"]) if res["status"] == "ok"))
 
-    async def search(self, http: httpx.AsyncClient, user: str, key: str, rng: random.Random) -> None:
-        body = {"user_id": user, "query": f"When did {user} go to {rng.choice(THINGS)}?", "k": 5}
-        await self._call(http, "search", "/v1/search", key, body,
-                         lambda r: self.hits.append((user, [h["id"] for h in r.json()["hits"]])))
+    async def search(self, http: httpx.AsyncClient, user: str, key: str, rng: random.Random | None,
+                     query: str | None = None) -> list[str] | None:
+        """One search (``query``, or a question about one of the user's outings); the hit ids, None on an error."""
+        body = {"user_id": user, "query": query or f"When did {user} go to {rng.choice(THINGS)}?", "k": 5}
+        sent = time.monotonic()
+        r = await self._call(http, "search", "/v1/search", key, body)
+        if r is None:
+            return None
+        self.hits.append((user, ids := [h["id"] for h in r.json()["hits"]], sent))
+        return ids
 
-    async def _call(self, http, endpoint: str, path: str, key: str, body: dict, on_ok) -> None:
+    async def list_probe(self, http: httpx.AsyncClient, user: str, key: str, word: str) -> list[str] | None:
+        """The user's memories whose metadata names ``word`` (GET /v1/memories); their ids, None on an error."""
+        sent = time.monotonic()
+        params = {"user_id": user, "metadata": json.dumps({"probe": word})}
+        r = await self._call(http, "list", "/v1/memories", key, None, method="GET", params=params)
+        if r is None:
+            return None
+        self.hits.append((user, ids := [it["id"] for it in r.json()["items"]], sent))
+        return ids
+
+    async def probe_delete(self, a: httpx.AsyncClient, b: httpx.AsyncClient, user: str, key: str, turn_id: str,
+                           word: str) -> None:
+        """The stale-read probe across replicas: a memory that alone holds ``word``, added through replica ``a``,
+        searched through ``b`` (whose view then holds it), deleted through ``a``, then searched and listed through
+        ``b``. A read sent after the delete was acknowledged that returns it is stale (``_verify`` counts them, over
+        every search of the run). Its turn is not an acknowledged one of the lost-turn check: deleting the memory
+        erases it."""
+        msg = {"speaker": user, "text": f"{user} wrote the code word {word} on a note.", "id": turn_id,
+               "metadata": {"probe": word}}
+        r = await self._call(a, "add", "/v1/memories", key, {"user_id": user, "messages": [msg]})
+        if r is None:
+            return
+        ids = [it["id"] for it in r.json()["items"]]
+        query = f"the code word {word}"
+        found = await self.search(b, user, key, None, query)
+        self.probes += 1
+        self.visible_before_delete += bool(found and set(ids) & set(found))
+        for item in ids:
+            if await self._call(a, "delete", f"/v1/memories/{item}", key, None, method="DELETE",
+                                params={"user_id": user}) is None:
+                return
+            self.deleted[item] = (user, time.monotonic())
+        searched = await self.search(b, user, key, None, query)
+        listed = await self.list_probe(b, user, key, word)
+        self.reads_after_delete += (searched is not None) + (listed is not None)  # after the awaits: no lost update
+
+    async def _call(self, http, endpoint: str, path: str, key: str, body: dict | None, on_ok=None,
+                    method: str = "POST", params: dict | None = None) -> httpx.Response | None:
+        """One request, timed under ``endpoint``; the response when it succeeded (after ``on_ok``), else None."""
         t0 = time.perf_counter()
         try:
-            r = await http.post(path, json=body, headers={"Authorization": f"Bearer {key}"})
+            r = await http.request(method, path, json=body, params=params, headers={"Authorization": f"Bearer {key}"})
         except httpx.HTTPError as exc:
             self.errors[f"{endpoint}: {type(exc).__name__}"] += 1
-            return
+            return None
         self.ms[endpoint].append((time.perf_counter() - t0) * 1000)
         if r.status_code >= 300:
             self.errors[f"{endpoint}: HTTP {r.status_code}"] += 1
-        else:
+            return None
+        if on_ok:
             on_ok(r)
+        return r
 
 
-async def _drive(base: str, keys: dict[str, str], args: argparse.Namespace, load: Load, seed: int) -> float:
+class Replicas:
+    """One HTTP client per server (replica), handed out round-robin per request as a load balancer would; counts
+    the requests each replica was sent."""
+
+    def __init__(self, bases: list[str], clients: int, timeout: float) -> None:
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        self.requests = [0] * len(bases)
+        self.http = [httpx.AsyncClient(base_url=b, limits=limits, timeout=timeout, event_hooks={"request": [self._counter(i)]})
+                     for i, b in enumerate(bases)]
+        self._next = 0
+
+    def _counter(self, i: int):
+        async def count(request: httpx.Request) -> None:
+            self.requests[i] += 1
+        return count
+
+    def pick(self) -> int:
+        """The index of the next replica in turn."""
+        i, self._next = self._next, (self._next + 1) % len(self.http)
+        return i
+
+    def next(self) -> httpx.AsyncClient:
+        return self.http[self.pick()]
+
+    async def aclose(self) -> None:
+        for h in self.http:
+            await h.aclose()
+
+
+async def _drive(bases: list[str], keys: dict[str, str], args: argparse.Namespace, load: Load, seed: int,
+                 cpu: Callable[[], dict] | None = None) -> float:
+    """Seed every user, then run the clients for ``args.duration`` seconds, each request to the next of the
+    servers ``bases`` in turn; ``cpu``: a snapshot of the processes' CPU seconds, taken as the timed load starts
+    and ends. Returns the timed load's seconds."""
     users = sorted(keys)
-    limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=args.request_timeout) as http:
+    replicas = Replicas(bases, args.clients, args.request_timeout)
+    try:
         # Seed every user (not timed), so searches have something to rank.
         seed_rng = random.Random(seed)
         sem = asyncio.Semaphore(args.clients)
 
         async def seed_user(u: str) -> None:
             async with sem:
-                await load.add(http, u, keys[u], [f"{u}-seed-{seed}-{j}" for j in range(args.seed_turns)], seed_rng)
+                await load.add(replicas.next(), u, keys[u], [f"{u}-seed-{seed}-{j}" for j in range(args.seed_turns)], seed_rng)
 
         await asyncio.gather(*(seed_user(u) for u in users))
         load.ms.clear()
+        sent_before = list(replicas.requests)
+        load.cpu["start"] = cpu() if cpu else {}
         load.t_load = time.monotonic()
         deadline = load.t_load + args.duration
 
@@ -309,23 +411,30 @@ async def _drive(base: str, keys: dict[str, str], args: argparse.Namespace, load
             rng, n = random.Random(seed * 1000 + c), 0
             while time.monotonic() < deadline:
                 u = rng.choice(users)
-                if rng.random() < args.search_ratio:
-                    await load.search(http, u, keys[u], rng)
+                x = rng.random()
+                if x < args.delete_ratio:  # through replica A, then read through the next one, B
+                    a = replicas.pick()
+                    word = "".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(12))
+                    await load.probe_delete(replicas.http[a], replicas.http[(a + 1) % len(bases)], u, keys[u],
+                                            f"{u}-probe-{seed}-c{c}-{n}", word)
+                    n += 1
+                elif x < args.delete_ratio + args.search_ratio:
+                    await load.search(replicas.next(), u, keys[u], rng)
                 else:
-                    await load.add(http, u, keys[u], [f"{u}-s{seed}-c{c}-{n}-{j}" for j in range(rng.randint(1, 3))], rng)
+                    await load.add(replicas.next(), u, keys[u], [f"{u}-s{seed}-c{c}-{n}-{j}" for j in range(rng.randint(1, 3))], rng)
                     n += 1
 
         async def big_client() -> None:  # one more client: the longest turns the server takes, back to back
             rng, n, u = random.Random(seed), 0, users[0]
             # its own connection: sharing the others' pool, it would wait for a free one, not for the server
-            async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout) as own:
+            async with httpx.AsyncClient(base_url=bases[0], timeout=args.request_timeout) as own:
                 while time.monotonic() < deadline:
                     await load.add_big(own, u, keys[u], f"{u}-big-{seed}-{n}", args.big_turn, rng)
                     n += 1
 
         async def bulk_client() -> None:  # one more client: requests of --bulk turns, back to back, for the last user
             rng, n, u = random.Random(seed), 0, users[-1]
-            async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout) as own:
+            async with httpx.AsyncClient(base_url=bases[0], timeout=args.request_timeout) as own:
                 while time.monotonic() < deadline:
                     send = load.add_batch if args.bulk_via == "batch" else load.add_bulk
                     await send(own, u, keys[u], [f"{u}-bulk-{seed}-{n}-{j}" for j in range(args.bulk)], rng)
@@ -335,28 +444,40 @@ async def _drive(base: str, keys: dict[str, str], args: argparse.Namespace, load
         extra = ([big_client()] if args.big_turn else []) + ([bulk_client()] if args.bulk else [])
         await asyncio.gather(*(client(c) for c in range(args.clients)), *extra)
         load.t_end = time.monotonic()
+        load.cpu["end"] = cpu() if cpu else {}
+        load.requests_per_replica = [n - b for n, b in zip(replicas.requests, sent_before)]
         return load.t_end - t0
+    finally:
+        await replicas.aclose()
 
 
 def _verify(store: str, load: Load, erase: bool) -> dict:
-    """Read the store through the store interface (the server is stopped): lost turns and cross-user hits.
-    ``erase``: then delete the run's users (a shared PostgreSQL database keeps nothing of the run)."""
+    """Read the store through the store interface (the servers are stopped): lost turns, cross-user hits, stale
+    reads (a read sent after the delete of a memory it returned was acknowledged) and deleted memories still
+    stored. ``erase``: then delete the run's users (a shared PostgreSQL database keeps nothing of the run)."""
     from lightmem.models.embedder import embedder_for
     from lightmem.stores import open_store, stored_embedder
 
+    deleted_of: dict[str, set[str]] = defaultdict(set)  # user -> ids of the memories the clients deleted
+    for item, (u, _) in load.deleted.items():
+        deleted_of[u].add(item)
     name = stored_embedder(store)
     db = open_store(store, dim=embedder_for(name).dim, embedder=name)
     try:
         lost = sum(len(ids - db.known_turns(u, sorted(ids))) for u, ids in load.acked.items())
-        owned = {u: {it.id for it in db.list(u, include_archived=True)} for u in {u for u, _ in load.hits}}
-        leaked = sum(h not in owned[u] for u, hits in load.hits for h in hits)
+        owned = {u: {it.id for it in db.list(u, include_archived=True)} for u in {u for u, _, _ in load.hits} | set(deleted_of)}
+        # a memory the user deleted was the user's own when a search returned it
+        leaked = sum(h not in owned[u] and h not in deleted_of[u] for u, hits, _ in load.hits for h in hits)
+        stale = sum(h in load.deleted and load.deleted[h][1] < sent for _, hits, sent in load.hits for h in hits)
+        still = sum(len(ids & owned[u]) for u, ids in deleted_of.items())
         if erase:
             for u in load.acked:
                 db.delete_user(u)
     finally:
         db.close()
     return {"acknowledged_turns": sum(len(v) for v in load.acked.values()), "lost_turns": lost,
-            "searches_checked": len(load.hits), "cross_user_hits": leaked}
+            "searches_checked": len(load.hits), "cross_user_hits": leaked, "deletes": len(load.deleted),
+            "stale_reads": stale, "deleted_still_stored": still}
 
 
 def run_one(args: argparse.Namespace, workers: int, out: Path) -> dict:
@@ -380,7 +501,7 @@ def run_one(args: argparse.Namespace, workers: int, out: Path) -> dict:
         sampler.start()
         time.sleep(3 * args.rss_every)  # a few samples of the idle workers first
     try:
-        elapsed = asyncio.run(_drive(base, keys, args, load, seed=workers))
+        elapsed = asyncio.run(_drive([base], keys, args, load, seed=workers))
         rss_end = _rss_mb(proc.pid)
         health = httpx.get(f"{base}/healthz", timeout=10).json()
         views = health.get("views")  # one worker's, when there are several
@@ -393,14 +514,147 @@ def run_one(args: argparse.Namespace, workers: int, out: Path) -> dict:
     row = {"store": "postgres" if args.store else "sqlite", "workers": workers, "clients": args.clients, "users": args.users,
            "big_turn_chars": args.big_turn, "bulk_turns": args.bulk, "rss_mb_start": round(rss_start), "rss_mb_end": round(rss_end), "views": views,
            "views_seen": seen, "stop_seconds": round(stop_s, 1),
-           "seconds": round(elapsed, 1), "requests": n, "rps": round(n / elapsed, 1), "errors": dict(load.errors)}
-    for ep, ms in sorted(load.ms.items()):
-        row[ep] = {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 1), "p95_ms": round(float(np.percentile(ms, 95)), 1),
-                   "p99_ms": round(float(np.percentile(ms, 99)), 1), "max_ms": round(float(np.max(ms)), 1)}
+           "seconds": round(elapsed, 1), "requests": n, "rps": round(n / elapsed, 1), "errors": dict(load.errors),
+           **_latencies(load)}
     if sampler:
         row["rss"] = sampler.series(load.t_load, load.t_end)
     row.update(_verify(store, load, erase=bool(args.store)))
     return row
+
+
+def _latencies(load: Load) -> dict[str, dict]:
+    """Per endpoint (operation kind): requests and P50 / P95 / P99 / max latency, ms."""
+    return {ep: {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 1), "p95_ms": round(float(np.percentile(ms, 95)), 1),
+                 "p99_ms": round(float(np.percentile(ms, 99)), 1), "max_ms": round(float(np.max(ms)), 1)}
+            for ep, ms in sorted(load.ms.items())}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process and its live descendants have used so far, seconds, from /proc."""
+    tick, total, todo = os.sysconf("SC_CLK_TCK"), 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        todo += _children(p)
+    return total
+
+
+def _start_replicas(args: argparse.Namespace, keys: Path, workers: int, n: int, out: Path, tag: str,
+                    extra: list[str]) -> list[tuple[subprocess.Popen, str]]:
+    """``n`` servers on ``args.store``: the first alone (it creates the schema of a new database), the others
+    together. Raises the first start's error once every started server is stopped."""
+    logs = [out / f"server-{tag}-{i + 1}.log" for i in range(n)]
+    started = [_start(args, args.store, keys, workers, logs[0], extra)]
+    failed: RuntimeError | None = None
+    with ThreadPoolExecutor(max(1, n - 1)) as pool:
+        futures = [pool.submit(_start, args, args.store, keys, workers, log, extra) for log in logs[1:]]
+        for f in futures:
+            try:
+                started.append(f.result())
+            except RuntimeError as exc:
+                failed = failed or exc
+    if failed:
+        for proc, _ in started:
+            _stop(proc, timeout=60)
+        raise failed
+    return started
+
+
+def _start_index_worker(store: str, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "lightmem.cli", "worker", "--store", store],
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def _last_words(log: Path) -> str:
+    """The summary a `lightmem worker` prints as it stops (its log's last paragraph): what it embedded, how fast."""
+    text = log.read_text(errors="replace").strip() if log.exists() else ""
+    return " ".join(text.split("\n\n")[-1].split())[-400:]
+
+
+def _stop_index_worker(proc: subprocess.Popen, timeout: float = 120) -> int | None:
+    """SIGTERM (the worker stops after its batch), SIGKILL past ``timeout``. Returns the exit status it had
+    already exited with before the stop (a worker that died during the run), else None."""
+    early = proc.poll()
+    if early is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return early
+
+
+def run_replicas(args: argparse.Namespace, replicas: int, workers: int, out: Path) -> dict:
+    """One run of ``replicas`` `lightmem serve` processes of ``workers`` workers each over the PostgreSQL store
+    ``args.store`` (with ``args.index_workers`` `lightmem worker` processes), driven as one load balancer would."""
+    tag = f"r{replicas}w{workers}" + (f"i{args.index_workers}" if args.index_workers else "")
+    users = [f"{tag}-{os.urandom(3).hex()}-user{i:03d}" for i in range(args.users)]
+    keys = {u: f"key-{u}-{os.urandom(12).hex()}" for u in users}
+    keys_file = out / f"keys-{tag}.json"
+    keys_file.write_text(json.dumps({k: [u] for u, k in keys.items()}))
+    load = Load()
+    servers = _start_replicas(args, keys_file, workers, replicas, out, tag, ["--no-index-here"] if args.index_workers else [])
+    indexers: list[subprocess.Popen] = []
+    pids = [proc.pid for proc, _ in servers]
+    bases = [base for _, base in servers]
+    try:
+        indexers = [_start_index_worker(args.store, out / f"index-worker-{tag}-{i + 1}.log") for i in range(args.index_workers)]
+
+        def cpu() -> dict:
+            return {"replicas": [_cpu_seconds(p) for p in pids], "index_workers": [_cpu_seconds(w.pid) for w in indexers],
+                    "load_generator": time.process_time()}
+
+        rss_start = [_rss_mb(p) for p in pids]
+        elapsed = asyncio.run(_drive(bases, keys, args, load, seed=replicas * 100 + workers, cpu=cpu))
+        rss_end = [_rss_mb(p) for p in pids]
+        health = [httpx.get(f"{b}/healthz", timeout=10).json() for b in bases]
+    finally:
+        died = [_stop_index_worker(w) for w in indexers]
+        with ThreadPoolExecutor(len(servers)) as pool:
+            stop_s = list(pool.map(lambda s: _stop(s[0]), servers))
+    n = sum(len(v) for v in load.ms.values())
+    used = {k: [round(e - s, 1) for s, e in zip(load.cpu["start"][k], load.cpu["end"][k])] for k in ("replicas", "index_workers")}
+    replica_cpu = sum(used["replicas"])
+    row = {"mode": "replicas", "store": "postgres", "replicas": replicas, "workers": workers, "index_workers": args.index_workers,
+           "clients": args.clients, "users": args.users, "delete_ratio": args.delete_ratio, "seconds": round(elapsed, 1),
+           "requests": n, "rps": round(n / elapsed, 1),
+           "rps_per_replica": [round(k / elapsed, 1) for k in load.requests_per_replica],
+           "cpu_seconds": {**used, "load_generator": round(load.cpu["end"]["load_generator"] - load.cpu["start"]["load_generator"], 1)},
+           "requests_per_replica_cpu_second": round(n / replica_cpu, 1) if replica_cpu else None,
+           "errors": dict(load.errors), **_latencies(load),
+           "probes": load.probes, "visible_before_delete": load.visible_before_delete,
+           "reads_after_delete": load.reads_after_delete,
+           "index_backlog_end": max((h.get("index") or {}).get("backlog") or 0 for h in health),
+           "index_workers_died": [rc for rc in died if rc is not None],
+           "index_workers_said": [_last_words(out / f"index-worker-{tag}-{i + 1}.log") for i in range(args.index_workers)],
+           "rss_mb_start": [round(r) for r in rss_start], "rss_mb_end": [round(r) for r in rss_end],
+           "views": [h.get("views") for h in health], "stop_seconds": [round(t, 1) for t in stop_s]}
+    row.update(_verify(args.store, load, erase=True))
+    return row
+
+
+def _p(stats: dict | None) -> str:
+    return f"{stats['p50_ms']} / {stats['p95_ms']} / {stats['p99_ms']}" if stats else "-"
+
+
+def replicas_table(rows: list[dict], note: str) -> str:
+    lines = [f"`lightmem serve` replicas on one PostgreSQL store, requests round-robin ({note})", "",
+             "| replicas | workers each | index workers | clients | users | req/s | req/s per replica | req per replica CPU-s | "
+             "add P50 / P95 / P99 ms | search P50 / P95 / P99 ms | delete P50 / P95 / P99 ms | list P50 / P95 / P99 ms | errors | "
+             "acked turns | lost | cross-user hits | deletes | reads after delete | stale reads |",
+             "| " + " | ".join(["---:"] * 19) + " |"]
+    for r in rows:
+        lines.append(f"| {r['replicas']} | {r['workers']} | {r['index_workers']} | {r['clients']} | {r['users']} | {r['rps']} | "
+                     f"{', '.join(map(str, r['rps_per_replica']))} | {r['requests_per_replica_cpu_second']} | {_p(r.get('add'))} | "
+                     f"{_p(r.get('search'))} | {_p(r.get('delete'))} | {_p(r.get('list'))} | {sum(r['errors'].values())} | "
+                     f"{r['acknowledged_turns']} | {r['lost_turns']} | {r['cross_user_hits']} | {r['deletes']} | "
+                     f"{r['reads_after_delete']} | {r['stale_reads']} |")
+    return "\n".join(lines)
 
 
 def table(rows: list[dict], note: str) -> str:
@@ -497,16 +751,22 @@ def run(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0]
-    rows = [run_one(args, w, out) for w in args.workers]
-    note = (f"{args.duration:g} s each, search ratio {args.search_ratio}, encoder {args.encoder}, selector {args.selector}, "
-            f"{os.cpu_count()} CPU cores shared with the load generator; load average {load_before:.1f} before the run")
+    if args.replicas:
+        rows = [run_replicas(args, r, w, out) for r in args.replicas for w in args.workers]
+        note = (f"{args.duration:g} s each, search ratio {args.search_ratio}, delete probes {args.delete_ratio}, encoder "
+                f"{args.encoder}, selector {args.selector}; the hosts simulated as processes on one machine of {os.cpu_count()} "
+                f"CPU cores, shared with PostgreSQL and the load generator; load average {load_before:.1f} before the run")
+    else:
+        rows = [run_one(args, w, out) for w in args.workers]
+        note = (f"{args.duration:g} s each, search ratio {args.search_ratio}, encoder {args.encoder}, selector {args.selector}, "
+                f"{os.cpu_count()} CPU cores shared with the load generator; load average {load_before:.1f} before the run")
     from lightmem.stores import describe
 
     results = {"runs": rows, "note": note, "label": _label(args), "load_average_before": round(load_before, 2),
                "env": {k: v for k, v in os.environ.items() if k.startswith(("MALLOC_", "LIGHTMEM_MALLOC"))},
                "args": {**vars(args), "store": describe(args.store) if args.store else None}}
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    md = table(rows, note)
+    md = replicas_table(rows, note) if args.replicas else table(rows, note)
     if args.rss_every:
         md += "\n\nWorker memory under load (`--rss-every`; figure: rss.png)\n\n" + rss_table([(results["label"], results)])
         plot_rss([(results["label"], results)], out / "rss.png")
@@ -519,9 +779,18 @@ def run(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n".join(__doc__.splitlines()[5:9]))
-    p.add_argument("--duration", type=float, default=20, help="seconds of load per worker count (default 20)")
-    p.add_argument("--workers", type=lambda s: [int(w) for w in s.split(",")], default=[1, 2],
-                   help="worker counts to run, comma-separated (default 1,2)")
+    p.add_argument("--duration", type=float, default=20, help="seconds of load per run (worker count, or replicas and worker count; default 20)")
+    p.add_argument("--workers", type=lambda s: [int(w) for w in s.split(",")],
+                   help="worker counts to run, comma-separated (default 1,2; with --replicas: the workers of each replica, default 1)")
+    p.add_argument("--replicas", type=lambda s: [int(r) for r in s.split(",")],
+                   help="numbers of `lightmem serve` processes on the one --store (PostgreSQL) to run, comma-separated "
+                        "(e.g. 1,2,4); requests go to them round-robin")
+    p.add_argument("--index-workers", type=int, default=0, metavar="M",
+                   help="with --replicas: run M `lightmem worker` processes and the replicas with --no-index-here "
+                        "(default 0: each replica indexes)")
+    p.add_argument("--delete-ratio", type=float,
+                   help="share of operations that are stale-read probes: add through replica A, delete through A, search "
+                        "and list through replica B (default 0.05 with --replicas, else 0)")
     p.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
     p.add_argument("--users", type=int, default=50, help="users, each with its own API key (default 50)")
     p.add_argument("--search-ratio", type=float, default=0.5, help="share of requests that search; the rest add (default 0.5)")
@@ -557,8 +826,22 @@ def main(argv: list[str] | None = None) -> int:
         print(rss_table(configs))
         print(f"\nwrote {plot_rss(configs, args.figure)}")
         return 0
+    if args.replicas and not (args.store or "").startswith(("postgresql://", "postgres://")):
+        p.error("--replicas shares one store among server processes: give --store postgresql://...")
+    if args.replicas and args.rss_every:
+        p.error("--rss-every samples one server; leave it out with --replicas")
+    if args.index_workers and not args.replicas:
+        p.error("--index-workers needs --replicas (--replicas 1: one server beside the index workers)")
+    if (args.replicas and min(args.replicas) < 1) or args.index_workers < 0:
+        p.error("--replicas and --index-workers take counts of processes: 1 or more, 0 or more")
+    args.workers = args.workers or ([1] if args.replicas else [1, 2])
+    if args.delete_ratio is None:
+        args.delete_ratio = 0.05 if args.replicas else 0.0
+    if not 0 <= args.delete_ratio + args.search_ratio <= 1:
+        p.error("--delete-ratio plus --search-ratio is a share of the operations: between 0 and 1")
     results = run(args)
-    return 1 if any(r["lost_turns"] or r["cross_user_hits"] for r in results["runs"]) else 0
+    return 1 if any(r["lost_turns"] or r["cross_user_hits"] or r.get("stale_reads") or r.get("deleted_still_stored")
+                    or r.get("index_workers_died") for r in results["runs"]) else 0
 
 
 if __name__ == "__main__":

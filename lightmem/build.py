@@ -171,7 +171,9 @@ def memory_parts(
         index_here: With background indexing on a PostgreSQL store, this process claims jobs from the store's shared
             queue and embeds them (True, the default), or only writes and leaves the embedding to other processes:
             ``lightmem worker``, other servers (False). Either way a job whose holder dies is taken by another
-            process once its lease runs out. The embedded store always embeds in the writing process.
+            process once its lease runs out. The embedded store always embeds in the writing process. With LTM in
+            the background, the same holds for consolidation cycles (``ltm.queue_scheduler``): False only requests
+            them, for ``lightmem worker --consolidate``.
         encoder: The encoder by the name the CLI's ``--encoder``, the server and MCP take: ``tuned`` (the
             default: all-mpnet-base-v2 with the trained adapter), ``mpnet``, ``minilm`` or ``hashing`` (no model:
             a feature-hashed bag of words, for tests and tiny machines). Resolved as the CLI resolves it
@@ -199,7 +201,7 @@ def memory_parts(
         if embedder is None:
             embedder = resolve_embedder(path, python=True)
         store = open_store(path, dim=embedder.dim, embedder=embedder.name, capacity=capacity, **store_kwargs)
-    runtime = build_ltm(store, embedder, ltm) if ltm is not None else None
+    runtime = build_ltm(store, embedder, ltm, run_jobs=index_here) if ltm is not None else None
     routing = {} if ltm is None else {"routing": ltm.routing, "cross_share": ltm.cross_share, "ltm_hops": ltm.hops}
     composer = ContextComposer(prompt_counter(tokenizer, embedder), budget, group_dates=group_dates)
     stage1, packing, routing_spec = retrieval_specs({**dict(retrieval or {}), **routing})

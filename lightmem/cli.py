@@ -284,12 +284,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from lightmem.worker import run_worker
 
     options = {} if args.pool_size is None else {"pool_size": args.pool_size}
+    ltm = _ltm_options(args.no_nlp) if args.consolidate else None
     report = run_worker(args.store, device=args.device, batch_size=args.batch_size, lease_s=args.lease, drain=args.drain,
                         report_every=args.report_every, metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-                        **options)
+                        consolidate=args.consolidate, ltm=ltm, **options)
     console.print(f"embedded {report.embedded:,} memories ({report.stored:,} stored) in {report.seconds:.1f} s; "
                   f"{report.items_per_s:.1f}/s while busy; the queue holds {report.queue.get('backlog', '?')} "
                   f"({report.queue.get('failed', '?')} failed)")
+    if args.consolidate:
+        c = report.consolidation
+        console.print(f"ran {report.cycles:,} consolidation cycles; {c.get('waiting', '?')} users wait for one "
+                      f"({c.get('failed', '?')} failed)")
     return 0
 
 
@@ -462,6 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="answer Prometheus on this port: embedded items, time per batch, the queue (needs the metrics extra)")
     s.add_argument("--metrics-host", default="127.0.0.1", help="interface of --metrics-port (default 127.0.0.1)")
+    s.add_argument("--consolidate", action="store_true",
+                   help="also run the consolidation cycles that writers with LTM request (one worker per user at a time)")
+    s.add_argument("--no-nlp", action="store_true",
+                   help="with --consolidate: rules only, no spaCy parser / NER (faster, coarser graph)")
     s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("mcp", help="serve one user's memory to an MCP client (stdio): add, search, list, delete, build context")

@@ -196,7 +196,8 @@ class Memory:
         return reports
 
     def wait_for_consolidation(self, timeout: float | None = None) -> bool:
-        """Block until the background scheduler is idle (evaluations, tests). True when idle."""
+        """Block until the cycles the background scheduler was asked for have run (evaluations, tests): on PostgreSQL
+        those this process requested, wherever they run (``ltm.queue_scheduler``). True when none is left."""
         if self.ltm is None or self.ltm.scheduler is None:
             return True
         return self.ltm.scheduler.wait(timeout)

@@ -5,6 +5,11 @@ Run as many as wanted, on any host that reaches the database: each claims batche
 ``device="cuda"`` for a store whose vectors the fp32 encoder reproduces) and stores the vectors. SIGTERM or
 SIGINT stops it after its batch and gives its leases back; SIGKILL leaves them to run out, and another worker (or a
 server's own indexer) takes the batch then.
+
+With ``consolidate`` (``lightmem worker --consolidate``) it also runs the offline consolidation cycles that writers
+request in the store's ``consolidation_jobs`` (``ltm.queue_scheduler``): one holder per user at a time, with a lease
+renewed during the cycle. ``lightmem serve`` opens no LTM, so a deployment that builds the graph runs such workers;
+a ``Memory`` with LTM in the background requests cycles and runs them too unless opened with ``index_here=False``.
 """
 from __future__ import annotations
 
@@ -13,10 +18,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from lightmem.errors import LightMemError
+
+if TYPE_CHECKING:
+    from lightmem.ltm import LTMOptions
+    from lightmem.ltm.queue_scheduler import QueueScheduler
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +41,11 @@ class WorkerReport:
     embedded: int = 0
     stored: int = 0
     batches: int = 0
+    cycles: int = 0  # consolidation cycles committed (``consolidate``)
     seconds: float = 0.0
     busy_seconds: float = 0.0
     queue: dict[str, Any] = field(default_factory=dict)
+    consolidation: dict[str, Any] = field(default_factory=dict)  # the consolidation queue as the worker left it
 
     @property
     def items_per_s(self) -> float:
@@ -119,9 +130,10 @@ class WorkerMetrics:
 def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None, lease_s: float | None = None,
                drain: bool = False, report_every: float = 10.0, stop: threading.Event | None = None,
                on_report: Callable[[WorkerReport], None] | None = None, metrics_port: int | None = None,
-               metrics_host: str = "127.0.0.1", **store_options: Any) -> WorkerReport:
-    """Drain the store's embedding queue until stopped (SIGTERM/SIGINT, or ``stop`` set) or, with ``drain``, until
-    nothing claimable is left.
+               metrics_host: str = "127.0.0.1", consolidate: bool = False, ltm: LTMOptions | None = None,
+               **store_options: Any) -> WorkerReport:
+    """Drain the store's embedding queue (and, with ``consolidate``, its consolidation jobs) until stopped
+    (SIGTERM/SIGINT, or ``stop`` set) or, with ``drain``, until nothing claimable is left.
 
     Args:
         store: ``postgresql://`` URI of the store.
@@ -134,6 +146,9 @@ def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None
         on_report: Called with the running report every ``report_every`` seconds and at the end.
         metrics_port: Serve Prometheus metrics on this port (``WorkerMetrics``); None: none.
         metrics_host: The interface of the metrics port.
+        consolidate: Also claim consolidation jobs and run their cycles.
+        ltm: The cycles' settings (``background`` is ignored: the worker runs them); None: ``LTMOptions()``, rules
+            only (no spaCy pipeline; ``lightmem worker --consolidate`` passes spaCy's, as ``lightmem consolidate``).
         **store_options: ``PostgresStore`` settings (pool_size, statement_timeout, ...).
     """
     from lightmem.queue_indexer import QueueIndexer
@@ -156,9 +171,12 @@ def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None
     stop = stop or threading.Event()
     restore = _stop_on_signals(stop)
     indexer = QueueIndexer(db, embedder, batch_size=batch, lease_s=lease_s, on_batch=counted)
+    cycles = _cycle_runner(db, embedder, ltm, report, lock) if consolidate else None
     started = last = time.monotonic()
     try:
         indexer.start()
+        if cycles is not None:
+            cycles.start()
         log.info("worker %s: draining %s (batch %d, lease %.0f s, device %s)", indexer.holder, db.location, batch,
                  indexer.lease_s, device)
         while not stop.wait(0.5):
@@ -168,15 +186,19 @@ def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None
                 _report(report, indexer, started, on_report)
                 if metrics is not None:
                     metrics.on_queue(report.queue)
-            if drain and _drained(indexer):
+            if drain and _drained(indexer) and (cycles is None or _cycles_drained(db, cycles)):
                 break
             if not indexer.alive:
                 raise LightMemError(f"the worker's indexer stopped: {indexer.last_error}")
     finally:
         indexer.close(wait=False)  # gives back the leases of a batch not stored
+        if cycles is not None:
+            cycles.close()  # a running cycle commits or rolls back whole first; then its leases go back
         report.seconds = time.monotonic() - started
         try:
             report.queue = db.embed_queue.status()
+            if cycles is not None:
+                report.consolidation = db.consolidation_queue.status()
         except Exception as exc:  # noqa: BLE001 - the report goes without the queue's state
             log.warning("worker: could not read the queue at the end: %s: %s", type(exc).__name__, exc)
         finally:
@@ -186,9 +208,36 @@ def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None
                 metrics.close()
     if on_report is not None:
         on_report(report)
-    log.info("worker %s: %d embedded, %d stored in %.1f s (%.1f items/s while busy)", indexer.holder, report.embedded,
-             report.stored, report.seconds, report.items_per_s)
+    log.info("worker %s: %d embedded, %d stored in %.1f s (%.1f items/s while busy); %d consolidation cycles",
+             indexer.holder, report.embedded, report.stored, report.seconds, report.items_per_s, report.cycles)
     return report
+
+
+def _cycle_runner(db: Any, embedder: Any, ltm: LTMOptions | None, report: WorkerReport,
+                  lock: threading.Lock) -> QueueScheduler:
+    """The consolidation jobs' runner over the worker's store: the cycles ``ltm`` describes, counted in ``report``."""
+    from lightmem.ltm import LTMOptions, build_ltm
+    from lightmem.ltm.queue_scheduler import QueueScheduler
+
+    options = replace(ltm or LTMOptions(), background=False)  # the runner below is this worker's own
+    runtime = build_ltm(db, embedder, options)
+
+    def counted(rep: Any) -> None:
+        if rep.cycle:
+            with lock:
+                report.cycles += 1
+
+    n = db.consolidation_queue.retry_failed()
+    if n:
+        log.info("worker: %d consolidation jobs that failed before are queued again", n)
+    return QueueScheduler(runtime.consolidator, db.consolidation_queue, options.consolidation.every_n_turns,
+                          options.nice, on_report=counted, poll_s=0.5)
+
+
+def _cycles_drained(db: Any, cycles: QueueScheduler) -> bool:
+    """No consolidation job waits or is held (failed-for-good ones aside), and none runs here."""
+    status = db.consolidation_queue.status()
+    return status["waiting"] + status["leased"] == 0 and not cycles.busy
 
 
 def _drained(indexer: Any) -> bool:

@@ -1,7 +1,9 @@
 """Long-term memory: a de-identified knowledge graph built by offline consolidation, per user by default.
 
 ``LTMOptions`` groups what ``Memory.open(..., ltm=LTMOptions())`` needs; ``build_ltm``
-wires the graph, the consolidator and the background scheduler over an open store.
+wires the graph, the consolidator and the background scheduler over an open store: the in-process
+``ConsolidationScheduler`` on the embedded store, the ``QueueScheduler`` (cycles as jobs any process claims) on a
+store with a shared ``consolidation_queue`` (PostgreSQL).
 """
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ from typing import Any
 
 from lightmem.ltm.consolidation import ConsolidationSpec, Consolidator, CycleReport
 from lightmem.ltm.graph import SCOPES, GraphSpec, KnowledgeGraph, check_scope
+from lightmem.ltm.queue_scheduler import QueueScheduler
 from lightmem.ltm.scheduler import ConsolidationScheduler
 from lightmem.stores.base import MemoryStore
 
 __all__ = ["LTMOptions", "LTMRuntime", "build_ltm", "ConsolidationSpec", "Consolidator", "CycleReport", "GraphSpec",
-           "KnowledgeGraph", "ConsolidationScheduler", "SCOPES"]
+           "KnowledgeGraph", "ConsolidationScheduler", "QueueScheduler", "SCOPES"]
 
 
 @dataclass
@@ -67,11 +70,17 @@ class LTMOptions:
 class LTMRuntime:
     graph: KnowledgeGraph
     consolidator: Consolidator
-    scheduler: ConsolidationScheduler | None
+    scheduler: ConsolidationScheduler | QueueScheduler | None
 
 
-def build_ltm(store: MemoryStore, embedder: Any, options: LTMOptions, clock: Any = None) -> LTMRuntime:
-    """The graph over ``store``'s database, its consolidator and (when ``background``) its scheduler."""
+def build_ltm(store: MemoryStore, embedder: Any, options: LTMOptions, clock: Any = None,
+              run_jobs: bool = True) -> LTMRuntime:
+    """The graph over ``store``'s database, its consolidator and (when ``background``) its scheduler.
+
+    Args:
+        run_jobs: On a store with a shared ``consolidation_queue``, this process runs cycles claimed from it (True)
+            or only requests them, for ``lightmem worker --consolidate`` processes to run (False).
+    """
     from lightmem.ltm.abstraction import ABSTRACTORS
     from lightmem.ltm.deidentify import Deidentifier
 
@@ -87,6 +96,10 @@ def build_ltm(store: MemoryStore, embedder: Any, options: LTMOptions, clock: Any
     kw = {"clock": clock} if clock is not None else {}
     kw["fact_keyer"] = options.fact_keyer
     consolidator = Consolidator(store, embedder, graph, abstractor, deid, options.llm, options.consolidation, **kw)
-    scheduler = (ConsolidationScheduler(consolidator, options.consolidation.every_n_turns, options.nice)
-                 if options.background else None)
+    queue = getattr(store, "consolidation_queue", None)
+    every = options.consolidation.every_n_turns
+    scheduler: ConsolidationScheduler | QueueScheduler | None = None
+    if options.background:
+        scheduler = (ConsolidationScheduler(consolidator, every, options.nice) if queue is None
+                     else QueueScheduler(consolidator, queue, every, options.nice, run=run_jobs))
     return LTMRuntime(graph, consolidator, scheduler)

@@ -15,10 +15,16 @@ Why the items' own table and not a queue library (procrastinate, pgqueuer): the 
 describes, in the writer's transaction, and vanish with it; a trigger does that on every path that writes an item
 (add, update, restore, migrations), and the claim is one statement. A library would add its own schema, a second
 write per item and a worker runtime, for a queue of one job kind.
+
+The same table-and-lease design holds the offline work: ``consolidation_jobs`` has a row per user whose
+consolidation cycle is due (``ConsolidationQueue``), requested by the process that wrote the user's turns and run by
+whichever process claims it (``ltm.queue_scheduler``): that process, another one with LTM in the background, or
+``lightmem worker --consolidate``.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -160,3 +166,144 @@ class EmbedQueue:
                 listener.close()
             except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
+
+
+# -- consolidation jobs ----------------------------------------------------------------------------------------
+DEFAULT_CYCLE_LEASE_S = 60.0  # a claimed user is this holder's for this long; a live holder renews it mid-cycle
+VECTORS_WAIT_S = 60.0  # a request waits at most this long for the user's memories queued before it to be embedded
+_LEASED = f"(holder IS NOT NULL AND lease_until > {_NOW})"
+
+_REQUEST = f"""
+INSERT INTO consolidation_jobs AS j (user_id, requested_at) VALUES (%(user)s, {_NOW})
+ON CONFLICT (user_id) DO UPDATE SET
+  requested_at = CASE WHEN (j.holder IS NOT NULL AND j.lease_until > {_NOW}) OR j.failures >= %(max)s
+                      THEN EXCLUDED.requested_at ELSE j.requested_at END,
+  lease_until = CASE WHEN j.failures >= %(max)s THEN NULL ELSE j.lease_until END,
+  failures = CASE WHEN j.failures >= %(max)s THEN 0 ELSE j.failures END
+"""
+# A user is claimable once the memories written before its request have their vectors (a cycle selects only
+# embedded memories; without this a worker could run it on a batch the embedding workers have not reached), or
+# once the request has waited ``VECTORS_WAIT_S`` (the rest waits for the next cycle, as it always may).
+_CYCLE_CLAIM = f"""
+WITH c AS (
+  SELECT user_id FROM consolidation_jobs j
+  WHERE failures < %(max)s AND (lease_until IS NULL OR lease_until < {_NOW})
+    AND (requested_at < {_NOW} - %(wait)s OR NOT EXISTS (
+      SELECT 1 FROM embed_jobs e
+      WHERE e.user_id = j.user_id AND e.enqueued_at <= j.requested_at AND e.failures < %(embed_max)s))
+  ORDER BY requested_at LIMIT %(n)s FOR UPDATE OF j SKIP LOCKED)
+UPDATE consolidation_jobs j SET lease_until = {_NOW} + %(lease)s, holder = %(me)s, claims = j.claims + 1
+FROM c WHERE j.user_id = c.user_id
+RETURNING j.user_id, j.requested_at
+"""
+
+
+class ConsolidationQueue:
+    """Users whose offline consolidation is due, as jobs any process claims (``PostgresStore.consolidation_queue``).
+
+    One row per user in ``consolidation_jobs``: ``request`` upserts it (a user already queued stays once), ``claim``
+    leases users to one holder at a time (``FOR UPDATE SKIP LOCKED``, the lease on the database's clock), ``done``
+    deletes the row after the cycle, unless the user was requested again while the cycle ran (new turns the cycle
+    may not have seen): then the row stays, claimable again at once. A request made while the user is held marks
+    the row by moving ``requested_at`` to the request's time; ``done`` compares it with the value the claim read.
+    A holder that dies leaves its users to be claimed again when the lease runs out (a live one renews it during a
+    long cycle). The cycle itself commits under the store's cycle lock, so a cycle run twice (a lease that ran out
+    under a slow holder) is correct, only wasted.
+
+    A job that failed ``max_failures`` times is left out of claims until ``retry_failed`` or until the user is
+    requested again (the next due point retries it, as the in-process scheduler does).
+
+    Args:
+        db: The store's ``conn.Connections``.
+        max_failures: Failures after which a job is left out of claims.
+        vectors_wait_s: Seconds a request waits for the user's memories queued before it to get their vectors.
+    """
+
+    def __init__(self, db: Any, max_failures: int = MAX_FAILURES, vectors_wait_s: float = VECTORS_WAIT_S) -> None:
+        self._db, self.max_failures, self.vectors_wait_s = db, max_failures, vectors_wait_s
+        self._claimed: dict[tuple[str, str], float] = {}  # (holder, user) -> requested_at the claim read
+        self._mutex = threading.Lock()
+
+    def request(self, user_id: str) -> None:
+        """Queue ``user_id`` for a cycle (idempotent: a user already waiting stays once, with its first request's
+        time; a user held by a running cycle is marked to run again after it)."""
+        self._db.write(lambda cur, _: cur.execute(_REQUEST, {"user": user_id, "max": self.max_failures}), "",
+                       what="requesting a consolidation cycle", replay_safe=True)
+
+    def claim(self, holder: str, n: int = 1, lease_s: float = DEFAULT_CYCLE_LEASE_S) -> list[str]:
+        """Lease up to ``n`` claimable users, longest waiting first, to ``holder``; returns their ids."""
+        rows = self._db.write(lambda cur, _: cur.execute(_CYCLE_CLAIM, {
+            "max": self.max_failures, "wait": float(self.vectors_wait_s), "embed_max": MAX_FAILURES, "n": int(n),
+            "lease": float(lease_s), "me": holder}).fetchall(), "", what="claiming consolidation jobs")
+        with self._mutex:
+            self._claimed.update(((holder, r[0]), float(r[1])) for r in rows)
+        return sorted(r[0] for r in rows)
+
+    def renew(self, holder: str, user_ids: Sequence[str], lease_s: float = DEFAULT_CYCLE_LEASE_S) -> int:
+        """Extend ``holder``'s lease on ``user_ids`` (a long cycle); returns how many it still held."""
+        return self._db.write(lambda cur, _: cur.execute(
+            f"UPDATE consolidation_jobs SET lease_until = {_NOW} + %s WHERE holder = %s AND user_id = ANY(%s)",
+            (float(lease_s), holder, list(user_ids))).rowcount, "", what="renewing consolidation leases")
+
+    def done(self, holder: str, user_id: str) -> bool:
+        """The cycle of ``holder``'s ``user_id`` committed: the job goes, unless the user was requested again
+        after the claim (then it is claimable again at once). True when the job went."""
+        with self._mutex:
+            claimed = self._claimed.pop((holder, user_id), None)
+
+        def op(cur: Any, _: bool) -> bool:
+            if claimed is not None and cur.execute(
+                    "DELETE FROM consolidation_jobs WHERE user_id = %s AND holder = %s AND requested_at = %s",
+                    (user_id, holder, claimed)).rowcount:
+                return True
+            cur.execute("UPDATE consolidation_jobs SET holder = NULL, lease_until = NULL, failures = 0 "
+                        "WHERE user_id = %s AND holder = %s", (user_id, holder))
+            return False
+
+        return self._db.write(op, "", what="finishing a consolidation job")
+
+    def fail(self, holder: str, user_id: str, error: str, retry_after_s: float = 5.0) -> None:
+        """Count a failed cycle of ``holder``'s ``user_id``; it is claimable again after ``retry_after_s``."""
+        with self._mutex:
+            self._claimed.pop((holder, user_id), None)
+        self._db.write(lambda cur, _: cur.execute(
+            f"UPDATE consolidation_jobs SET failures = failures + 1, last_error = %s, holder = NULL, "
+            f"lease_until = {_NOW} + %s WHERE holder = %s AND user_id = %s",
+            (error[:500], float(retry_after_s), holder, user_id)), "", what="recording a failed consolidation job")
+
+    def release(self, holder: str, user_ids: Sequence[str] | None = None) -> int:
+        """Give back ``holder``'s users (all of them when ``user_ids`` is None): claimable at once by anyone."""
+        with self._mutex:
+            for key in [k for k in self._claimed if k[0] == holder and (user_ids is None or k[1] in user_ids)]:
+                del self._claimed[key]
+        where, params = (("holder = %s", [holder]) if user_ids is None
+                         else ("holder = %s AND user_id = ANY(%s)", [holder, list(user_ids)]))
+        return self._db.write(lambda cur, _: cur.execute(
+            f"UPDATE consolidation_jobs SET lease_until = NULL, holder = NULL WHERE {where}", params).rowcount,
+            "", what="releasing consolidation leases")
+
+    def retry_failed(self) -> int:
+        """Make the jobs that failed for good claimable again; returns how many."""
+        return self._db.write(lambda cur, _: cur.execute(
+            "UPDATE consolidation_jobs SET failures = 0, lease_until = NULL, holder = NULL WHERE failures >= %s",
+            (self.max_failures,)).rowcount, "", what="retrying failed consolidation jobs")
+
+    def waiting(self, user_ids: Sequence[str]) -> set[str]:
+        """Which of ``user_ids`` still have a cycle to run, held or not (failed-for-good jobs do not count)."""
+        if not user_ids:
+            return set()
+        rows = self._db.read(lambda conn: conn.execute(
+            "SELECT user_id FROM consolidation_jobs WHERE user_id = ANY(%s) AND failures < %s",
+            (list(user_ids), self.max_failures)).fetchall(), what="reading the consolidation queue")
+        return {r[0] for r in rows}
+
+    def status(self) -> dict[str, Any]:
+        """The queue as every process sees it: users ``waiting`` for a holder, ``leased`` now, ``failed`` for good,
+        and how long the oldest request not failed for good has waited (seconds, 0 when none)."""
+        (waiting, leased, failed, oldest), = self._db.read(lambda conn: conn.execute(
+            f"SELECT COUNT(*) FILTER (WHERE failures < %(max)s AND NOT {_LEASED}), COUNT(*) FILTER (WHERE {_LEASED}), "
+            f"COUNT(*) FILTER (WHERE failures >= %(max)s), "
+            f"{_NOW} - MIN(requested_at) FILTER (WHERE failures < %(max)s) FROM consolidation_jobs",
+            {"max": self.max_failures}).fetchall(), what="reading the consolidation queue")
+        return {"waiting": int(waiting), "leased": int(leased), "failed": int(failed),
+                "oldest_wait_s": round(float(oldest), 3) if oldest is not None else 0.0}

@@ -37,7 +37,7 @@ from lightmem.stores.postgres import schema as pg_schema
 from lightmem.stores.postgres.conn import DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT_MS, Connections, RetryPolicy, pipelined
 from lightmem.stores.postgres.graph import PostgresGraph, PostgresGraphTransaction, as_array
 from lightmem.stores.postgres.lexical import LexicalView, sync
-from lightmem.stores.postgres.queue import EmbedQueue
+from lightmem.stores.postgres.queue import ConsolidationQueue, EmbedQueue
 from lightmem.stores.rows import ITEM_COLS, check_update, forgets_old_text, index_text_sql, rewrites_text, row_to_item
 from lightmem.stores.views.cache import DEFAULT_CACHE_MB, ViewCache, ceiling_bytes
 from lightmem.stores.views.lexical import BM25_B, BM25_K1
@@ -180,6 +180,7 @@ class PostgresStore:
         self._access = AccessBuffer()
         self._graph = PostgresGraph(self._query, dim)
         self.embed_queue = EmbedQueue(self._db, uri)  # the shared embedding queue (postgres.queue)
+        self.consolidation_queue = ConsolidationQueue(self._db)  # users due for a cycle, claimed by any process
 
     @property
     def lock(self) -> SnapshotLock:
@@ -461,14 +462,15 @@ class PostgresStore:
         return {"items": 1, "turns": turns, "facts": facts}
 
     def delete_user(self, user_id: str, encode: Callable[[list[str]], np.ndarray] | None = None) -> dict[str, int]:
-        """Erase a user's turns, items, history, pending and consolidation marks, its change log, and what the
-        LTM graph holds of the user (``PostgresGraphTransaction.erase_user``), in one transaction."""
+        """Erase a user's turns, items, history, pending and consolidation marks, its consolidation job, its change
+        log, and what the LTM graph holds of the user (``PostgresGraphTransaction.erase_user``), in one transaction."""
         def op(cur: Any, _: bool) -> dict[str, int]:
             # The graph is shared by every user's cycles: the cycle lock first, then the user's, as a cycle takes them.
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (pg_schema.CYCLE_LOCK,))
             cur.execute(f"SELECT {_USER_LOCK}", (pg_schema.USER_LOCK_CLASS, user_id))
             counts = {table: cur.execute(f"DELETE FROM {table} WHERE user_id = %s", (user_id,)).rowcount
                       for table in ("items", "turns", "history", "pending", "consolidated")}
+            cur.execute("DELETE FROM consolidation_jobs WHERE user_id = %s", (user_id,))  # no cycle left to run
             counts["facts"] = pg_offline.facts(cur).drop_user(user_id)
             cur.execute("DELETE FROM item_changes WHERE user_id = %s", (user_id,))
             # Every process's BM25 view of the user is now behind the pruned log: each reloads (empty).

@@ -3,7 +3,14 @@ from __future__ import annotations
 
 
 class LightMemError(Exception):
-    """Base class of every lightmem error."""
+    """Base class of every lightmem error.
+
+    A message never holds what no encoder can write: a lone surrogate a caller sent (JSON's ``"\\ud800"``) is
+    escaped as ``\\ud800``, so printing the error, logging it or answering it over HTTP or MCP cannot fail.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(encodable(a) if isinstance(a, str) else a for a in args))
 
 
 class InvalidInputError(LightMemError, ValueError):
@@ -65,3 +72,8 @@ def shown(value: object, limit: int = 40) -> str:
     """``repr(value)`` for an error message, cut short: a 400-digit number or a long text stays readable."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def encodable(text: str) -> str:
+    """``text`` with each character UTF-8 cannot encode (a lone surrogate) written as its escape (``\\ud800``)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

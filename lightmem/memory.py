@@ -24,7 +24,7 @@ from lightmem.retrieval.composer import ContextComposer
 from lightmem.retrieval.engine import RetrievalResult, TwoStageRetriever
 from lightmem.roles.controller import Controller, PassthroughController
 from lightmem.roles.maintenance import Maintainer
-from lightmem.roles.writer import DraftItem, Writer, default_writer
+from lightmem.roles.writer import SYSTEM_KEYS, DraftItem, Writer, default_writer, without_system_keys
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import MemoryStore
 from lightmem.timeutil import now as wall_clock
@@ -40,6 +40,7 @@ from lightmem.validation import (
     check_query,
     check_stm,
     check_turn_lengths,
+    check_unicode,
     check_user_id,
     is_adapter_key,
     to_turns,
@@ -205,7 +206,7 @@ class Memory:
     def sources(self, item_id: str, user_id: str) -> list[MemoryItem]:
         """The archived entries an abstract entry was consolidated from (recoverable with ``restore``)."""
         item = self.get(item_id, user_id, include_archived=True)
-        return [self.get(m, user_id, include_archived=True) for m in item.metadata.get("members", [])]
+        return [self.get(m, user_id, include_archived=True) for m in item.members]
 
     # -- read path ---------------------------------------------------------------------------
     @tracing.search_span
@@ -315,6 +316,7 @@ class Memory:
         user_id, key = check_user_id(user_id), check_id(key, "key")
         meta = dict(metadata or {})
         check_metadata(meta, "field 'metadata'", key=key)
+        meta = without_system_keys(meta)  # the pipeline's own keys, which add leaves out too (roles.writer)
         own = {k: v for k, v in meta.items() if is_adapter_key(k)}
         rest = {k: v for k, v in meta.items() if k not in own}
         turn = to_turns({"speaker": "user", "text": text, "metadata": rest}, timestamp)[0]
@@ -355,6 +357,8 @@ class Memory:
         conditions = None if metadata is None else metadata_filter.parse(metadata, "metadata")
         if text is not None and not isinstance(text, str):
             raise InvalidInputError(f"text must be a string, got {type(text).__name__}")
+        if text:
+            check_unicode(text, "text")
         if kind is not None and kind not in (ItemKind.EPISODIC.value, ItemKind.ABSTRACT.value):
             raise InvalidInputError(f"kind must be 'episodic' or 'abstract', got {shown(kind)}")
         bounds = {"time_from": None if time_from is None else parse_timestamp(time_from),
@@ -368,6 +372,10 @@ class Memory:
                **fields: Any) -> MemoryItem:
         """Change an item's text (re-embedded) or metadata.
 
+        ``metadata`` replaces the item's, except the keys lightmem keeps there itself, which stay as they are: a
+        ``put``'s ``key``, an adapter's bookkeeping and the pipeline's own (``roles.writer.SYSTEM_KEYS``: word
+        scores, an abstract's ``members``...), which no caller's metadata sets, as in ``add``.
+
         A new text replaces the old one for good unless ``keep_history=True``: then the old text
         stays readable in ``history``. Without it, no earlier text of the item stays in its
         history (the events do), so an update can redact a memory. A new text also deletes the fact
@@ -377,10 +385,12 @@ class Memory:
         item_id = check_id(item_id, "item_id")
         if not isinstance(keep_history, bool):
             raise InvalidInputError(f"keep_history must be True or False, got {keep_history!r}")
-        if fields.get("metadata") is not None:  # put's key and an adapter's bookkeeping (refused above) stay as put wrote them
+        if fields.get("metadata") is not None:
+            # put's key, an adapter's bookkeeping (refused above) and the pipeline's own keys (SYSTEM_KEYS: word
+            # scores, consolidation members...) stay as written: the caller's metadata sets them no more than add's does
             old = self.store.get(user_id, item_id, include_archived=True)
-            kept = {k: v for k, v in old.metadata.items() if k == "key" or is_adapter_key(k)}
-            fields["metadata"] = {**fields["metadata"], **kept}
+            kept = {k: v for k, v in old.metadata.items() if k == "key" or is_adapter_key(k) or k in SYSTEM_KEYS}
+            fields["metadata"] = {**without_system_keys(fields["metadata"]), **kept}
         if text is not None:  # checked above
             fields.update(text=text, n_tokens=self.counter.count([text])[0])
             # The word keep scores belong to a text: a new text is scored again (or loses them without a scorer).

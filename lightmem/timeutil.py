@@ -11,6 +11,7 @@ import numpy as np
 from dateutil import parser as dateparser
 
 from lightmem.errors import InvalidInputError, shown
+from lightmem.storable import check_unicode
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -19,6 +20,8 @@ _LOCOMO = re.compile(r"^\s*(\d{1,2}:\d{2}\s*[ap]m)\s+on\s+(\d{1,2}\s+\w+,?\s+\d{
 _WEEKDAY_PAREN = re.compile(r"\(\s*[A-Za-z]{3,9}\s*\)")
 # Epoch seconds outside this window are almost surely a unit mistake (ms, or garbage).
 _MIN_EPOCH, _MAX_EPOCH = -2_208_988_800.0, 32_503_680_000.0  # 1900 .. 3000
+# The longest date string taken: MCP bounded it so (as a name, lightmem.validation.MAX_ID_CHARS); every door does.
+MAX_TIMESTAMP_CHARS = 256
 
 
 def parse_timestamp(value: object) -> float:
@@ -33,7 +36,7 @@ def parse_timestamp(value: object) -> float:
     Raises:
         InvalidInputError: ``None``, ``bool``, NaN, infinity, an integer beyond the range
             of a float (``10**309``), a time outside the years 1900-3000, or a string
-            that is not a date.
+            that is not a date or holds NUL or a lone surrogate (``lightmem.storable.check_unicode``).
     """
     if isinstance(value, bool) or value is None:
         raise InvalidInputError(f"timestamp must be a datetime, epoch seconds or a date string, got {shown(value)}")
@@ -64,6 +67,12 @@ def _in_window(seconds: float, what: str) -> float:
 
 
 def _parse_string(text: str) -> float:
+    # First: a date parser's error repeats the text, and a lone surrogate in it makes that message unencodable; a
+    # NUL it would skip, reading "2020-01-01\x00" as a date that HTTP took and MCP refused.
+    check_unicode(text, "timestamp")
+    if len(text) > MAX_TIMESTAMP_CHARS:  # as long as the longest name: no date is longer, and parsing costs its length
+        raise InvalidInputError(f"timestamp is a string of {len(text):,} characters; a date has at most "
+                                f"{MAX_TIMESTAMP_CHARS}")
     s = text.strip()
     if not s:
         raise InvalidInputError("timestamp is an empty string")

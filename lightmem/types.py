@@ -8,6 +8,7 @@ from typing import Any
 
 from lightmem import metadata_filter
 from lightmem.errors import InvalidInputError
+from lightmem.storable import check_unicode
 from lightmem.timeutil import parse_timestamp
 
 
@@ -94,6 +95,14 @@ class MemoryItem:
     def index_text(self) -> str:
         """What the item is embedded and indexed for BM25 from: its text, then its keys."""
         return keyed_text(self.text, self.keys)
+
+    @property
+    def members(self) -> list[str]:
+        """The ids of the memories an abstract one was consolidated from (``metadata["members"]``, which only the
+        pipeline writes); none when it holds anything else than a list of ids (a row a caller's update wrote before
+        updates left that key alone)."""
+        found = self.metadata.get("members")
+        return list(found) if isinstance(found, list) and all(isinstance(m, str) for m in found) else []
 
     @property
     def is_current(self) -> bool:
@@ -263,9 +272,8 @@ def _strings(value: object, key: str) -> tuple[str, ...]:
         raise InvalidInputError(f"filters.{key} must be a list of strings, got {type(value).__name__}")
     if not all(isinstance(v, str) for v in value):
         raise InvalidInputError(f"filters.{key} must be a list of strings")
-    if any("\x00" in v for v in value):  # a store cannot search with it (PostgreSQL refuses it in text)
-        raise InvalidInputError(f"filters.{key} holds a NUL character (\\u0000); remove it")
-    return tuple(value)
+    # a store cannot search with a NUL (PostgreSQL refuses it in text) nor a lone surrogate (no driver encodes it)
+    return tuple(check_unicode(v, f"filters.{key}[{i}]") for i, v in enumerate(value))
 
 
 def _conditions_by_key(conditions: tuple[tuple[str, str, Any], ...]) -> dict[str, dict[str, Any]]:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightmem.errors import InvalidInputError, shown
+from lightmem.storable import check_unicode
 from lightmem.timeutil import now, parse_timestamp
 from lightmem.types import Turn
 
@@ -75,28 +76,6 @@ def check_id(value: object, what: str) -> str:
     if len(value) > MAX_ID_CHARS:
         raise InvalidInputError(f"{what} is {len(value)} characters long; an identifier has at most {MAX_ID_CHARS}")
     return check_unicode(value, what)
-
-
-def check_unicode(text: str, what: str) -> str:
-    """Return ``text`` when every store can keep it: UTF-8 text without NUL.
-
-    JSON's ``"\\ud800"`` decodes to a lone surrogate, which Python keeps in a ``str`` but no store
-    (SQLite, PostgreSQL) nor HTTP answer can encode. PostgreSQL's text and jsonb cannot hold the
-    NUL character (``"\\u0000"``); it is refused on every backend so that both take the same input.
-
-    Raises:
-        InvalidInputError: ``text`` holds a lone surrogate or a NUL character.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInputError(f"{what} is not valid Unicode text: character {exc.start + 1} is a lone surrogate "
-                                f"({text[exc.start]!r}), half of a pair; send the whole character") from exc
-    nul = text.find("\x00")
-    if nul >= 0:
-        raise InvalidInputError(f"{what} holds a NUL character (\\u0000) at character {nul + 1}, which a database "
-                                "cannot store as text; remove it")
-    return text
 
 
 def check_query(query: object) -> str:

@@ -62,10 +62,17 @@ messages = mostly(st.one_of(text, message, st.lists(st.one_of(text, message), mi
 user_ids = mostly(st.sampled_from(["u", "v"]), st.one_of(strings, json_like))
 counts = mostly(st.one_of(st.none(), st.integers(1, 50)), st.one_of(st.integers(-3, 300), numbers, st.booleans(), strings))
 kind_names = st.lists(st.sampled_from([k.value for k in ItemKind]), max_size=2)
+# Metadata filters of the right shape, with the values and operator objects that reached a driver or matched
+# everything (a lone surrogate, NUL, {}) among good ones.
+filter_values = st.one_of(st.sampled_from(["sport", "\ud800", "a\udfffb", "sp\x00rt"]), st.none(), numbers, strings)
+metadata_filters = st.dictionaries(
+    st.sampled_from(["topic", "rank", "a.b", "arr.0"]),
+    st.one_of(filter_values, st.dictionaries(st.sampled_from(["$eq", "$ne", "$gt", "$lte"]), filter_values, max_size=2)),
+    min_size=1, max_size=2)
 filters = mostly(
     st.one_of(st.none(), st.fixed_dictionaries({}, optional={
         "time_from": timestamps, "time_to": timestamps, "kinds": kind_names, "tags": st.lists(words, max_size=2),
-        "include_superseded": st.booleans()})),
+        "include_superseded": st.booleans(), "metadata": metadata_filters})),
     st.one_of(
         st.fixed_dictionaries({}, optional={key: st.one_of(junk_times, st.lists(strings, max_size=3), json_like)
                                             for key in sorted(FILTER_KEYS)}),
@@ -149,3 +156,18 @@ def test_filters_from_anything_are_filters_or_refused(value):
         return
     assert f.kinds is None or all(isinstance(k, ItemKind) for k in f.kinds)
     assert all(t is None or isinstance(t, float) for t in (f.time_from, f.time_to))
+
+
+@PROPERTY
+@given(spec=st.one_of(metadata_filters, json_like))
+def test_metadata_filters_answer_or_refuse(memory, spec):
+    """A lone surrogate in a filter's value reached the driver (UnicodeEncodeError); an empty operator object
+    matched every memory."""
+    for call in (lambda: memory.get_all("u", metadata=spec), lambda: memory.search("Ava", "u", filters={"metadata": spec})):
+        try:
+            call()
+        except InvalidInputError as exc:
+            str(exc).encode("utf-8")  # the refusal's message can be shown
+    if isinstance(spec, dict) and any(v == {} for v in spec.values()):
+        with pytest.raises(InvalidInputError):
+            memory.get_all("u", metadata=spec)

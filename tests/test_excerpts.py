@@ -271,8 +271,9 @@ def test_a_new_text_is_scored_again_and_metadata_alone_leaves_the_scores(tmp_pat
         item = m.add([{"speaker": "Ann", "text": MARATHON[0]}], user_id="u", timestamp=1_600_000_000)[0]
         new = m.update(item.id, "u", text="Ann: I ran the Porto marathon in spring")
         assert keep_scores(new.text, new.metadata["keep"])["marathon"] == 66
-        tagged = m.update(item.id, "u", metadata={"source": "fix"})
-        assert tagged.metadata == {"source": "fix"}  # metadata given alone replaces it, as always
+        tagged = m.update(item.id, "u", metadata={"source": "fix", "keep": "9999"})
+        # metadata given alone replaces the caller's; the scores of the unchanged text stay, and no caller sets them
+        assert tagged.metadata == {"source": "fix", "keep": new.metadata["keep"]}
     with Memory.open(tmp_path / "s", embedder=embedder, selector=Stage1Selector(), word_scorer=None) as m:
         item = m.update(item.id, "u", metadata={"source": "fix", "keep": "9999"})
         assert "keep" not in m.update(item.id, "u", text="Ann: one more time").metadata  # no scorer: no stale scores

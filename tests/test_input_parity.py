@@ -7,6 +7,7 @@ reaches the store (PostgreSQL would answer NUL with a ``DataError``, the HTTP AP
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import quote
@@ -46,18 +47,24 @@ class Case:
 
 
 def _add(text: str = "I adopted a dog named Rex.", speaker: str = "Alice", turn_id: str | None = None,
-         session_id: str | None = None, user: str = USER, accepted: bool = False, name: str = "") -> Case:
-    msg: dict[str, Any] = {"speaker": speaker, "text": text, **({"id": turn_id} if turn_id is not None else {})}
+         session_id: str | None = None, user: str = USER, timestamp: str | None = None, accepted: bool = False,
+         name: str = "") -> Case:
+    when = {"timestamp": timestamp} if timestamp is not None else {}
+    msg: dict[str, Any] = {"speaker": speaker, "text": text, **({"id": turn_id} if turn_id is not None else {}), **when}
     body: dict[str, Any] = {"user_id": user, "messages": [msg], **({"session_id": session_id} if session_id else {})}
-    mcp = ("add_memory", {"text": text, "speaker": speaker}) if turn_id is None and session_id is None and user == USER else None
+    mcp = (("add_memory", {"text": text, "speaker": speaker, **when})
+           if turn_id is None and session_id is None and user == USER else None)
     return Case(name, lambda m: m.add(dict(msg), user_id=user, session_id=session_id), ("POST", "/v1/memories", body),
                 mcp, accepted)
 
 
-def _search(query: str = "dog", k: Any = 3, user: str = USER, accepted: bool = False, name: str = "") -> Case:
-    body = {"user_id": user, "query": query, "k": k}
-    mcp = ("search_memories", {"query": query, "k": k}) if user == USER else None
-    return Case(name, lambda m: m.search(query, user, k=k), ("POST", "/v1/search", body), mcp, accepted)
+def _search(query: str = "dog", k: Any = 3, user: str = USER, metadata: dict[str, Any] | None = None,
+            accepted: bool = False, name: str = "") -> Case:
+    where = {"metadata": metadata} if metadata is not None else {}
+    body = {"user_id": user, "query": query, "k": k, **({"filters": where} if where else {})}
+    mcp = ("search_memories", {"query": query, "k": k, **where}) if user == USER else None
+    return Case(name, lambda m: m.search(query, user, k=k, filters=where or None), ("POST", "/v1/search", body), mcp,
+                accepted)
 
 
 def _context(stm: list[str], accepted: bool = False, name: str = "") -> Case:
@@ -94,6 +101,12 @@ CASES = [
     _search(user="bob\x00", name="NUL in the searching user id"),
     _context(["I have a dog."], accepted=True, name="a context with recent turns"),
     _context(["I have a\x00 dog."], name="NUL in a recent turn"),
+    _add(timestamp="2023-05-08\x00", name="NUL in a timestamp"),  # was taken by Python and HTTP, refused by MCP
+    _add(timestamp="2023-05-08\ud800", name="a lone surrogate in a timestamp"),  # HTTP: 500, its 422 unencodable
+    _add(timestamp="2023-05-08" + " " * MAX_ID_CHARS, name="a timestamp longer than a name"),
+    _search(metadata={"topic": "sport"}, accepted=True, name="a metadata filter"),
+    _search(metadata={"topic": "sp\ud800rt"}, name="a lone surrogate in a metadata filter"),  # the driver's error
+    _search(metadata={"topic": {}}, name="an empty operator object"),  # matched every memory
     _delete("m\x00", name="NUL in an item id"),
     _delete("m" * (MAX_ID_CHARS + 1), name="an item id one too long"),
 ]
@@ -109,8 +122,10 @@ def _python(memory: Memory, case: Case) -> bool:
 
 def _http(client: TestClient, case: Case) -> bool:
     method, path, payload = case.http
-    kw = {"params": payload} if method in ("GET", "DELETE") else {"json": payload}
-    r = client.request(method, path, headers={"Authorization": f"Bearer {ADMIN}"}, **kw)
+    # a body as ASCII JSON text: httpx refuses to encode a lone surrogate, a client writing "\ud800" does not
+    kw = {"params": payload} if method in ("GET", "DELETE") else {"content": json.dumps(payload)}
+    r = client.request(method, path, headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"},
+                       **kw)
     assert r.status_code in (200, 201, 422), (case.name, r.status_code, r.text)
     return r.status_code != 422
 

@@ -83,12 +83,41 @@ def test_a_filtered_search_returns_k_when_that_many_match(memory):
 @pytest.mark.parametrize("spec, says", [
     ({"a b": 1}, "not a field name"), ({"a": {"$in": [1]}}, "unknown operator"), ({"a": [1]}, "compare with"),
     ({"a": {"$gt": None}}, "orders numbers and strings"), ({"a": float("nan")}, "compare with"), ("topic", "must be an object"),
+    ({"topic": {}}, "operator object is empty"),  # no condition: it matched every memory
+    ({"topic": "\ud800"}, "lone surrogate"), ({"topic": {"$ne": "a\udfffb"}}, "lone surrogate"),  # no driver encodes it
+    ({"topic": "sp\x00rt"}, "NUL"),
 ])
 def test_bad_filters_are_refused(memory, spec, says):
-    with pytest.raises(InvalidInputError, match=says):
+    with pytest.raises(InvalidInputError, match=says) as refused:
         memory.get_all("ana", metadata=spec)
+    str(refused.value).encode("utf-8")  # the message never repeats what cannot be encoded
     with pytest.raises(InvalidInputError, match=says):
         memory.search("x", "ana", filters={"metadata": spec})
+    with pytest.raises(InvalidInputError, match=says):
+        memory.build_context("x", "ana", filters={"metadata": spec}, budget=300)
+
+
+@pytest.mark.parametrize("tags", [["\ud800"], ["ok", "a\x00b"]])
+def test_tags_a_store_cannot_search_with_are_refused(memory, tags):
+    """A lone surrogate in a tag reached PostgreSQL's driver (UnicodeEncodeError) and SQLite's silently."""
+    with pytest.raises(InvalidInputError, match=r"filters\.tags\[\d\]"):
+        memory.search("x", "ana", filters={"tags": tags})
+
+
+def test_a_dotted_field_names_object_fields_never_array_elements_on_both_backends(memory):
+    """``arr.0`` matched an array's first element on PostgreSQL (``#>``) and not on SQLite (``$.arr.0``): now it
+    is the field "0" of an object on both."""
+    memory.add({"speaker": "eve", "text": "a list", "metadata": {"arr": ["x", {"n": 1}], "obj": {"0": "y", "n": 4}}},
+               user_id="eve")
+    assert memory.get_all("eve", metadata={"arr.0": "x"}) == []
+    assert memory.get_all("eve", metadata={"arr.1.n": 1}) == []
+    assert memory.get_all("eve", metadata={"arr.0": {"$gte": "a"}}) == []
+    assert memory.search("a list", "eve", filters={"metadata": {"arr.0": "x"}}) == []
+    assert _texts(memory.get_all("eve", metadata={"arr.0": None})) == ["a list"]  # no such field: it reads as null
+    assert _texts(memory.get_all("eve", metadata={"arr.0": {"$ne": "x"}})) == ["a list"]
+    assert _texts(memory.get_all("eve", metadata={"obj.0": "y"})) == ["a list"]
+    assert _texts(memory.get_all("eve", metadata={"obj.n": {"$gt": 3, "$lte": 4}})) == ["a list"]
+    assert _texts(memory.search("a list", "eve", filters={"metadata": {"obj.0": "y"}})) == ["a list"]
 
 
 def test_system_keys_of_a_turn_do_not_reach_the_memory(memory):

@@ -11,7 +11,7 @@ are already normalized and compressed, and each entry is {topic, summary, source
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -110,10 +110,17 @@ def segment_drafts(segments: Sequence[Segment], granularity: str = "segment", ma
 SYSTEM_KEYS = frozenset({"keep", "excerpt", "dated", "members", "ltm_node", "confidence", "evidence", "writer"})
 
 
+def without_system_keys(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A caller's metadata (a turn's, an update's, a put's) without the pipeline's ``SYSTEM_KEYS``, which only the
+    pipeline sets: a caller's ``{"members": 5}`` would be read as an abstract's members, ``{"keep": ...}`` as word
+    scores."""
+    return {k: v for k, v in meta.items() if k not in SYSTEM_KEYS}
+
+
 def _meta(t: Turn) -> dict[str, Any]:
     """A memory's metadata from its turn: the turn's own (what the caller gave with the message; the pipeline's
     ``SYSTEM_KEYS`` left out), then the speaker and session, which the read path relies on."""
-    own = {k: v for k, v in t.metadata.items() if k not in SYSTEM_KEYS} if t.metadata else {}
+    own = without_system_keys(t.metadata) if t.metadata else {}
     return {**own, "speaker": t.speaker, **({"session_id": t.session_id} if t.session_id else {})}
 
 

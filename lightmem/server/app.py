@@ -4,7 +4,6 @@ The app only talks to ``Memory``, so it serves whatever store backend ``memory_f
 """
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -21,11 +20,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import lightmem
-from lightmem import tracing
+from lightmem import metadata_filter, tracing
 from lightmem.async_memory import freeze_loaded
 from lightmem.batch import plan as plan_batch
 from lightmem.batch import run as run_batch
-from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError, StoreFullError
+from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError, StoreFullError, encodable
 from lightmem.memory import Memory
 from lightmem.server.auth import KeyRing, Principal
 from lightmem.server.console import console_router
@@ -214,12 +213,7 @@ def _routes() -> APIRouter:
                                                                      '"rank": {"$gte": 3}} (as in search filters).')] = None
                    ) -> ItemsOut:
         authorize(caller, user_id)
-        spec = None
-        if metadata is not None:
-            try:
-                spec = json.loads(metadata)
-            except ValueError as exc:
-                raise InvalidInputError(f"query parameter metadata is not JSON ({exc})") from exc
+        spec = None if metadata is None else metadata_filter.loads(metadata, "query parameter metadata")
         with memory_of(request) as memory:
             items = memory.get_all(user_id, include_archived=include_archived, limit=limit, offset=offset, metadata=spec)
         return ItemsOut(items=[MemoryOut.of(i) for i in items])
@@ -341,8 +335,15 @@ async def _malformed(request: Request, exc: RequestValidationError) -> JSONRespo
     """422 with the standard error list and one line naming each bad field."""
     errors = exc.errors()
     where = "; ".join(_describe(e) for e in errors)
-    detail = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in errors]  # not the input: it may be memory text
-    return JSONResponse({"detail": detail, "message": f"malformed request: {where}"}, status_code=422)
+    # Not the input: it may be memory text. A location may hold a name from the body (an unknown field's), and a lone
+    # surrogate in it, which no answer can encode: escaped, as every lightmem error message escapes it.
+    detail = [{k: [_encodable(p) for p in v] if k == "loc" else _encodable(v) for k, v in e.items()
+               if k in ("loc", "msg", "type")} for e in errors]
+    return JSONResponse({"detail": detail, "message": encodable(f"malformed request: {where}")}, status_code=422)
+
+
+def _encodable(value: Any) -> Any:
+    return encodable(value) if isinstance(value, str) else value
 
 
 def _describe(error: dict) -> str:

@@ -128,7 +128,9 @@ class UpdateRequest(_Request):
     text: Text | None = Field(None, description="New text (re-embedded). It replaces the old one for good unless "
                                                   "keep_history is true.")
     topic: str | None = None
-    metadata: dict[str, Any] | None = Field(None, description="Replaces the memory's metadata. " + METADATA_DOC)
+    metadata: dict[str, Any] | None = Field(None, description="Replaces the memory's metadata; the keys lightmem keeps "
+                                                               "there itself (a put's key, word scores, an abstract's "
+                                                               "members) stay as they are. " + METADATA_DOC)
     keep_history: StrictBool = Field(False, description="Keep the old text readable in the memory's history.")
 
     @model_validator(mode="after")

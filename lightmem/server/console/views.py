@@ -2,12 +2,12 @@
 page, a memory's provenance and derived items, and the context inspector's table of candidates."""
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from lightmem import metadata_filter
 from lightmem.errors import InvalidInputError
 from lightmem.memory import Memory
 from lightmem.retrieval.engine import RetrievalResult
@@ -60,10 +60,7 @@ class ListQuery:
         """The metadata filter ``Memory.get_all`` takes (the session's condition joined in)."""
         spec: dict[str, Any] = {}
         if self.metadata:
-            try:
-                spec = json.loads(self.metadata)
-            except ValueError as exc:
-                raise InvalidInputError(f"the metadata filter is not JSON ({exc})") from exc
+            spec = metadata_filter.loads(self.metadata, "the metadata filter")
             if not isinstance(spec, dict):
                 raise InvalidInputError('the metadata filter must be a JSON object, e.g. {"topic": "sport"}')
         if self.session:
@@ -130,10 +127,10 @@ def detail(memory: Memory, user_id: str, item_id: str) -> Detail:
     item = memory.get(item_id, user_id, include_archived=True)
     turns = memory.store.turns(user_id, item.provenance) if item.provenance else []
     found = {t.turn_id for t in turns}
-    sources = memory.sources(item_id, user_id) if item.metadata.get("members") else []
+    sources = memory.sources(item_id, user_id) if item.members else []
     # An episode consolidated into an abstract is archived by that cycle: only then look for the abstracts.
     abstracts = [m for m in memory.get_all(user_id, include_archived=True, kind=ItemKind.ABSTRACT.value)
-                 if item.id in m.metadata.get("members", ())] if item.archived else []
+                 if item.id in m.members] if item.archived else []
     return Detail(item, turns, [t for t in item.provenance if t not in found], memory.history(item_id, user_id),
                   sources, abstracts)
 

@@ -64,6 +64,7 @@ CREATE TABLE IF NOT EXISTS embed_jobs (
   lease_until DOUBLE PRECISION, holder TEXT,
   claims INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0, last_error TEXT
 );
+CREATE INDEX IF NOT EXISTS embed_jobs_by_user ON embed_jobs (user_id, enqueued_at);
 CREATE OR REPLACE FUNCTION lightmem_embed_job() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.embedding IS NULL THEN

@@ -3,12 +3,12 @@
 Fills a fresh store with a backlog of N turns written without vectors (as `lightmem serve --no-index-here`
 replicas leave them), then starts W `lightmem worker --drain` processes and times them until the queue is empty.
 Each worker prints how many memories it embedded: their sum against N counts double work (a row embedded twice).
-With --kill S, the first worker is SIGKILLed S seconds in; the others finish its batch when its lease runs out,
-and the report says how long its rows waited and that none was lost.
+With --kill SHARE, the first worker is SIGKILLed while it holds a batch, once SHARE of the backlog is embedded; the
+others take its batch when its lease runs out, and the report says how long that batch waited and that none was lost.
 
     python tools/worker_bench.py --store postgresql://... --turns 100000 --workers 1 2 --encoder hashing
     python tools/worker_bench.py --store postgresql://... --turns 2000 --workers 1 2 --encoder tuned
-    python tools/worker_bench.py --store postgresql://... --turns 20000 --workers 2 --kill 5 --lease 10
+    python tools/worker_bench.py --store postgresql://... --turns 20000 --workers 2 --kill 0.3 --lease 10
 
 The database named in --store is used as a server: each run creates (and drops) a database of its own there.
 Writes OUT/workers.json and OUT/workers.md (OUT: --out, default outputs/worker_bench).
@@ -58,6 +58,16 @@ def unembedded(uri: str) -> int:
     return int(n)
 
 
+def _held_by(uri: str, pid: int) -> list[int]:
+    with psycopg.connect(uri) as c:
+        return [r[0] for r in c.execute("SELECT rid FROM embed_jobs WHERE holder LIKE %s", (f"%:{pid}:%",)).fetchall()]
+
+
+def _waiting(uri: str, rids: list[int]) -> bool:
+    with psycopg.connect(uri) as c:
+        return c.execute("SELECT 1 FROM embed_jobs WHERE rid = ANY(%s) LIMIT 1", (rids,)).fetchone() is not None
+
+
 def run(admin: str, turns: int, workers: int, encoder: str, batch: int, lease: float, kill: float | None) -> dict[str, Any]:
     name = "wb_" + uuid.uuid4().hex[:10]
     with psycopg.connect(admin, autocommit=True) as c:
@@ -70,31 +80,44 @@ def run(admin: str, turns: int, workers: int, encoder: str, batch: int, lease: f
                "--lease", str(lease)]
         t0 = time.perf_counter()
         procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(workers)]
-        killed_left = None
-        if kill is not None:
-            time.sleep(kill)
+        killed_left, held, rescued_s = None, [], None
+        if kill is not None:  # once this share is embedded: freeze the first worker holding a batch, then kill it
+            while unembedded(uri) > n * (1 - kill) and procs[0].poll() is None:
+                time.sleep(0.02)
+            while procs[0].poll() is None:
+                procs[0].send_signal(signal.SIGSTOP)
+                held = _held_by(uri, procs[0].pid)
+                if held:
+                    break
+                procs[0].send_signal(signal.SIGCONT)
+                time.sleep(0.01)
             procs[0].send_signal(signal.SIGKILL)
             killed_at = time.perf_counter()
             killed_left = unembedded(uri)
+            while held and _waiting(uri, held):  # the dead worker's batch: waits for its lease, then another takes it
+                time.sleep(0.05)
+            rescued_s = time.perf_counter() - killed_at
         outs = [p.communicate(timeout=24 * 3600)[0] for p in procs]
         seconds = time.perf_counter() - t0
-        counts = []
+        counts, rates = [], []
         for p, out in zip(procs, outs):
             found = re.search(r"embedded ([\d,]+) memories", out)
             counts.append(int(found.group(1).replace(",", "")) if found else None)
+            rate = re.search(r"([\d.]+)/s while busy", out)
+            rates.append(float(rate.group(1)) if rate else None)
             if p.returncode not in (0, -signal.SIGKILL):
                 raise RuntimeError(f"a worker failed ({p.returncode}): {out[-2000:]}")
         left = unembedded(uri)
         row = {"turns": n, "workers": workers, "encoder": encoder, "batch": batch, "lease_s": lease,
                "fill_s": round(fill_s, 1), "drain_s": round(seconds, 2), "turns_per_s": round(n / seconds, 1),
-               "per_worker": counts, "left_unembedded": left}
+               "per_worker": counts, "per_worker_busy_rate": rates, "left_unembedded": left}
         if kill is None:
             row["embedded_total"] = sum(c or 0 for c in counts)
             row["double_work"] = row["embedded_total"] - n
         else:
-            row.update(killed_after_s=kill, unembedded_at_kill=killed_left,
+            row.update(killed_at_share=kill, unembedded_at_kill=killed_left, held_by_the_killed=len(held),
                        survivors_embedded=sum(c or 0 for c in counts[1:]),
-                       rescue_s_after_kill=round(time.perf_counter() - killed_at, 2))
+                       its_batch_embedded_s_after_kill=round(rescued_s, 2) if rescued_s is not None else None)
         return row
     finally:
         with psycopg.connect(admin, autocommit=True) as c:
@@ -110,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--encoder", default="hashing", choices=["hashing", "minilm", "mpnet", "tuned"])
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lease", type=float, default=30.0)
-    p.add_argument("--kill", type=float, default=None, help="SIGKILL the first worker this many seconds in")
+    p.add_argument("--kill", type=float, default=None, metavar="SHARE",
+                   help="SIGKILL the first worker (while it holds a batch) once this share of the backlog is embedded")
     p.add_argument("--out", type=Path, default=ROOT / "outputs/worker_bench")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

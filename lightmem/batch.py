@@ -11,7 +11,8 @@ answer carries one status per operation:
 
 With ``atomic=True`` the whole batch is one transaction: every operation commits or none does, and the first
 error (its index in ``op_index`` and in a note) is raised. A deletion's text is gone from the store's files when
-the call returns, as for a single ``delete``.
+the call returns, as for a single ``delete``; the erasure that makes it so (on SQLite: emptying the write-ahead log,
+and reading the file for copies of the texts in its unused space) runs once per batch, not once per deletion.
 """
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ from lightmem.validation import check_id, check_item_fields, check_turn_lengths,
 Memory = Any  # a lightmem.Memory (this module sits below it: memory.py imports it)
 
 MAX_BATCH_OPS = 1_000
+# What one request may make a server worker do: turns written, plus memories updated or deleted. POST /v1/memories
+# takes this many turns; a batch this much summed over its operations (an add counts its turns, an update or a
+# deletion 1), atomic or not. An atomic batch holds its worker until it commits, so this bounds how long another
+# user's call waits behind one request (docs/serving.md, "Batches"). The Python API is not bound by it.
+MAX_TURNS_PER_REQUEST = 2_000
 OPS = ("add", "update", "delete")
 _FIELDS = {
     "add": {"op", "user_id", "messages", "timestamp", "session_id", "context"},
@@ -43,13 +49,19 @@ class PlannedOp:
     op: str
     user_id: str
     run: Callable[[], dict[str, Any]]
+    work: int = 1  # turns written, or memories changed (``MAX_TURNS_PER_REQUEST``)
 
 
-def plan(memory: Memory, ops: Sequence[Mapping[str, Any]], user_id: str | None = None) -> list[PlannedOp]:
+def plan(memory: Memory, ops: Sequence[Mapping[str, Any]], user_id: str | None = None,
+         max_turns: int | None = None) -> list[PlannedOp]:
     """Check every operation (``user_id``: for those that name none) and prepare its call; nothing is written.
 
+    ``max_turns``: at most this many turns and changed memories in all (an add counts its turns, an update or a
+    deletion 1; the server passes ``MAX_TURNS_PER_REQUEST``); None: no bound but ``MAX_BATCH_OPS``.
+
     Raises:
-        InvalidInputError: no operations, more than ``MAX_BATCH_OPS``, or a bad operation (named by its index).
+        InvalidInputError: no operations, more than ``MAX_BATCH_OPS``, more work than ``max_turns``, or a bad
+            operation (named by its index).
     """
     if isinstance(ops, (str, bytes, Mapping)) or not isinstance(ops, Sequence):
         raise InvalidInputError(f"ops must be a list of operations, got {type(ops).__name__}")
@@ -58,13 +70,18 @@ def plan(memory: Memory, ops: Sequence[Mapping[str, Any]], user_id: str | None =
     if len(ops) > MAX_BATCH_OPS:
         raise InvalidInputError(f"a batch holds at most {MAX_BATCH_OPS:,} operations, got {len(ops):,}; split it")
     default = None if user_id is None else check_user_id(user_id)
-    planned = []
+    planned, work = [], 0
     for i, op in enumerate(ops):
         kind = op.get("op") if isinstance(op, Mapping) else None
         try:
             planned.append(_plan_one(memory, i, op, default))
         except InvalidInputError as exc:
             raise InvalidInputError(f"ops[{i}]{f' ({kind})' if kind in OPS else ''}: {exc}") from exc
+        work += planned[-1].work
+        if max_turns is not None and work > max_turns:
+            raise InvalidInputError(
+                f"a batch holds at most {max_turns:,} turns and changed memories in all (an add counts its turns, an "
+                f"update or a deletion 1), and ops[0..{i}] hold {work:,}: split it into several requests")
     return planned
 
 
@@ -87,7 +104,7 @@ def _plan_one(memory: Memory, i: int, op: Any, default: str | None) -> PlannedOp
         turns = to_turns(op["messages"], op.get("timestamp"), op.get("session_id"))
         check_turn_lengths(turns, memory.max_turn_chars)
         context = tuple(op.get("context") or ())
-        return PlannedOp(i, kind, user, lambda: {"items": memory.add_turns(user, turns, context)})
+        return PlannedOp(i, kind, user, lambda: {"items": memory.add_turns(user, turns, context)}, len(turns))
     item_id = check_id(op.get("item_id"), "item_id")
     if kind == "delete":
         return PlannedOp(i, kind, user, lambda: {"removed": memory.delete(item_id, user)})
@@ -108,21 +125,27 @@ def run(memory: Memory, planned: Sequence[PlannedOp], atomic: bool = False,
     ``each`` makes a context entered around every operation of a batch that is not atomic, and once around an
     atomic one: the server passes its one-call-at-a-time lock, so its other requests run between the operations
     of a long batch instead of waiting for all of them (each operation commits on its own anyway)."""
-    if atomic:
+    if atomic:  # one transaction: its deletions' erasure runs once, at its commit
         with each():
             return memory.store.run_atomic(lambda: [_ok(p, _numbered(p)) for p in planned])
     results: list[dict[str, Any]] = []
-    for n, p in enumerate(planned):
-        try:
+    # The erasure after each deletion (the store's log and a read of its whole file) waits for the end: once per
+    # batch, not once per deletion; each erased text is still gone from the files when the call returns.
+    with memory.store.erasing_once() as erase:
+        for n, p in enumerate(planned):
+            try:
+                with each():
+                    done = p.run()
+                results.append(_ok(p, done))
+            except ItemNotFoundError as exc:
+                results.append({"index": p.index, "op": p.op, "status": "not_found", "error": _message(exc)})
+            except (StoreError, LightMemError) as exc:
+                results.append({"index": p.index, "op": p.op, "status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+                results.extend({"index": q.index, "op": q.op, "status": "not_attempted"} for q in planned[n + 1:])
+                break
+        if any(p.op != "add" for p in planned):  # an add erases nothing
             with each():
-                done = p.run()
-            results.append(_ok(p, done))
-        except ItemNotFoundError as exc:
-            results.append({"index": p.index, "op": p.op, "status": "not_found", "error": _message(exc)})
-        except (StoreError, LightMemError) as exc:
-            results.append({"index": p.index, "op": p.op, "status": "failed", "error": f"{type(exc).__name__}: {exc}"})
-            results.extend({"index": q.index, "op": q.op, "status": "not_attempted"} for q in planned[n + 1:])
-            break
+                erase()
     return results
 
 

@@ -214,3 +214,50 @@ def test_the_residue_check_finds_text_in_unused_space_only(tmp_path):
     pad, old, new = bytes(4 * 384 + 50), (b"", "{}"), (bytes(4 * 384), '{"keep": "1234"}')
     after = in_place_pad(pad, old, new)
     assert record_bytes(after) + sum(map(record_bytes, new)) == record_bytes(pad) + sum(map(record_bytes, old))
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_a_batch_of_deletions_erases_every_text(location, atomic):
+    """Each memory a batch deletes is gone from every file when the call returns, atomic or not (on SQLite the
+    batch's erasure runs once, at its end), and the memories it leaves are all there."""
+    m = _open(location)
+    try:
+        secrets = [f"{SECRET}-{i:02d}" for i in range(12)]
+        items = m.add([{"speaker": "Alice", "text": f"note {i}: my pin is {s}"} for i, s in enumerate(secrets)],
+                      user_id="alice")
+        kept = m.add("I adopted a dog named Rex", user_id="alice")[0]
+        assert m.flush_index(timeout=60)
+        out = m.batch([{"op": "delete", "item_id": i.id} for i in items], user_id="alice", atomic=atomic)
+        assert [r["status"] for r in out] == ["ok"] * len(items)
+        assert [s for s in secrets if _holders(location, s)] == []  # still open: the batch already erased them
+        assert [i.id for i in m.get_all("alice", include_archived=True)] == [kept.id]
+    finally:
+        m.close()
+    assert [s for s in secrets if _holders(location, s)] == []
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_a_batch_of_deletions_reads_the_file_once(tmp_path, monkeypatch, atomic):
+    """SQLite: an erasure empties the write-ahead log and reads the whole database file for copies of the texts
+    (``residue.holds``), a cost that grows with the file. A batch of N deletions does both once, not N times."""
+    from lightmem.stores.embedded import residue
+
+    location = str(tmp_path / "store")
+    m = _open(location)
+    try:
+        items = m.add([f"note {i}: my pin is {SECRET}-{i:02d}" for i in range(20)], user_id="alice")
+        assert m.flush_index(timeout=60)
+        reads, checkpoints = [], []
+        holds = residue.holds
+        monkeypatch.setattr(residue, "holds", lambda path, texts: reads.append(list(texts)) or holds(path, texts))
+        m.store.sql.connection.set_trace_callback(
+            lambda sql: checkpoints.append(sql) if "wal_checkpoint" in sql else None)
+        m.batch([{"op": "delete", "item_id": i.id} for i in items], user_id="alice", atomic=atomic)
+        assert len(reads) == 1 and len(checkpoints) in (1, 2)  # a second after a rebuild (VACUUM), if one was needed
+        assert all(any(f"{SECRET}-{i:02d}" in t for t in reads[0]) for i in range(20))  # every text looked for
+        reads.clear()
+        m.delete(m.add("one more", user_id="alice")[0].id, "alice")  # a single deletion: as before
+        assert len(reads) == 1
+    finally:
+        m.store.sql.connection.set_trace_callback(None)
+        m.close()

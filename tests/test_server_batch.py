@@ -64,6 +64,31 @@ def test_a_bad_or_foreign_operation_writes_nothing(client):
     assert _texts(client, "alice") == []
 
 
+def test_a_batch_holds_at_most_the_turns_of_one_request(client):
+    """One bound on what a request makes its worker do: a batch's turns and changed memories, summed over its
+    operations, are capped at POST /v1/memories' turn cap (an atomic batch holds the worker until it commits).
+    Over it: 422 naming the cap, nothing written; at it: accepted."""
+    from lightmem.server.schemas import MAX_TURNS_PER_REQUEST
+
+    half = MAX_TURNS_PER_REQUEST // 2
+    adds = [{"op": "add", "user_id": "alice", "messages": [{"speaker": "A", "text": f"t{n}-{i}"} for i in range(half)]}
+            for n in range(2)]
+    for atomic in (False, True):
+        r = client.post("/v1/batch", headers=_h(ALICE), json={"ops": [
+            *adds, {"op": "delete", "user_id": "alice", "item_id": "x"}], "atomic": atomic})
+        assert r.status_code == 422, r.text[:300]
+        assert f"at most {MAX_TURNS_PER_REQUEST:,} turns" in r.json()["message"] and "split" in r.json()["message"]
+        assert _texts(client, "alice") == []
+    big = {"op": "add", "user_id": "alice", "messages": [{"speaker": "A", "text": f"b{i}"} for i in range(3 * half // 2)]}
+    deletes = [{"op": "delete", "user_id": "alice", "item_id": f"x{i}"} for i in range(half // 2 + 1)]
+    r = client.post("/v1/batch", headers=_h(ALICE), json={"ops": [big, *deletes]})  # a deletion counts as one
+    assert r.status_code == 422 and f"ops[0..{len(deletes)}] hold {MAX_TURNS_PER_REQUEST + 1:,}" in r.json()["message"]
+    r = client.post("/v1/batch", headers=_h(ALICE), json={"ops": [big, *deletes[1:]]})  # at the cap
+    assert r.status_code == 200 and [x["status"] for x in r.json()["results"]][-2:] == ["not_found"] * 2
+    r = client.post("/v1/batch", headers=_h(ALICE), json={"ops": adds[1:], "atomic": True})
+    assert r.status_code == 200 and len(r.json()["results"][0]["items"]) == half
+
+
 def test_an_atomic_batch_is_all_or_nothing(client):
     ops = [{"op": "add", "user_id": "alice", "messages": [{"speaker": "A", "text": "a fact"}]},
            {"op": "delete", "user_id": "alice", "item_id": "missing"}]

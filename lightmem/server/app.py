@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import lightmem
 from lightmem import metadata_filter, tracing
 from lightmem.async_memory import freeze_loaded
+from lightmem.batch import MAX_TURNS_PER_REQUEST
 from lightmem.batch import plan as plan_batch
 from lightmem.batch import run as run_batch
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError, StoreFullError, encodable
@@ -243,7 +244,8 @@ def _routes() -> APIRouter:
 
     @r.post("/v1/batch", tags=["memories"], responses=_errors(401, 403, 404, 413, 422))
     def batch(body: BatchRequest, caller: Caller, request: Request) -> BatchOut:
-        """Adds, updates and deletions, up to 1,000, in order. Every operation is checked and authorized before the
+        """Adds, updates and deletions, up to 1,000, in order, with at most 2,000 turns and changed memories in all
+        (an add counts its turns). Every operation is checked and authorized before the
         first write (a bad one: 422 or 403 naming its index, nothing written). Each commits on its own with a status
         per operation, or with ``atomic`` all together or none (the first error answers, naming its index)."""
         for i, op in enumerate(body.ops):
@@ -252,7 +254,9 @@ def _routes() -> APIRouter:
                 raise HTTPException(403, f"ops[{i}]: this API key may not act for user {op.user_id!r}")
         ops = [op.model_dump(exclude_none=True) for op in body.ops]
         memory = request.app.state.memory
-        planned = plan_batch(memory, ops)  # every operation checked before the first write; the store is not read
+        # every operation checked before the first write, and the work of all of them bounded as POST /v1/memories'
+        # turns are (an atomic batch holds the worker until it commits); the store is not read
+        planned = plan_batch(memory, ops, max_turns=MAX_TURNS_PER_REQUEST)
         warm([m["text"] for op in ops if op["op"] == "add" for m in op["messages"]])  # checked: none is over the limit
         try:  # the lock per operation: other requests go between the operations of a batch that is not atomic
             results = run_batch(memory, planned, atomic=body.atomic, each=lambda: memory_of(request))

@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from lightmem.batch import MAX_BATCH_OPS, MAX_TURNS_PER_REQUEST
 from lightmem.types import ComposedContext, HistoryEvent, Hit, MemoryItem
 from lightmem.validation import (
     MAX_BUDGET,
@@ -82,9 +83,9 @@ class Message(_Request):
     metadata: dict[str, Any] | None = Field(None, description="The turn's own metadata, stored with it. " + METADATA_DOC)
 
 
-# Turns one POST /v1/memories may carry: the request commits them in one transaction, and its vectors are written
-# after it returns (the background indexer), so this bounds the time a request holds its worker.
-MAX_TURNS_PER_REQUEST = 2_000
+# MAX_TURNS_PER_REQUEST (lightmem.batch): turns one POST /v1/memories may carry, and turns plus changed memories
+# one POST /v1/batch may (summed over its operations). The request commits them in one transaction, and its vectors
+# are written after it returns (the background indexer), so this bounds the time a request holds its worker.
 
 
 class AddRequest(_Request):
@@ -159,14 +160,15 @@ class BatchDelete(_Request):
     item_id: Name
 
 
-MAX_BATCH_OPS = 1_000
 BatchOp = Annotated[BatchAdd | BatchUpdate | BatchDelete, Field(discriminator="op")]
 
 
 class BatchRequest(_Request):
     ops: list[BatchOp] = Field(min_length=1, max_length=MAX_BATCH_OPS,
                                description=f"At most {MAX_BATCH_OPS:,} operations, run in order; each carries the "
-                                           "fields of its single-call route.")
+                                           f"fields of its single-call route. At most {MAX_TURNS_PER_REQUEST:,} turns "
+                                           "and changed memories in all (an add counts its turns, an update or a "
+                                           "deletion 1).")
     atomic: StrictBool = Field(False, description="All operations commit together or none does (the first error "
                                                   "answers, naming its index); by default each commits on its own.")
 

@@ -240,6 +240,11 @@ class ItemStore(Protocol):
         """``fn()``, whose writes to this store all join one transaction: all commit or none does."""
         ...
 
+    def erasing_once(self) -> AbstractContextManager[Callable[[], None]]:
+        """Several writes' erasure steps run once, at the end, instead of once per write (a batch of deletions);
+        yields a call that runs what is held so far. Each erased text is gone from the files when the block ends."""
+        ...
+
     def turns(self, user_id: str, turn_ids: Sequence[str] | None = None) -> list[Turn]:
         """The user's stored turns (only those of ``turn_ids`` when given), oldest first."""
         ...

@@ -22,7 +22,7 @@ import logging
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -207,6 +207,13 @@ class SQLiteStore:
             except BaseException:
                 self._parts.clear()
                 raise
+
+    def erasing_once(self) -> AbstractContextManager[Callable[[], None]]:
+        """The erasure steps of the deletions and redacting updates made inside (this thread's) wait for its end:
+        one log checkpoint and one read of the file's pages for all of their texts (``SQLiteTables.erasing_once``).
+        A batch of N deletions then costs N row deletions and one erasure, not N erasures that each read the
+        whole file. An atomic batch needs no block: its one transaction does the same at its commit."""
+        return self.sql.erasing_once()
 
     # -- partitions ------------------------------------------------------------------------
     def _part(self, user_id: str) -> Partition:

@@ -16,8 +16,9 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,22 @@ def _row_to_turn(r: tuple) -> Turn:
     return Turn(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]))
 
 
+@dataclass
+class Erasure:
+    """Erasure steps held for later (the end of a transaction or of ``SQLiteTables.erasing_once``): whether the
+    write-ahead log must be emptied, the erased texts to look for in the pages' unused space, and whether the file
+    must be rebuilt whatever is found (a user's erasure)."""
+
+    log: bool = False
+    texts: list[str | None] = field(default_factory=list)
+    always: bool = False
+
+    def merge(self, other: Erasure) -> None:
+        self.log = self.log or other.log
+        self.texts.extend(other.texts)
+        self.always = self.always or other.always
+
+
 class SQLiteTables:
     """Thread-safe access to one lightmem database file.
 
@@ -252,7 +269,8 @@ class SQLiteTables:
         self.lock = threading.RLock()
         self._read_only = sqlite_faults.read_only_reason(self.path)
         self._depth = 0  # transactions open in the owning thread: an inner one joins the outer (``transaction``)
-        self._after: list[Any] = []  # what waits for the outer transaction's commit (``erase_log``, ``scrub``)
+        self._after = Erasure()  # what the open transaction's erasures wait for its commit to do (``erase_log``, ``scrub``)
+        self._held: dict[int, Erasure] = {}  # per thread: what its open ``erasing_once`` holds for its end
         if self._read_only is not None:
             self._open_read_only()
             return
@@ -347,7 +365,7 @@ class SQLiteTables:
                     self._conn.execute("BEGIN IMMEDIATE")
                 finally:
                     self._conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
-            self._depth, self._after = 1, []
+            self._depth, self._after = 1, Erasure()
             try:
                 yield self._conn
                 self._conn.execute("COMMIT")
@@ -355,9 +373,12 @@ class SQLiteTables:
                 self._rollback(exc)
                 raise
             finally:
-                self._depth, after, self._after = 0, self._after, []
-            for action in after:  # committed: what the inner transactions left for now (erasure's log and pages)
-                action()
+                self._depth, after, self._after = 0, self._after, Erasure()
+            held = self._held.get(threading.get_ident())
+            if held is not None:  # inside ``erasing_once``: at its end, with the other transactions' erasures
+                held.merge(after)
+            else:  # committed: the erasures of its writes, all at once (one checkpoint, one page scan)
+                self._erase(after)
 
     def _rollback(self, cause: BaseException) -> None:
         """Undo the open transaction unless SQLite already has: it rolls back by itself on a full
@@ -478,9 +499,14 @@ class SQLiteTables:
         full checkpoint (every process's close makes one). Returns True when the log was emptied.
         """
         with self.lock:
-            if self._depth:  # inside a transaction: once it commits
-                self._after.append(self.erase_log)
+            waiting = self._waiting()
+            if waiting is not None:  # inside a transaction or ``erasing_once``: once, when it ends
+                waiting.log = True
                 return False
+            return self._checkpoint()
+
+    def _checkpoint(self) -> bool:
+        with self.lock:
             self._conn.execute("PRAGMA busy_timeout = 2000")
             try:
                 busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -492,19 +518,69 @@ class SQLiteTables:
         """After an erasure has committed and ``erase_log`` ran: rebuild the database file (``VACUUM``, then empty
         the log again) when one of the erased ``texts`` is still readable in a page's unused space, where SQLite
         left it while the row was alive (``residue``); ``always``: rebuild whatever is found (a user's
-        erasure). Returns whether the file was rebuilt."""
+        erasure). Returns whether the file was rebuilt. Inside a transaction or ``erasing_once``, the texts wait
+        for its end, with every other erasure's: the file is read once for all of them."""
         with self.lock:
-            if self._depth:  # inside a transaction: once it commits
-                self._after.append(lambda: self.scrub(texts, always))
+            waiting = self._waiting()
+            if waiting is not None:
+                waiting.texts.extend(texts)
+                waiting.always = waiting.always or always
                 return False
+            return self._rebuild(texts, always)
+
+    def _rebuild(self, texts: Sequence[str | None], always: bool) -> bool:
+        with self.lock:
             if not always and not residue.holds(self.path, texts):
                 return False
             started = time.perf_counter()
             _retry_busy(lambda: self._conn.execute("VACUUM"))
-            self.erase_log()
+            self._checkpoint()
         log.info("erasure: rebuilt %s so that no copy of the erased text stays in its unused space (%.0f ms)",
                  self.label, (time.perf_counter() - started) * 1000)
         return True
+
+    @contextmanager
+    def erasing_once(self) -> Iterator[Callable[[], None]]:
+        """Hold the erasure steps of this thread's transactions committed inside (``erase_log``, ``scrub``) and run
+        them once: one checkpoint and one read of the file for every text erased, instead of one per deletion,
+        whose cost grows with the file (``residue.holds`` reads all of it). Yields a call that runs what is held
+        now (a batch calls it under the server's lock); what is left runs on the way out, exception or not. Other
+        threads' erasures do not wait for it. Nested: the inner one joins the outer."""
+        me = threading.get_ident()
+        with self.lock:
+            outer = me not in self._held
+            if outer:
+                self._held[me] = Erasure()
+
+        def now() -> None:
+            with self.lock:
+                held, self._held[me] = self._held[me], Erasure()
+                self._erase(held)
+
+        try:
+            yield now if outer else (lambda: None)
+        finally:
+            if outer:
+                with self.lock:
+                    self._erase(self._held.pop(me))
+
+    def _waiting(self) -> Erasure | None:
+        """Where an erasure step waits (under ``lock``): the open transaction's, else this thread's
+        ``erasing_once``'s; None: it runs now."""
+        if self._depth:
+            return self._after
+        return self._held.get(threading.get_ident())
+
+    def _erase(self, e: Erasure) -> None:
+        """Run held erasure steps (under ``lock``): the log first (the page scan reads the database file), then
+        the pages; inside a transaction of this thread, at its commit."""
+        if self._depth:
+            self._after.merge(e)
+            return
+        if e.log:
+            self._checkpoint()
+        if e.texts or e.always:
+            self._rebuild(list(dict.fromkeys(t for t in e.texts if t)), e.always)
 
     def erased_texts(self, c: sqlite3.Connection, user_id: str, item_id: str) -> list[str]:
         """The texts an item's erasure removes, read before it: its text and keys, its history's texts and the

@@ -22,7 +22,8 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -334,6 +335,12 @@ class PostgresStore:
         """``fn()``, whose store writes all join one transaction (this thread's): they commit together or none does
         (``Memory.batch(atomic=True)``). A transient fault rolls it back and runs ``fn`` again, as for one write."""
         return self._db.write(lambda cur, replay: fn(), "", what="a batch")
+
+    @contextmanager
+    def erasing_once(self) -> Iterator[Callable[[], None]]:
+        """A deletion here has no erasure step after its commit to share (the dead row versions stay until
+        ``lightmem compact``, whatever the batch): the block changes nothing."""
+        yield lambda: None
 
     def set_vectors(self, user_id: str, items: Sequence[tuple[str, str]], vectors: np.ndarray,
                     keep: Sequence[str | None] | None = None) -> int:

@@ -258,6 +258,17 @@ def test_capacity_archives_the_least_retained(open_store):
     assert {it.id for it in store.list("u")} == {it.id for it in w.items[2:]}  # the oldest go first
 
 
+def test_a_user_past_a_large_capacity_is_archived_to_1_percent_under_it(open_store):
+    """So that the writes after it archive nothing (each archiving reads all the user's active rows)."""
+    store = open_store(capacity=200)
+    _write(store, "u", [f"note {i}" for i in range(201)])
+    assert store.size("u") == 198 and len(store.list("u", include_archived=True)) == 201
+    _write(store, "u", ["one more", "and another"], seed=7, prefix="later")
+    assert store.size("u") == 200  # within capacity: nothing archived, no read of the user's rows
+    _write(store, "u", ["past it again"], seed=8, prefix="last")
+    assert store.size("u") == 198
+
+
 # -- search -----------------------------------------------------------------------------------------
 def test_search_dense_lexical_cosine_fetch_signals(store):
     w = _write(store, "u", ["Ava moved to Lisbon", "Ava likes green tea", "the weather is mild"],

@@ -73,6 +73,15 @@ def new_candidates(new: Sequence[tuple[int, MemoryItem]], limit: int, under_pres
     return [(rid, it, "pressure" if under_pressure else "new") for rid, it in new[:limit]]
 
 
+def to_archive(n_active: int, capacity: int) -> int:
+    """How many of a user's ``n_active`` active items to archive: none within ``capacity``; past it, down to 1% under
+    it (capacities of 100 and more), so that a user at capacity is not read whole on each write that follows (a batch
+    of 1,000 single-turn adds for a user at 10,000 read all 10,000 rows 1,000 times)."""
+    if n_active <= capacity:
+        return 0
+    return min(n_active, n_active - capacity + capacity // 100)
+
+
 def least_retained(rows: Sequence[Sequence[Any]], n: int, now: float, half_life_days: float) -> list[Sequence[Any]]:
     """The capacity rule: the ``n`` least retained of ``rows`` (rid, id, last_access, access_count, utility, ...),
     by recency, access count and utility; ties keep the rows' order."""

@@ -4,14 +4,14 @@ from __future__ import annotations
 import sqlite3
 
 from lightmem.stores.embedded.tables import SQLiteTables
-from lightmem.stores.rows import least_retained
+from lightmem.stores.rows import least_retained, to_archive
 
 
 def evict(c: sqlite3.Connection, user_id: str, n_active: int, capacity: int, now: float,
           half_life_days: float) -> list[int]:
-    """Archive the user's ``n_active - capacity`` least retained items inside the caller's
-    transaction (recency, access count, utility). Returns their row ids."""
-    excess = n_active - capacity
+    """Archive the user's least retained items beyond ``capacity`` (``rows.to_archive``: down to 1% under it) inside
+    the caller's transaction (recency, access count, utility). Returns their row ids."""
+    excess = to_archive(n_active, capacity)
     if excess <= 0:
         return []
     rows = c.execute(

@@ -11,7 +11,7 @@ import numpy as np
 
 from lightmem.stores.base import OfflineChanges
 from lightmem.stores.keys import FactKeys
-from lightmem.stores.rows import CANDIDATE_COLS, least_retained, new_candidates, row_to_item
+from lightmem.stores.rows import CANDIDATE_COLS, least_retained, new_candidates, row_to_item, to_archive
 from lightmem.types import MemoryItem
 
 
@@ -56,10 +56,10 @@ def insert_item(cur: Any, item: MemoryItem, vector: np.ndarray | None, tags: lis
 
 
 def evict(cur: Any, user_id: str, n_active: int, capacity: int, now: float, half_life_days: float) -> list[int]:
-    """Archive the user's least retained active items beyond ``capacity`` inside the caller's
+    """Archive the user's least retained active items beyond ``capacity`` (``rows.to_archive``) inside the caller's
     transaction (recency, access count, utility), ``n_active`` being the user's active items as the
     caller counted them under the user's write lock. Returns their row ids (as ``eviction.evict``)."""
-    excess = n_active - capacity
+    excess = to_archive(n_active, capacity)
     if excess <= 0:
         return []
     rows = cur.execute("SELECT rid, id, last_access, access_count, utility, text FROM items "

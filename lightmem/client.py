@@ -10,8 +10,8 @@ for a local ``Memory`` runs against a server::
         memory.add("I adopted a dog named Rex", user_id="alice")
         hits = memory.search("What is my dog called?", user_id="alice")      # [Hit], as Memory.search
 
-They need only httpx (one ``httpx.Client`` / ``httpx.AsyncClient`` each: keep-alive connections, a timeout per call),
-never the server package. Both share one request and decode layer: each method is written once here as an
+They need only httpx (one ``httpx.Client`` / ``httpx.AsyncClient`` each: keep-alive connections), never the server
+package. Both share one request and decode layer: each method is written once here as an
 operation (a generator of HTTP requests that returns the result), which the blocking client runs with
 ``httpx.Client`` and the async one with ``httpx.AsyncClient``.
 
@@ -44,23 +44,37 @@ needs an admin key. Calls are not retried: after ``ServerUnavailableError`` a wr
 applied (the message says what is known); an ``add`` whose messages carry their own ``id`` stores nothing twice
 when sent again.
 
+**Timeout and size.** ``timeout`` bounds each request whole, from connecting to the answer's last byte: httpx's
+own timeout bounds each socket operation only, so a server sending a byte a second would never trip it. The blocking
+client gives every connect, read and write of a request only what is left of its deadline (``_DeadlineBackend``);
+the async one cancels the request at its deadline (``anyio.fail_after``). A paged ``get_all`` has a deadline per
+page. Answers are read as they stream in: one larger than ``max_response_bytes`` (``DEFAULT_MAX_RESPONSE_BYTES``,
+64 MiB; a full page of 1,000 memories is a few MB) is refused with ``ServerError`` once its ``Content-Length`` or
+its bytes pass the cap, never read whole.
+
 **Errors** are ``lightmem.errors``' classes, with the server's message and the answer's ``status_code``:
 422 and 413 ``InvalidInputError``; 404 ``ItemNotFoundError``; 507 ``StoreFullError``; 503 ``StoreError``;
 401 and 403 ``AuthError``; no answer (refused connection, dropped connection, timeout), 502 and 504
 ``ServerUnavailableError`` (a ``StoreError``) naming the URL; anything else (a 500, a route the server does not
-have, an answer that is not JSON) ``ServerError``.
+have, an answer that is not JSON, that is nested past the parser's depth, that lacks a field or holds one of the
+wrong type, or that is larger than ``max_response_bytes``) ``ServerError``, never the ``TypeError``, ``KeyError`` or
+``RecursionError`` of decoding it.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import numbers
+import time
 from collections.abc import Generator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import date
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import anyio
+import httpcore
 import httpx
 
 from lightmem.errors import (
@@ -79,6 +93,7 @@ __all__ = ["MemoryClient", "AsyncMemoryClient", "AuthError", "ServerUnavailableE
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 30.0
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 2**20  # the largest answer read (a full page of get_all is a few MB)
 PAGE = 1000  # the most memories one GET /v1/memories returns (the server's MAX_LIMIT)
 
 
@@ -119,7 +134,8 @@ class _Base:
     """What both clients share: the address, the key, and turning a request into httpx's and an answer back."""
 
     def __init__(self, base_url: str, api_key: str, timeout: float | None = DEFAULT_TIMEOUT,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         try:
             scheme = httpx.URL(base_url).scheme if isinstance(base_url, str) else None
         except httpx.InvalidURL:
@@ -129,8 +145,12 @@ class _Base:
                                     f"{shown(base_url)}")
         if not isinstance(api_key, str) or not api_key.strip():
             raise InvalidInputError("api_key must be one of the server's API keys (a non-empty string)")
+        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or max_response_bytes < 1:
+            raise InvalidInputError(f"max_response_bytes must be a positive whole number of bytes, got "
+                                    f"{shown(max_response_bytes)}")
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
         self._options = {"base_url": self.base_url, "timeout": timeout,
                          "headers": {**(headers or {}), "Authorization": f"Bearer {api_key}"}}
 
@@ -144,11 +164,49 @@ class _Base:
             args["headers"] = {"Content-Type": "application/json"}
         return args
 
-    def _answer(self, request: _Request, response: httpx.Response) -> Any:
+    def _began(self, request: _Request, response: httpx.Response) -> bytearray:
+        """An empty buffer for the answer's body, once its declared length is within ``max_response_bytes``."""
+        length = response.headers.get("Content-Length", "")
+        if length.isdigit() and int(length) > self.max_response_bytes:
+            raise self._too_large(request, response)
+        return bytearray()
+
+    def _took(self, request: _Request, response: httpx.Response, body: bytearray, chunk: bytes) -> None:
+        """``chunk`` added to ``body``, or ``ServerError`` once the answer passes ``max_response_bytes``."""
+        body += chunk
+        if len(body) > self.max_response_bytes:
+            raise self._too_large(request, response)
+
+    def _too_large(self, request: _Request, response: httpx.Response) -> ServerError:
+        return _error(ServerError, f"{request} at {self.base_url}: the answer ({response.status_code}) is larger than "
+                                   f"max_response_bytes ({self.max_response_bytes:,} bytes) and was not read: ask for "
+                                   "less (a smaller limit or k), or give the client a larger max_response_bytes",
+                      response.status_code)
+
+    def _step(self, op: Op[T], answer: Any, error: LightMemError | None,
+              last: tuple[_Request, int] | None) -> tuple[_Request | None, T | None]:
+        """The operation's next request (and None), or (None and) its result. ``last``: the request and the status
+        of the answer it is decoding, None before the first. An answer the operation cannot decode (a list where an
+        object belongs, a missing key, a field of the wrong type) is ``ServerError``, as a body that is not JSON."""
+        try:
+            return op.throw(error) if error is not None else op.send(answer), None
+        except StopIteration as done:
+            return None, done.value
+        except LightMemError:
+            raise
+        except Exception as exc:
+            if last is None:  # before any request: the caller's arguments, as they are
+                raise
+            request, status = last
+            raise _error(ServerError, f"{request} at {self.base_url}: the answer ({status}) is not the API's "
+                                      f"({type(exc).__name__}: {str(exc)[:200]}): is base_url the address of "
+                                      "`lightmem serve`, as new as this client?", status) from exc
+
+    def _answer(self, request: _Request, response: httpx.Response, body: bytes | bytearray) -> Any:
         """The answer's JSON, or the exception its status stands for, with the server's message."""
         try:
-            data = response.json()
-        except ValueError:
+            data = json.loads(body) if body else None
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
             data = None
         if response.is_success:
             if data is None:
@@ -190,7 +248,12 @@ def _message(data: Any) -> str:
     if isinstance(data.get("message"), str):
         return data["message"]
     detail = data.get("detail")
-    return detail if isinstance(detail, str) else json.dumps(detail) if detail is not None else ""
+    if isinstance(detail, str) or detail is None:
+        return detail or ""
+    try:
+        return json.dumps(detail)
+    except (TypeError, ValueError, RecursionError):  # nested deeper than the encoder goes
+        return ""
 
 
 def _dumps(value: Any, what: str) -> bytes:
@@ -222,17 +285,40 @@ def _time(value: Any) -> Any:
 
 
 _ITEM_FIELDS = {f.name for f in dataclasses.fields(MemoryItem)}
+_NUMBER, _OPTIONAL_NUMBER, _OPTIONAL_STR = (int, float), (int, float, type(None)), (str, type(None))
+# The JSON type of each MemoryItem field an answer may carry: anything else is an answer that is not the API's.
+_ITEM_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "user_id": (str,), "text": (str,), "keys": (str,), "kind": _OPTIONAL_STR, "topic": _OPTIONAL_STR,
+    "superseded_by": _OPTIONAL_STR, "provenance": (list, type(None)), "entities": (list, type(None)),
+    "metadata": (dict, type(None)), "archived": (bool,), "access_count": (int,), "n_tokens": (int,),
+    "created_at": _NUMBER, "event_time": _NUMBER, "last_access": _NUMBER, "utility": _NUMBER,
+    "valid_from": _OPTIONAL_NUMBER, "valid_to": _OPTIONAL_NUMBER, "updated_at": _OPTIONAL_NUMBER}
+
+
+def _typed(value: Any, types: tuple[type, ...], what: str) -> Any:
+    """``value`` if JSON gave it one of ``types`` (a bool is no number), else ``TypeError`` (``_step``: ServerError)."""
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise TypeError(f"{what} is {type(value).__name__}, not {' or '.join(t.__name__ for t in types)}")
+    return value
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    return [_typed(v, (str,), f"an element of {what}") for v in _typed(value, (list,), what)]
 
 
 def _item(data: Mapping[str, Any], user_id: str | None = None) -> MemoryItem:
     """A ``MemoryItem`` from a memory's JSON (``MemoryOut``): its fields, ``MemoryItem``'s defaults for the rest."""
-    kw = {k: v for k, v in data.items() if k in _ITEM_FIELDS}
+    _typed(data, (dict,), "a memory")
+    kw = {k: _typed(v, _ITEM_TYPES.get(k, (object,)), k) for k, v in data.items() if k in _ITEM_FIELDS}
     kw.setdefault("user_id", user_id)
     kw.setdefault("text", "")
     kw.setdefault("event_time", 0.0)
     kw.setdefault("created_at", kw["event_time"])
     kw.setdefault("last_access", kw["created_at"])
-    kw["provenance"] = list(kw.get("provenance") or [])
+    _typed(kw["user_id"], (str,), "user_id")
+    kw["provenance"] = _strings(kw.get("provenance") or [], "provenance")
+    if kw.get("entities") is not None:
+        _strings(kw["entities"], "entities")
     for key in ("metadata", "entities"):  # null: the default (an empty dict, list)
         if kw.get(key) is None:
             kw.pop(key, None)
@@ -241,22 +327,31 @@ def _item(data: Mapping[str, Any], user_id: str | None = None) -> MemoryItem:
 
 
 def _hit(data: Mapping[str, Any], user_id: str) -> Hit:
-    item = _item({k: v for k, v in data.items() if k not in ("score", "scores")}, user_id)
-    return Hit(item=item, scores=dict(data.get("scores") or {}), score=float(data["score"]))
+    item = _item({k: v for k, v in _typed(data, (dict,), "a hit").items() if k not in ("score", "scores")}, user_id)
+    scores = {_typed(k, (str,), "a score's name"): float(_typed(v, _NUMBER, "a score"))
+              for k, v in _typed(data.get("scores") or {}, (dict,), "scores").items()}
+    return Hit(item=item, scores=scores, score=float(_typed(data["score"], _NUMBER, "score")))
 
 
 def _context(data: Mapping[str, Any], user_id: str) -> ComposedContext:
+    _typed(data, (dict,), "the context")
     if isinstance(data.get("memories"), list):  # a server that sends the memories whole
         memories = tuple(_item(m, user_id) for m in data["memories"])
     else:
-        memories = tuple(_item({"id": i}, user_id) for i in data.get("memory_ids", []))
-    return ComposedContext(prompt=data["prompt"], n_tokens=data["n_tokens"], budget=data["budget"], memories=memories,
-                           stm_turns_kept=data["stm_turns_kept"], dropped_memories=data["dropped_memories"])
+        memories = tuple(_item({"id": i}, user_id) for i in _strings(data.get("memory_ids", []), "memory_ids"))
+    counts = {k: _typed(data[k], (int,), k) for k in ("n_tokens", "budget", "stm_turns_kept", "dropped_memories")}
+    return ComposedContext(prompt=_typed(data["prompt"], (str,), "prompt"), memories=memories, **counts)
+
+
+def _counts(data: Any) -> dict[str, int]:
+    """``removed``: the counts a delete erased, by what they counted."""
+    return {_typed(k, (str,), "a count's name"): _typed(v, (int,), k)
+            for k, v in _typed(data, (dict,), "removed").items()}
 
 
 def _result(data: Mapping[str, Any]) -> dict[str, Any]:
     """A batch operation's result as ``Memory.batch`` gives it: only its own fields, memories as ``MemoryItem``."""
-    out = {k: v for k, v in data.items() if v is not None}
+    out = {k: v for k, v in _typed(data, (dict,), "a batch result").items() if v is not None}
     if "items" in out:
         out["items"] = [_item(i) for i in out["items"]]
     if "item" in out:
@@ -337,7 +432,7 @@ def _add(messages: Any, user_id: str, timestamp: Any, session_id: str | None) ->
     msgs, session = _messages(messages, timestamp, session_id)
     data = yield _Request("POST", "/v1/memories", body=_dropped({"user_id": user_id, "messages": msgs,
                                                                    "session_id": session}))
-    return [_item(i) for i in data["items"]]
+    return [_item(i) for i in _typed(data["items"], (list,), "items")]
 
 
 def _batch(ops: Any, user_id: str | None, atomic: bool) -> Op[list[dict[str, Any]]]:
@@ -363,7 +458,7 @@ def _batch(ops: Any, user_id: str | None, atomic: bool) -> Op[list[dict[str, Any
             op = _dropped({**op, "session_id": session})
         body.append(op)
     data = yield _Request("POST", "/v1/batch", body={"ops": body, "atomic": atomic})
-    return [_result(r) for r in data["results"]]
+    return [_result(r) for r in _typed(data["results"], (list,), "results")]
 
 
 def _put(key: str, text: str, user_id: str, metadata: Mapping[str, Any] | None, timestamp: Any) -> Op[MemoryItem]:
@@ -379,7 +474,7 @@ def _get_by_key(key: str, user_id: str) -> Op[MemoryItem]:
 def _search(query: str, user_id: str, k: int | None, filters: Any, budget: int | None) -> Op[list[Hit]]:
     body = _dropped({"user_id": user_id, "query": query, "k": k, "filters": _filters(filters), "budget": budget})
     data = yield _Request("POST", "/v1/search", body=body)
-    return [_hit(h, user_id) for h in data["hits"]]
+    return [_hit(h, user_id) for h in _typed(data["hits"], (list,), "hits")]
 
 
 def _build_context(query: str, user_id: str, stm: Sequence[str], budget: int | None, k: int | None,
@@ -410,13 +505,14 @@ def _get_all(user_id: str, include_archived: bool, limit: int | None, offset: in
     paged = limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit > PAGE)
     if not paged:  # one request; the server checks the numbers
         data = yield _Request("GET", "/v1/memories", {**params, "limit": limit, "offset": offset})
-        return [_item(i) for i in data["items"]]
+        return [_item(i) for i in _typed(data["items"], (list,), "items")]
     items: list[MemoryItem] = []
     while limit is None or len(items) < limit:
         size = PAGE if limit is None else min(PAGE, limit - len(items))
         data = yield _Request("GET", "/v1/memories", {**params, "limit": size, "offset": offset + len(items)})
-        items += [_item(i) for i in data["items"]]
-        if len(data["items"]) < size:
+        page = [_item(i) for i in _typed(data["items"], (list,), "items")]
+        items += page
+        if len(page) < size:
             break
     return items
 
@@ -432,11 +528,11 @@ def _archive(item_id: str, user_id: str, archived: bool) -> Op[MemoryItem]:
 
 
 def _delete(item_id: str, user_id: str) -> Op[dict[str, int]]:
-    return (yield _Request("DELETE", _item_path(item_id, user_id), {"user_id": user_id}))["removed"]
+    return _counts((yield _Request("DELETE", _item_path(item_id, user_id), {"user_id": user_id}))["removed"])
 
 
 def _delete_user(user_id: str) -> Op[dict[str, int]]:
-    return (yield _Request("DELETE", f"/v1/users/{_segment(user_id, 'user_id')}"))["removed"]
+    return _counts((yield _Request("DELETE", f"/v1/users/{_segment(user_id, 'user_id')}"))["removed"])
 
 
 def _history(item_id: str, user_id: str) -> Op[list[HistoryEvent]]:
@@ -444,12 +540,86 @@ def _history(item_id: str, user_id: str) -> Op[list[HistoryEvent]]:
         data = yield _Request("GET", _item_path(item_id, user_id, "/history"), {"user_id": user_id})
     except ItemNotFoundError:  # the server's answer for no events; Memory.history returns none
         return []
-    return [HistoryEvent(item_id=data["id"], event=e["event"], old_text=e.get("old_text"), new_text=e.get("new_text"),
-                         at=e["at"]) for e in data["events"]]
+    return [HistoryEvent(item_id=_typed(data["id"], (str,), "id"), event=_typed(e["event"], (str,), "event"),
+                         old_text=_typed(e.get("old_text"), _OPTIONAL_STR, "old_text"),
+                         new_text=_typed(e.get("new_text"), _OPTIONAL_STR, "new_text"),
+                         at=_typed(e["at"], _NUMBER, "at")) for e in _typed(data["events"], (list,), "events")]
 
 
 def _users() -> Op[list[str]]:
-    return list((yield _Request("GET", "/v1/users"))["users"])
+    return _strings((yield _Request("GET", "/v1/users"))["users"], "users")
+
+
+# -- the deadline of a blocking call --------------------------------------------------------------
+# httpx's timeout bounds each socket operation, not a call: a server that sends one byte a second never trips it.
+# The blocking client sets the monotonic time its call must end by here, and the network backend below gives every
+# connect, read and write of the call only the time left (the async client cancels the call instead: fail_after).
+_DEADLINE: ContextVar[float | None] = ContextVar("lightmem_client_deadline", default=None)
+
+
+def _left(timeout: float | None, late: type[Exception]) -> float | None:
+    """The socket operation's timeout: httpx's own, cut to what is left of the call's; ``late`` once none is."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise late("the call ran past its timeout")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream:
+    """An ``httpcore`` network stream whose every operation ends by the call's deadline."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> _DeadlineStream:
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname,
+                                                      _left(timeout, httpcore.ConnectTimeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend:
+    """An ``httpcore`` network backend whose connections are ``_DeadlineStream``s."""
+
+    def __init__(self, backend: httpcore.NetworkBackend) -> None:
+        self._backend = backend
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> _DeadlineStream:
+        return _DeadlineStream(self._backend.connect_tcp(host, port, _left(timeout, httpcore.ConnectTimeout),
+                                                         local_address, socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None) -> _DeadlineStream:
+        return _DeadlineStream(self._backend.connect_unix_socket(path, _left(timeout, httpcore.ConnectTimeout),
+                                                                 socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+def _with_deadlines(client: httpx.Client) -> httpx.Client:
+    """``client`` with ``_DeadlineBackend`` under each of its transports (the direct one and any proxy's from the
+    environment). httpx has no argument for a network backend: each ``HTTPTransport`` keeps httpcore's connection
+    pool in ``_pool``, whose ``_network_backend`` opens every connection (httpx 0.18 to 0.28; a test fails if not)."""
+    for transport in (client._transport, *client._mounts.values()):
+        pool = getattr(transport, "_pool", None)
+        if pool is not None and hasattr(pool, "_network_backend"):
+            pool._network_backend = _DeadlineBackend(pool._network_backend)
+    return client
 
 
 # -- the two clients ------------------------------------------------------------------------------
@@ -459,36 +629,52 @@ class MemoryClient(_Base):
     Args:
         base_url: The server's address, e.g. ``http://127.0.0.1:8000`` (a path prefix behind a proxy is kept).
         api_key: One of the server's API keys; each call acts only for the users the key covers.
-        timeout: Seconds a call may take (connecting, sending, waiting for the answer); None for no limit.
+        timeout: Seconds each request of a call may take in all, from connecting to the answer's last byte (a
+            ``get_all`` of more than 1,000 memories is several requests); past it, ``ServerUnavailableError``.
+            None for no limit.
         headers: More headers to send with every request.
+        max_response_bytes: The largest answer read (``DEFAULT_MAX_RESPONSE_BYTES``, 64 MiB): a larger one is
+            refused with ``ServerError`` as it streams in, never read whole.
 
     Connections are kept alive between calls; ``close()`` (or ``with``) ends them.
     """
 
     def __init__(self, base_url: str, api_key: str, timeout: float | None = DEFAULT_TIMEOUT,
-                 headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(base_url, api_key, timeout, headers)
-        self._http = httpx.Client(**self._options)
+                 headers: Mapping[str, str] | None = None,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
+        super().__init__(base_url, api_key, timeout, headers, max_response_bytes)
+        self._http = _with_deadlines(httpx.Client(**self._options))
 
     def _run(self, op: Op[T]) -> T:
         answer: Any = None
         error: LightMemError | None = None
+        last: tuple[_Request, int] | None = None
         while True:
+            request, result = self._step(op, answer, error, last)
+            if request is None:
+                return result  # type: ignore[return-value]
             try:
-                request = op.throw(error) if error is not None else op.send(answer)
-            except StopIteration as done:
-                return done.value
-            try:
-                answer, error = self._send(request), None
+                (answer, status), error = self._send(request), None
+                last = (request, status)
             except LightMemError as exc:
-                answer, error = None, exc
+                answer, error, last = None, exc, (request, getattr(exc, "status_code", None) or 0)
 
-    def _send(self, request: _Request) -> Any:
+    def _send(self, request: _Request) -> tuple[Any, int]:
+        """The answer's JSON and status, read as it streams in, by the call's deadline and within the size cap."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        token = _DEADLINE.set(deadline)
         try:
-            response = self._http.request(**self._args(request))
+            with self._http.stream(**self._args(request)) as response:
+                body = self._began(request, response)
+                for chunk in response.iter_bytes():
+                    self._took(request, response, body, chunk)
+                    if deadline is not None and time.monotonic() > deadline:  # as the backend does, per chunk
+                        raise httpx.ReadTimeout("the answer ran past the call's timeout")
         except httpx.HTTPError as exc:  # TransportError: refused, dropped, timed out
             raise self._unavailable(request, exc) from exc
-        return self._answer(request, response)
+        finally:
+            _DEADLINE.reset(token)
+        return self._answer(request, response, body), response.status_code
 
     def add(self, messages: str | Mapping[str, Any] | Sequence[str | Mapping[str, Any]], user_id: str,
             timestamp: object = None, session_id: str | None = None) -> list[MemoryItem]:
@@ -562,32 +748,42 @@ class MemoryClient(_Base):
 
 class AsyncMemoryClient(_Base):
     """``MemoryClient``'s methods as coroutines, over one ``httpx.AsyncClient`` (same arguments, same results,
-    same errors). ``await client.aclose()``, or ``async with AsyncMemoryClient(...) as memory``."""
+    same errors, the same ``timeout`` from connecting to the last byte and ``max_response_bytes``).
+    ``await client.aclose()``, or ``async with AsyncMemoryClient(...) as memory``."""
 
     def __init__(self, base_url: str, api_key: str, timeout: float | None = DEFAULT_TIMEOUT,
-                 headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(base_url, api_key, timeout, headers)
+                 headers: Mapping[str, str] | None = None,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
+        super().__init__(base_url, api_key, timeout, headers, max_response_bytes)
         self._http = httpx.AsyncClient(**self._options)
 
     async def _run(self, op: Op[T]) -> T:
         answer: Any = None
         error: LightMemError | None = None
+        last: tuple[_Request, int] | None = None
         while True:
+            request, result = self._step(op, answer, error, last)
+            if request is None:
+                return result  # type: ignore[return-value]
             try:
-                request = op.throw(error) if error is not None else op.send(answer)
-            except StopIteration as done:
-                return done.value
-            try:
-                answer, error = await self._send(request), None
+                (answer, status), error = await self._send(request), None
+                last = (request, status)
             except LightMemError as exc:
-                answer, error = None, exc
+                answer, error, last = None, exc, (request, getattr(exc, "status_code", None) or 0)
 
-    async def _send(self, request: _Request) -> Any:
+    async def _send(self, request: _Request) -> tuple[Any, int]:
+        """The answer's JSON and status, read as it streams in, within the call's timeout and the size cap."""
         try:
-            response = await self._http.request(**self._args(request))
+            with anyio.fail_after(self.timeout):  # cancels the whole request (asyncio or trio) at its deadline
+                async with self._http.stream(**self._args(request)) as response:
+                    body = self._began(request, response)
+                    async for chunk in response.aiter_bytes():
+                        self._took(request, response, body, chunk)
+        except TimeoutError as exc:
+            raise self._unavailable(request, httpx.TimeoutException("the call ran past its timeout")) from exc
         except httpx.HTTPError as exc:
             raise self._unavailable(request, exc) from exc
-        return self._answer(request, response)
+        return self._answer(request, response, body), response.status_code
 
     async def add(self, messages: str | Mapping[str, Any] | Sequence[str | Mapping[str, Any]], user_id: str,
                   timestamp: object = None, session_id: str | None = None) -> list[MemoryItem]:

@@ -422,3 +422,148 @@ def test_what_the_api_cannot_carry_is_refused_before_any_request():
                 call()
         with pytest.raises(ServerUnavailableError, match="could not be reached"):
             memory.add({"text": "x", "session_id": "s1"}, "alice", session_id="s1")  # one session: sent
+
+
+class _Hostile(threading.Thread):
+    """An HTTP server on 127.0.0.1 that reads each whole request, then hands the connection to ``answer(conn)`` on
+    a thread of its own (a server that drips, floods or answers nonsense); ``sent`` counts the bytes it sent."""
+
+    def __init__(self, answer) -> None:
+        super().__init__(daemon=True)
+        self.answer, self.sock, self.sent = answer, socket.create_server(("127.0.0.1", 0)), 0
+        self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            body += conn.recv(65536)
+        try:
+            self.answer(self, conn)
+        except OSError:  # the client hung up: what these servers are for
+            pass
+        finally:
+            conn.close()
+
+    def send(self, conn: socket.socket, data: bytes) -> None:
+        conn.sendall(data)
+        self.sent += len(data)
+
+    def __enter__(self) -> _Hostile:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.join(5)
+        self.sock.close()
+
+
+def _head(length: int | None = None) -> bytes:
+    size = b"" if length is None else b"Content-Length: %d\r\n" % length
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + size + b"Connection: close\r\n\r\n"
+
+
+def _drip(server: _Hostile, conn: socket.socket, data: bytes) -> None:
+    for i in range(len(data)):
+        server.send(conn, data[i:i + 1])
+        time.sleep(0.25)
+
+
+def test_timeout_bounds_the_whole_call_even_when_the_server_drips_its_answer():
+    # Issue 74: a server sending one byte a second made a call with timeout=3 take 42 s and return normally.
+    answer = b'{"hits": []}' + b" " * 40  # 13 s at 4 bytes a second
+    body_drip = lambda server, conn: (server.send(conn, _head(len(answer))), _drip(server, conn, answer))  # noqa: E731
+    head_drip = lambda server, conn: (_drip(server, conn, _head(len(answer))), server.send(conn, answer))  # noqa: E731
+    for answer_slowly in (body_drip, head_drip):
+        with _Hostile(answer_slowly) as slow:
+            with MemoryClient(slow.base, ALICE, timeout=1) as memory:
+                t0 = time.monotonic()
+                with pytest.raises(ServerUnavailableError, match=r"did not answer within 1 s"):
+                    memory.search("anything", "alice")
+                assert time.monotonic() - t0 < 5
+
+            async def call() -> None:
+                async with AsyncMemoryClient(slow.base, ALICE, timeout=1) as memory:
+                    with pytest.raises(ServerUnavailableError, match=r"did not answer within 1 s"):
+                        await memory.search("anything", "alice")
+
+            t0 = time.monotonic()
+            asyncio.run(call())
+            assert time.monotonic() - t0 < 5
+
+
+def test_an_answer_larger_than_the_cap_is_refused_as_it_streams():
+    def flood(server: _Hostile, conn: socket.socket, declared: bool) -> None:
+        server.send(conn, _head(64 * 2**20 + 12 if declared else None) + b'{"hits": ["')
+        for _ in range(64):
+            server.send(conn, b"x" * 2**20)
+        server.send(conn, b'"]}')
+
+    with MemoryClient("http://127.0.0.1:1", ALICE) as unused:
+        assert unused.max_response_bytes == 64 * 2**20  # the documented default
+    for declared in (True, False):  # a Content-Length that says so, or a body that only grows
+        with _Hostile(lambda server, conn, declared=declared: flood(server, conn, declared)) as big:
+            with MemoryClient(big.base, ALICE, max_response_bytes=2**20) as memory:
+                with pytest.raises(ServerError, match=r"larger than max_response_bytes \(1,048,576 bytes\)") as refused:
+                    memory.search("anything", "alice")
+                assert refused.value.status_code == 200
+
+            async def call() -> None:
+                async with AsyncMemoryClient(big.base, ALICE, max_response_bytes=2**20) as memory:
+                    with pytest.raises(ServerError, match="larger than max_response_bytes"):
+                        await memory.search("anything", "alice")
+
+            asyncio.run(call())
+            time.sleep(0.2)
+            assert big.sent < 2 * 32 * 2**20  # both calls hung up long before the 64 MiB each was offered
+    hits = {"hits": [{"id": f"m{i}", "text": "x" * 1000, "score": 1.0, "provenance": [], "event_time": 0, "kind":
+                      "episodic"} for i in range(1500)]}  # 1.6 MB: under the default cap, read whole
+    whole = json.dumps(hits).encode()
+    with _Hostile(lambda server, conn: server.send(conn, _head(len(whole)) + whole)) as fine, \
+            MemoryClient(fine.base, ALICE) as memory:
+        assert len(memory.search("anything", "alice")) == 1500
+    for bad in (0, -1, True, 2.5, "64MB"):
+        with pytest.raises(InvalidInputError, match="max_response_bytes"):
+            MemoryClient("http://127.0.0.1:1", ALICE, max_response_bytes=bad)
+
+
+MALFORMED = {"a list": b"[1, 2]", "a string": b'"ok"', "null": b"null", "no hits": b"{}", "hits a number": b'{"hits": 5}',
+             "a hit without score": b'{"hits": [{"id": "a", "text": "t"}]}',
+             "a hit of the wrong types": b'{"hits": [{"id": 5, "text": [], "score": 1}]}',
+             "an unknown kind": b'{"hits": [{"id": "a", "text": "t", "score": 1, "kind": "zz"}]}',
+             "a null item": b'{"items": [null], "hits": [null]}', "items an object": b'{"items": {"a": 1}}',
+             "nested 100,000 deep": b"[" * 100_000 + b"]" * 100_000, "not JSON": b"<html>hi</html>",
+             "invalid UTF-8": b'{"hits": "\xff"}', "removed a list": b'{"removed": [1], "prompt": 5}'}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_every_malformed_answer_is_server_error(body):
+    calls = [lambda m: m.search("q", "alice"), lambda m: m.get_all("alice"), lambda m: m.get("a", "alice"),
+             lambda m: m.delete("a", "alice"), lambda m: m.delete_user("alice"), lambda m: m.history("a", "alice"),
+             lambda m: m.build_context("q", "alice"), lambda m: m.users(), lambda m: m.add("hi", "alice"),
+             lambda m: m.batch([{"op": "delete", "id": "a"}], "alice"), lambda m: m.put("k", "v", "alice")]
+    with _Hostile(lambda server, conn: server.send(conn, _head(len(body)) + body)) as odd, \
+            MemoryClient(odd.base, ALICE) as memory:
+        for call in calls:
+            with pytest.raises(ServerError, match="is not"):  # the API's, or JSON
+                call(memory)
+
+        async def call_async() -> None:
+            async with AsyncMemoryClient(odd.base, ALICE) as later:
+                with pytest.raises(ServerError):
+                    await later.search("q", "alice")
+
+        asyncio.run(call_async())

@@ -11,6 +11,8 @@ were made, so the loop keeps serving while the work runs:
   free place instead of growing a queue without limit.
 - **Cancellation.** A call cancelled before its turn never runs. A call that has started finishes in its thread
   (a write commits or rolls back whole, as every ``Memory`` write does); only its awaiting coroutine is cancelled.
+  Either way the call raises ``CancelledError`` (``TimeoutError`` under ``asyncio.wait_for``) and gives its place
+  back. ``aclose`` closes the ``Memory`` on the worker thread, so cancelling the ``aclose`` does not stop it.
 - **Waiting calls.** ``flush_index`` and ``wait_for_consolidation`` wait for what was called before them, then wait
   for the indexer or the scheduler on a thread of their own, so other calls are not held behind the wait.
 - **Collector pauses.** ``AsyncMemory.open`` moves what opening loaded (models, tokenizers, the views' arrays) out of
@@ -25,7 +27,7 @@ import gc
 import inspect
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,8 +66,9 @@ class AsyncMemory:
         self.max_pending = max_pending
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lightmem-async")
         self._taken = 0  # places held by calls waiting for or running on the worker
-        self._waiters: deque[asyncio.Future[None]] = deque()  # calls waiting for a place, first come first served
+        self._waiters: deque[asyncio.Future[bool]] = deque()  # calls waiting for a place, first come first served
         self._closed = False
+        self._closing: Future[None] | None = None  # closing the Memory, on the worker after the calls made before
 
     @classmethod
     def open(cls, path: str | Path, *, max_pending: int = DEFAULT_MAX_PENDING, **options: Any) -> _Opening:
@@ -79,25 +82,27 @@ class AsyncMemory:
         if self._taken < self.max_pending and not self._waiters:
             self._taken += 1
             return
-        waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            await waiter  # _leave hands its place over: _taken already counts this call
+            granted = await waiter  # True: _leave handed its place over (_taken already counts this call)
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
-                self._leave()  # the place came just as the call was cancelled: pass it on
-            else:
+                if waiter.result():
+                    self._leave()  # the place came just as the call was cancelled: pass it on
+            elif waiter in self._waiters:  # _leave may have dropped it already: it skips cancelled waiters
                 self._waiters.remove(waiter)
             raise
-        if self._closed:
-            self._leave()
+        if not granted or self._closed:
+            if granted:
+                self._leave()
             raise LightMemError("this AsyncMemory is closed")
 
     def _leave(self) -> None:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(True)
                 return
         self._taken -= 1
 
@@ -136,15 +141,21 @@ class AsyncMemory:
     # -- lifecycle -----------------------------------------------------------------------------
     async def aclose(self) -> None:
         """Refuse new calls, let the ones already made finish, then close the ``Memory`` (its indexer embeds what
-        it holds first). Closing twice does nothing."""
-        if self._closed:
-            return
-        self._closed = True
-        for waiter in list(self._waiters):  # calls still waiting for a place are refused (their _enter says so)
-            if not waiter.done():
-                waiter.set_result(None)
-        await asyncio.to_thread(self._worker.shutdown, wait=True)
-        await asyncio.to_thread(self.memory.close)
+        it holds first). Closing twice waits for the first closing to end.
+
+        The closing runs on the worker thread, after the calls made before it, whatever happens to the caller: an
+        ``aclose`` cancelled (or timed out) while it waits still closes the ``Memory``, and a later ``aclose``
+        waits for that closing (and raises what it raised)."""
+        if self._closing is None:
+            self._closed = True
+            while self._waiters:  # calls still waiting for a place are refused (their _enter says so)
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(False)
+            self._closing = self._worker.submit(self.memory.close)
+            self._worker.shutdown(wait=False)  # the worker ends once the closing has run
+        # shield: cancelling this caller must not cancel the closing (a pending job of the worker could be)
+        await asyncio.shield(asyncio.wrap_future(self._closing))
 
     @property
     def closed(self) -> bool:

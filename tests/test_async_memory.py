@@ -174,3 +174,86 @@ def test_a_call_that_raises_stopiteration_fails_instead_of_hanging(tmp_path):
             return await m.get_all("ana")  # the worker goes on serving
 
     assert asyncio.run(run()) == []
+
+
+def test_calls_cancelled_by_timeouts_raise_only_timeout_and_free_their_places(tmp_path):
+    # Issue 74: a call cancelled while waiting for a place could be dropped from the queue twice and raise
+    # ValueError (51 of 400 such calls); under wait_for a cancelled call raises TimeoutError, nothing else.
+    async def run():
+        async with AsyncMemory(_memory(tmp_path / "s"), max_pending=4) as m:
+            for i in range(10):
+                await m.add(f"note {i} about the cello", user_id="ana")
+            outcomes: dict[str, int] = {}
+
+            async def one(timeout: float) -> None:
+                try:
+                    await asyncio.wait_for(m.search("cello", "ana", k=3), timeout)
+                    name = "ok"
+                except BaseException as exc:  # noqa: BLE001 - counted, then asserted
+                    name = type(exc).__name__
+                outcomes[name] = outcomes.get(name, 0) + 1
+
+            timeouts = [0, 0.0005, 0.001, 0.002, 0.005, 0.02]
+            for round_ in range(20):
+                await asyncio.gather(*(one(timeouts[(round_ + i) % len(timeouts)]) for i in range(40)))
+            # cancelled directly, as a TaskGroup cancels its other tasks when one fails
+            tasks = [asyncio.ensure_future(m.search("cello", "ana", k=3)) for _ in range(40)]
+            await asyncio.sleep(0)
+            for task in tasks[::2]:
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            free = (m._taken, len(m._waiters))
+            return outcomes, {type(r).__name__ for r in results}, free, await m.search("cello", "ana", k=1)
+
+    outcomes, direct, free, last = asyncio.run(run())
+    assert set(outcomes) <= {"ok", "TimeoutError"} and outcomes.get("TimeoutError")
+    assert direct <= {"list", "CancelledError"} and "CancelledError" in direct
+    assert free == (0, 0) and len(last) == 1  # every place came back; the memory still serves
+
+
+def test_a_cancelled_aclose_still_closes_the_memory(tmp_path):
+    emb = GatedEmbedder()
+    memory = _memory(tmp_path / "s", emb)
+
+    async def run():
+        m = AsyncMemory(memory)
+        emb.gate.clear()
+        write = asyncio.ensure_future(m.add("the write before closing", user_id="ana"))
+        while emb.entered == 0:
+            await asyncio.sleep(0.01)
+        with pytest.raises(TimeoutError):  # the closing waits behind the write
+            await asyncio.wait_for(m.aclose(), 0.05)
+        assert m.closed and not memory._closed
+        with pytest.raises(LightMemError, match="closed"):
+            await m.search("write", "ana")
+        emb.gate.set()
+        await write
+        await asyncio.wait_for(m.aclose(), 30)  # the second aclose waits for the first closing
+        assert memory._closed
+
+    asyncio.run(run())
+    assert memory._closed
+    with Memory.open(tmp_path / "s", embedder=HashingEmbedder(64), selector=Stage1Selector()) as again:
+        assert [i.text for i in again.get_all("ana")] == ["user: the write before closing"]
+
+
+def test_an_aclose_cancelled_with_its_loop_closes_the_memory(tmp_path):
+    emb = GatedEmbedder()
+    memory = _memory(tmp_path / "s", emb)
+
+    async def run():
+        m = AsyncMemory(memory)
+        emb.gate.clear()
+        asyncio.ensure_future(m.add("a write the loop leaves behind", user_id="ana"))
+        while emb.entered == 0:
+            await asyncio.sleep(0.01)
+        closing = asyncio.ensure_future(m.aclose())
+        await asyncio.sleep(0.05)
+        closing.cancel()  # as asyncio.run cancels what is left when its main coroutine ends
+
+    asyncio.run(run())
+    emb.gate.set()
+    deadline = time.monotonic() + 30  # the closing runs on the worker, with no loop left to await it
+    while not memory._closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert memory._closed

@@ -67,6 +67,10 @@ CREATE INDEX IF NOT EXISTS items_by_user ON items (user_id, archived);
 -- The background indexer's work list (items stored before their vector): a partial index, so that
 -- finding them after a restart reads only them (an optional index, added within schema 4).
 CREATE INDEX IF NOT EXISTS items_unembedded ON items (rid) WHERE length(embedding) = 0;
+-- Who cites a turn (a deletion keeps the turns another item cites): a covering index, so that the check reads the
+-- user's (user_id, provenance) pairs and not their rows with the vectors (14 -> 2 ms at 25,000 items; an optional
+-- index, added within schema 5).
+CREATE INDEX IF NOT EXISTS items_provenance ON items (user_id, provenance);
 CREATE TABLE IF NOT EXISTS history (
   pk INTEGER PRIMARY KEY AUTOINCREMENT,
   item_id TEXT NOT NULL, user_id TEXT NOT NULL, event TEXT NOT NULL,

@@ -33,8 +33,8 @@ def drop_uncited_turns(cur: Any, user_id: str, turn_ids: list[str]) -> int:
         return 0
     return cur.execute(
         "DELETE FROM turns t WHERE t.user_id = %(u)s AND t.turn_id = ANY(%(ids)s) "
-        "AND NOT EXISTS (SELECT 1 FROM items i, jsonb_array_elements_text(i.provenance::jsonb) AS p(turn_id) "
-        "                WHERE i.user_id = %(u)s AND p.turn_id = t.turn_id) "
+        "AND NOT EXISTS (SELECT 1 FROM items i WHERE i.provenance::jsonb @> jsonb_build_array(t.turn_id) "
+        "                AND i.user_id = %(u)s) "  # the GIN index items_cites
         "AND NOT EXISTS (SELECT 1 FROM pending q WHERE q.user_id = %(u)s AND q.turn_id = t.turn_id)",
         {"u": user_id, "ids": ids}).rowcount
 

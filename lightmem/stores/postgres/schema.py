@@ -65,6 +65,8 @@ CREATE TABLE IF NOT EXISTS embed_jobs (
   claims INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0, last_error TEXT
 );
 CREATE INDEX IF NOT EXISTS embed_jobs_by_user ON embed_jobs (user_id, enqueued_at);
+-- Who cites a turn (a deletion keeps the turns another item cites), found without parsing every row's provenance.
+CREATE INDEX IF NOT EXISTS items_cites ON items USING gin ((provenance::jsonb) jsonb_path_ops);
 CREATE OR REPLACE FUNCTION lightmem_embed_job() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.embedding IS NULL THEN

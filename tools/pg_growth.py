@@ -9,6 +9,7 @@ search P50/P95 cold and warm, the replica's RSS, and the database's size per mil
     python tools/pg_growth.py --store postgresql://user:pw@host/db              # 100k, 1M, 5M
     python tools/pg_growth.py --store ... --steps 20000 100000 --cold 100      # a short run
     python tools/pg_growth.py --store ... --resume                               # keep what the database holds
+    python tools/pg_growth.py --store x --figure run1/growth.json run2/growth.json  # one figure of several runs
 
 Writes OUT/growth.json, OUT/growth.md and OUT/growth.png (OUT: --out, default outputs/pg_growth).
 """
@@ -108,6 +109,38 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
+def figure(paths: list[Path], out: Path) -> None:
+    """One figure of several runs' rows (growth.json files, or the lists they hold): per table size, the median of the
+    runs' cold and warm P50 / P95, with their range."""
+    import statistics
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_size: dict[int, list[dict[str, Any]]] = {}
+    for path in paths:
+        for row in json.loads(Path(path).read_text()):
+            by_size.setdefault(row["memories"] // 10_000 * 10_000, []).append(row)
+    xs = sorted(by_size)
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for key, label in (("cold_p50_ms", "cold P50"), ("cold_p95_ms", "cold P95"), ("warm_p50_ms", "warm P50"),
+                       ("warm_p95_ms", "warm P95")):
+        vals = [[r[key] for r in by_size[x]] for x in xs]
+        med = [statistics.median(v) for v in vals]
+        ax.errorbar(xs, med, yerr=[[m - min(v) for m, v in zip(med, vals)], [max(v) - m for m, v in zip(med, vals)]],
+                    marker="o", capsize=3, label=label)
+    ax.set_xscale("log")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("memories in the PostgreSQL table (100 per user)")
+    ax.set_ylabel("one user's search, ms")
+    ax.set_title(f"One user's search as the table grows (median of {min(len(v) for v in by_size.values())}+ runs, range)")
+    ax.legend(loc="lower right", ncol=2, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
@@ -117,7 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm", type=int, default=10, help="rounds over the last 20 of them")
     p.add_argument("--resume", action="store_true", help="the database holds earlier steps: fill only what is missing")
     p.add_argument("--out", type=Path, default=ROOT / "outputs/pg_growth")
+    p.add_argument("--figure", nargs="+", type=Path, metavar="JSON",
+                   help="draw OUT/growth_runs.png from these runs' growth.json files instead of measuring")
     args = p.parse_args(argv)
+    if args.figure:
+        args.out.mkdir(parents=True, exist_ok=True)
+        figure(args.figure, args.out / "growth_runs.png")
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     from lightmem.stores.factory import open_store
 

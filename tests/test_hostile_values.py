@@ -181,3 +181,16 @@ def test_a_malformed_body_s_answer_escapes_what_it_names():
     body = json.loads(r.body)
     assert r.status_code == 422 and body["detail"][0]["loc"] == ["body", "\\ud800"] and "input" not in body["detail"][0]
     assert "body.\\ud800" in body["message"]
+
+
+def test_a_path_identifier_with_a_line_break_is_taken_literally(client):
+    """Starlette's ``path`` parameters matched ``.*``: ``/v1/users/alice%0A`` named alice, ``/v1/keys/a%0Ab`` was 404."""
+    assert client.put("/v1/keys/abc?user_id=bob", headers=HEADERS, json={"text": "one"}).status_code == 200
+    r = client.put("/v1/keys/abc%0A?user_id=bob", headers=HEADERS, json={"text": "two"})
+    assert r.status_code == 200 and r.json()["metadata"]["key"] == "abc\n"
+    assert client.put("/v1/keys/a%0Ab?user_id=bob", headers=HEADERS, json={"text": "three"}).status_code == 200
+    assert client.get("/v1/keys/abc?user_id=bob", headers=HEADERS).json()["text"] == "one"
+    assert client.get("/v1/keys/a%0Ab?user_id=bob", headers=HEADERS).json()["text"] == "three"
+    r = client.delete("/v1/users/alice%0A", headers=HEADERS)
+    assert r.status_code == 200 and r.json()["user_id"] == "alice\n"
+    assert len(client.get("/v1/memories", headers=HEADERS, params={"user_id": "alice"}).json()["items"]) == 4

@@ -16,6 +16,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -63,6 +64,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+
+class _Literal(Convertor):
+    """A path parameter taken whole, slashes and line breaks included: Starlette's ``path`` matches ``.*``, which
+    stops at a line break, and its ``$`` matched before a trailing one, so ``/v1/users/alice%0A`` named ``alice``
+    and ``/v1/keys/a%0Ab`` was a 404. An identifier from a caller is what it says (validation decides whether it is
+    allowed)."""
+
+    regex = r"[\s\S]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return str(value)
+
+
+register_url_convertor("literal", _Literal())
 MemoryFactory = Callable[[], Memory]
 
 _bearer = HTTPBearer(auto_error=False, description="An API key from the server's keys file.")
@@ -267,7 +286,7 @@ def _routes() -> APIRouter:
                                     "atomic batch was written") from exc
         return BatchOut(results=[BatchResultOut.of(r) for r in results])
 
-    @r.put("/v1/keys/{key:path}", tags=["keys"], responses=_errors(401, 403, 413, 422))
+    @r.put("/v1/keys/{key:literal}", tags=["keys"], responses=_errors(401, 403, 413, 422))
     def put(key: Annotated[str, Path(min_length=1, max_length=256)], body: PutRequest, user_id: QueryUser,
             caller: Caller, request: Request) -> MemoryOut:
         """Write the memory ``key`` names for the user: a new one, or in place of the one it named (erased)."""
@@ -275,7 +294,7 @@ def _routes() -> APIRouter:
         with memory_of(request) as memory:
             return MemoryOut.of(memory.put(key, body.text, user_id, metadata=body.metadata, timestamp=body.timestamp))
 
-    @r.get("/v1/keys/{key:path}", tags=["keys"], responses=item)
+    @r.get("/v1/keys/{key:literal}", tags=["keys"], responses=item)
     def get_by_key(key: Annotated[str, Path(min_length=1, max_length=256)], user_id: QueryUser, caller: Caller,
                    request: Request) -> MemoryOut:
         authorize(caller, user_id)
@@ -312,7 +331,7 @@ def _routes() -> APIRouter:
             raise ItemNotFoundError(f"user {user_id!r} has no item {item_id!r}")
         return HistoryOut(id=item_id, events=[HistoryEventOut.of(e) for e in events])
 
-    @r.delete("/v1/users/{user_id:path}", tags=["users"], responses=read)
+    @r.delete("/v1/users/{user_id:literal}", tags=["users"], responses=read)
     def delete_user(user_id: Annotated[UserId, Path(description=USER_DOC)], caller: Caller, request: Request) -> UserDeletedOut:
         """Erase everything of a user: turns, memories and history."""
         authorize(caller, user_id)

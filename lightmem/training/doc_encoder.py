@@ -305,6 +305,7 @@ def train_doc_encoder(cfg: Any) -> dict[str, Any]:
     from lightmem.models.embedder import SentenceTransformerEmbedder
     from lightmem.models.registry import ModelRegistry
     from lightmem.seeding import seed_everything
+    from lightmem.training import distributed
     from lightmem.training.job import train_and_export
     from lightmem.training.lora import apply_lora
     from lightmem.training.schemas import lora_spec, train_spec
@@ -316,7 +317,8 @@ def train_doc_encoder(cfg: Any) -> dict[str, Any]:
     need_teacher = (cfg.held_out and not cfg.get("prepare_only")) or not have_set
     teacher = build_embedder(cfg) if need_teacher else None
     writer = instantiate(cfg.writer)
-    data = distill_set(cfg, teacher, writer)
+    with distributed.main_first():  # rank 0 writes a missing distillation set; the others then read it
+        data = distill_set(cfg, teacher, writer)
     if cfg.get("prepare_only"):
         return {"train": {}, "test": {"n_texts": float(len(data["texts"])), "n_val": float(len(data["val"]))}}
     texts, targets, val, val_targets = data["texts"], data["targets"], data["val"], data["val_targets"]
@@ -342,7 +344,8 @@ def train_doc_encoder(cfg: Any) -> dict[str, Any]:
 
     data_file = Path(cfg.out_dir) / "texts.json"  # the training texts, so the card's digest names what was fitted
     data_file.parent.mkdir(parents=True, exist_ok=True)
-    data_file.write_text(json.dumps(texts))
+    if distributed.is_main():
+        data_file.write_text(json.dumps(texts))
     return train_and_export(
         name="doc_encoder", model=model, train=length_chunks(tok, texts, targets, task), make_batch=batcher(tok, task),
         loss_fn=cosine_loss, evaluate=lambda m: fidelity(m, tok, val, val_targets, task), test=held_out,

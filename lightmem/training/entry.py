@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from lightmem.config import per_job, script_app
 from lightmem.metric_logger import quiet_third_party_logs
+from lightmem.training import distributed
 from lightmem.training.schemas import register_configs
 
 Summary = dict[str, Any]
@@ -45,13 +46,20 @@ def train_entry(script_file: str, config_name: str, recipe: Callable[[DictConfig
     Returns:
         ``main()``: registers the training schemas, then runs Hydra's app, each sweep job in its own folder
         (``per_job``). ``main.run(cfg)`` is the run without Hydra (quiet third-party logs, the recipe, the print).
+        Under ``torchrun``/``accelerate launch`` every process runs it in the process group of ``distributed.init``;
+        rank 0 alone prints.
     """
 
     def run(cfg: DictConfig) -> Summary:
         quiet_third_party_logs()
-        summary = recipe(cfg)
-        print(json.dumps({k: round(v, digits) if digits is not None else v
-                          for k, v in summary["test"].items() if shown(k)}, indent=1))
+        distributed.init(cpu=bool(cfg.get("optim", {}).get("cpu", False)))
+        try:
+            summary = recipe(cfg)
+        finally:
+            distributed.close()
+        if distributed.is_main():
+            print(json.dumps({k: round(v, digits) if digits is not None else v
+                              for k, v in summary["test"].items() if shown(k)}, indent=1))
         return summary
 
     def task(cfg: DictConfig) -> float:

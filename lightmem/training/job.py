@@ -13,7 +13,8 @@ import torch
 
 from lightmem.datasets.formats import describe_bad_rows, read_jsonl_rows
 from lightmem.errors import InvalidInputError
-from lightmem.metric_logger import MetricLogger, make_run_logger
+from lightmem.metric_logger import MetricLogger, NullLogger, make_run_logger
+from lightmem.training import distributed
 from lightmem.training.export import export, git_commit, sha256_files
 from lightmem.training.loop import TrainResult, TrainSpec, fit
 from lightmem.training.lora import trainable_summary
@@ -60,19 +61,27 @@ def train_and_export(
     With ``fitted`` (the ``out_dir`` of an earlier run of the same trainer, e.g. one fitted on a GPU machine that
     cannot score held-out data), nothing is fitted: that run's ``best`` weights and training facts are scored and
     exported, once its ``summary.json`` shows the same training settings (``fitted_mismatch``) and the same data.
+
+    Under a multi-process launcher every rank fits (``distributed``); rank 0 alone logs, scores ``test``, writes the
+    summary and exports. The other ranks return when fitting ends, with no ``test`` metrics and no ``summary.json``.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    logger = make_run_logger(logger_cfg, out, f"train-{name}")
+    main = distributed.is_main()
+    logger = make_run_logger(logger_cfg, out, f"train-{name}") if main else NullLogger()
     logger.log_config(config)
     params = trainable_summary(model)
     digest = sha256_files(data_files)
     if fitted:
         result, best, device, fitted_at = load_fitted(Path(fitted), config, digest)
     else:
-        (out / "summary.json").unlink(missing_ok=True)  # a summary describes the weights beside it, not a run before them
+        if main:
+            (out / "summary.json").unlink(missing_ok=True)  # a summary describes the weights beside it, not a run before
         result = fit(model, train, make_batch, loss_fn, evaluate, metric, out, spec, logger, show_progress=sys.stderr.isatty())
         best, device, fitted_at = out / "best", device_name(spec), git_commit()
+    if not main:
+        return {"train": asdict(result), "test": {}, "params": params, "n_train": len(train), "config": config,
+                "data_sha256": digest, "device": device, "commit": fitted_at}
     metrics = test(best)
     logger.log_metrics(metrics)
     summary = {"train": asdict(result), "test": metrics, "params": params, "n_train": len(train), "config": config,
@@ -157,10 +166,10 @@ def load_fitted(run: Path, config: dict[str, Any], digest: str) -> tuple[TrainRe
 
 
 def device_name(spec: TrainSpec) -> str:
-    """What the loop trains on: the CUDA device's name, or ``cpu``."""
-    if torch.cuda.is_available() and not spec.cpu:
-        return f"cuda ({torch.cuda.get_device_name(0)})"
-    return "cpu"
+    """What the loop trains on: the CUDA device's name, or ``cpu`` (``x N`` with N processes)."""
+    n = distributed.world()[1]
+    each = f"cuda ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() and not spec.cpu else "cpu"
+    return each if n == 1 else f"{each} x {n}"
 
 
 def finish_run(out: Path, export_dir: str | None, card: dict[str, Any], *, params: dict[str, Any],

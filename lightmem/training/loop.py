@@ -5,6 +5,11 @@ The loop knows nothing of the task: a recipe hands it the examples, a batch buil
 loss and an evaluation function. ``out_dir/last`` holds the resumable state (model,
 optimizer, scheduler, RNG, position in the data); ``out_dir/best`` the best weights so far
 (only the adapter and heads when the model is a peft model).
+
+Under ``torchrun``/``accelerate launch`` with N processes the same loop runs on every rank: accelerate wraps the
+model in DistributedDataParallel (gradients averaged over the ranks), each rank trains on its shard of every
+epoch (``distributed.shard``), and rank 0 alone evaluates, logs, keeps ``best`` and writes ``last``; the others get
+its metrics by broadcast, so every rank holds the same ``TrainState`` and stops at the same step.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from lightmem.metric_logger import MetricLogger
+from lightmem.training import distributed
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +44,8 @@ class TrainSpec:
     # optim.optimizer._target_=torch.optim.SGD +optim.optimizer.momentum=0.9
     optimizer: dict[str, Any] = field(default_factory=lambda: {"_target_": "torch.optim.AdamW"})
     warmup_ratio: float = 0.06
-    batch_size: int = 8  # examples per micro-batch (a selector example is a whole group)
+    batch_size: int = 8  # examples per micro-batch and process (a selector example is a whole group); the global
+    # batch of an optimizer step is batch_size x grad_accum x the number of processes
     grad_accum: int = 1
     max_grad_norm: float = 1.0
     eval_every: int = 100  # optimizer steps
@@ -110,14 +117,19 @@ class Trainer:
                  evaluate: Callable[[torch.nn.Module], dict[str, float]], metric: str, out_dir: str | Path,
                  spec: TrainSpec, logger: MetricLogger | None = None) -> None:
         from accelerate import Accelerator
-        from accelerate.utils import set_seed
+        from accelerate.utils import DataLoaderConfiguration, set_seed
 
         if not examples:
             raise ValueError("no training examples: check the data paths and splits")
         self.examples, self.make_batch, self.loss_fn, self.eval_fn = examples, make_batch, loss_fn, evaluate
         self.metric, self.out, self.spec, self.logger = metric, Path(out_dir), spec, logger
+        cpu = spec.cpu or not torch.cuda.is_available()
+        distributed.init(cpu)
+        # cpu=True where there is no CUDA: accelerate otherwise leaves a torchrun start on a CPU machine undistributed
+        # (each rank would train alone). split_batches: the schedule below counts optimizer steps of the global batch,
+        # so the scheduler steps once per step (accelerate's default steps it once per process).
         self.acc = acc = Accelerator(gradient_accumulation_steps=spec.grad_accum, mixed_precision=spec.mixed_precision,
-                                     cpu=spec.cpu)
+                                     cpu=cpu, dataloader_config=DataLoaderConfiguration(split_batches=True))
         set_seed(spec.seed)
         self.micro_per_epoch = math.ceil(len(examples) / spec.batch_size / acc.num_processes)
         self.steps_per_epoch = max(1, self.micro_per_epoch // spec.grad_accum)
@@ -148,15 +160,18 @@ class Trainer:
         return loss
 
     def evaluate(self) -> bool:
-        """Evaluate, keep the best weights; True when patience has run out."""
+        """Evaluate (on rank 0, which tells the others), keep the best weights; True when patience has run out."""
         st, acc = self.state, self.acc
         unwrapped = acc.unwrap_model(self.model)
-        unwrapped.eval()
-        with torch.no_grad():
-            metrics = self.eval_fn(unwrapped)
-        unwrapped.train()
+        metrics = None
+        if acc.is_main_process:  # the numbers of a 1-process run: the whole validation set, the same weights
+            unwrapped.eval()
+            with torch.no_grad():
+                metrics = self.eval_fn(unwrapped)
+            unwrapped.train()
+        metrics = distributed.broadcast(metrics)
         st.history.append({"step": st.step, **metrics})
-        if self.logger:
+        if self.logger and acc.is_main_process:
             self.logger.log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=st.step)
         score = metrics[self.metric]
         if score > st.best:
@@ -176,7 +191,9 @@ class Trainer:
         acc.wait_for_everyone()
         if acc.is_main_process:
             shutil.rmtree(out / "last.tmp", ignore_errors=True)
-        acc.save_state(str(out / "last.tmp"))
+        acc.wait_for_everyone()  # no rank writes its RNG state into last.tmp before rank 0 has cleared it
+        acc.save_state(str(out / "last.tmp"))  # rank 0 the weights and optimizer; every rank its RNG state
+        acc.wait_for_everyone()  # every rank's files are in last.tmp before it becomes last
         if acc.is_main_process:
             (out / "last.tmp" / "trainer_state.json").write_text(json.dumps(dataclasses.asdict(self.state)))
             shutil.rmtree(out / "last", ignore_errors=True)
@@ -184,10 +201,9 @@ class Trainer:
 
     def _epoch_order(self) -> list[int]:
         """This process's share of the epoch's shuffled examples (equal shards: every process takes the same steps)."""
-        acc, order = self.acc, list(range(len(self.examples)))
+        order = list(range(len(self.examples)))
         random.Random(self.spec.seed * 1_000_003 + self.state.epoch).shuffle(order)
-        order += order[: -len(order) % acc.num_processes]
-        return order[acc.process_index :: acc.num_processes]
+        return distributed.shard(order, self.acc.process_index, self.acc.num_processes)
 
     def train(self, show_progress: bool = True) -> TrainResult:
         """Train until ``epochs``/``max_steps`` or early stop (from where a resumed run stood)."""
@@ -195,7 +211,7 @@ class Trainer:
         self.model.train()
         t_start = time.perf_counter() - st.seconds
         stopped = False
-        bar = tqdm(total=self.total, initial=st.step, desc="train", disable=not (show_progress and acc.is_local_main_process))
+        bar = tqdm(total=self.total, initial=st.step, desc="train", disable=not (show_progress and acc.is_main_process))
         if st.step == 0 and not st.history:
             stopped = self.evaluate()  # the untrained baseline, so every run shows what training bought
         while st.step < self.total and not stopped:
@@ -208,8 +224,9 @@ class Trainer:
                     continue
                 st.step += 1
                 bar.update(1)
-                if self.logger:
-                    self.logger.log_metrics({"train/loss": float(loss.detach()), "train/lr": self.sched.get_last_lr()[0]},
+                loss = distributed.all_reduce_mean(loss.detach())  # the global batch's loss, as one process logs it
+                if self.logger and acc.is_main_process:
+                    self.logger.log_metrics({"train/loss": float(loss), "train/lr": self.sched.get_last_lr()[0]},
                                             step=st.step)
                 if st.step % spec.eval_every == 0 or st.step >= self.total:
                     st.seconds = time.perf_counter() - t_start

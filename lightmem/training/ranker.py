@@ -77,13 +77,16 @@ def groups_key(cfg: Any, embedder_name: str) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def mined_groups(cfg: Any, scratch: Path) -> tuple[dict[str, list[dict[str, Any]]], Path, bool]:
+def mined_groups(cfg: Any, scratch: Path, mine: bool = True) -> tuple[dict[str, list[dict[str, Any]]], Path, bool]:
     """``({"train", "test_locomo", "test_longmemeval"}: groups), cache folder, whether it came from the cache``.
 
     Mining (ingest + Stage 1 for every question, in stores under ``scratch``) is the slow part and does not
     depend on what is fitted on the groups: they are cached under ``cfg.cache_dir``, keyed by everything that
     does shape them (pipeline, data, splits, embedder, the feature code). ``train/ranker.py`` and
     ``train/slm.py`` share them.
+
+    Raises:
+        FileNotFoundError: ``mine`` is False and the groups are not in the cache.
     """
     from lightmem.config import SharedRuntime, build_embedder, build_memory
     from lightmem.datasets import load_locomo, select_conversations
@@ -94,6 +97,9 @@ def mined_groups(cfg: Any, scratch: Path) -> tuple[dict[str, list[dict[str, Any]
     cache = Path(cfg.cache_dir) / groups_key(cfg, embedder.name)
     if (cache / "groups.json").exists():
         return json.loads((cache / "groups.json").read_text()), cache, True
+    if not mine:
+        raise FileNotFoundError(f"the mined groups are not in {cache}: mine them in one process first "
+                                "(`python train/ranker.py` with the same settings), then start the multi-process run")
     shutil.rmtree(scratch, ignore_errors=True)
 
     def make_memory(conv_id: str) -> Memory:
@@ -346,13 +352,21 @@ MODEL_CARDS = {
 def train_ranker(cfg: Any) -> dict[str, Any]:
     """``train/ranker.py``'s run: mine (or reuse) the groups, fit the ranker, score it and the Stage-1 order
     on the held-out groups (with ``where_lost``), write ``out_dir/best/ranker.json`` and finish as every
-    trainer does (``job.finish_run``: card and export when ``cfg.export_dir`` is set)."""
+    trainer does (``job.finish_run``: card and export when ``cfg.export_dir`` is set).
+
+    Raises:
+        SingleProcessOnly: Started by torchrun or accelerate launch with more than one process: neither model is fitted
+            by a data-parallel loop (the trees by scikit-learn, the linear ranker by full-batch L-BFGS).
+    """
     import time
 
     from lightmem.config import make_run_logger, to_container
     from lightmem.datasets.catalog import repo_root
+    from lightmem.training.distributed import single_process_only
     from lightmem.training.job import finish_run
 
+    single_process_only("train/ranker.py", f"model={cfg.model} is fitted in one step on the mined groups, not by the "
+                                           "data-parallel training loop")
     t0 = time.perf_counter()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -67,12 +67,15 @@ def unflatten(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 # --- the cross-encoder --------------------------------------------------------------------------
 
 
-def build_cross_encoder(base_path: str, lora: LoraSpec | None, num_layers: int | None = None):
+def build_cross_encoder(base_path: str, lora: LoraSpec | None, num_layers: int | None = None, dropout: float | None = None):
     """MiniLM with a one-logit classification head; LoRA on attention when ``lora`` is set;
-    ``num_layers`` keeps only the first layers (None: all)."""
+    ``num_layers`` keeps only the first layers (None: all); ``dropout`` replaces the base's hidden and attention
+    dropout (None: the base's own, 0.1 for MiniLM)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    kwargs = {} if num_layers is None else {"num_hidden_layers": num_layers}
+    kwargs: dict[str, Any] = {} if num_layers is None else {"num_hidden_layers": num_layers}
+    if dropout is not None:
+        kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     model = AutoModelForSequenceClassification.from_pretrained(base_path, num_labels=1, **kwargs)
     return apply_lora(model, lora, "SEQ_CLS"), AutoTokenizer.from_pretrained(base_path)
 
@@ -199,15 +202,15 @@ class CrossEncoderRecipe:
 
     kind = "cross_encoder"
 
-    def __init__(self, base_model: str = "all-MiniLM-L6-v2") -> None:
-        self.base_model = base_model
+    def __init__(self, base_model: str = "all-MiniLM-L6-v2", dropout: float | None = None) -> None:
+        self.base_model, self.dropout = base_model, dropout
 
     def build(self, task: SelectorTask, lora: LoraSpec | None, cpu: bool) -> None:
         """The model, its batcher and its loss (seeded by the caller: the head and LoRA are drawn here)."""
         from lightmem.models.registry import ModelRegistry
 
         self.task, self.cpu = task, cpu
-        self.model, self.tok = build_cross_encoder(str(ModelRegistry().path(self.base_model)), lora)
+        self.model, self.tok = build_cross_encoder(str(ModelRegistry().path(self.base_model)), lora, dropout=self.dropout)
         self.make_batch, self.loss_fn = cross_encoder_batcher(self.tok, task), cross_encoder_loss(task)
 
     def scorer(self, model) -> Scorer:

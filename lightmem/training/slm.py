@@ -24,6 +24,7 @@ from lightmem.datasets.catalog import repo_root
 from lightmem.datasets.splits import split_of
 from lightmem.retrieval.trees import ranker_scorer
 from lightmem.seeding import seed_everything
+from lightmem.training import distributed
 from lightmem.training.job import train_and_export
 from lightmem.training.ranker import ServedPacking, evaluate_orders, mined_groups, ranker_order, served_packing
 from lightmem.training.schemas import lora_spec, train_spec
@@ -138,7 +139,8 @@ def train_slm(cfg: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    groups, cache, cached = mined_groups(cfg, out / "stores")
+    # Mining is no data-parallel work: N processes read the groups a one-process run cached (train/ranker.py's).
+    groups, cache, cached = mined_groups(cfg, out / "stores", mine=distributed.world()[1] == 1)
     weights = json.loads((Path(cfg.ranker) / "ranker.json").read_text())
     train_all = with_ranker(groups["train"], weights)
     stack = [g for g in train_all if held_apart(g, cfg)]
@@ -199,8 +201,9 @@ def train_slm(cfg: Any) -> dict[str, Any]:
         return metrics
 
     groups_file = out / "slm_groups.jsonl"
-    groups_file.write_text("".join(json.dumps({k: g[k] for k in ("query", "texts", "labels", "source", "conversation")}) + "\n"
-                                   for g in fit_groups))
+    if distributed.is_main():
+        groups_file.write_text("".join(json.dumps({k: g[k] for k in ("query", "texts", "labels", "source", "conversation")}) + "\n"
+                                       for g in fit_groups))
     return train_and_export(
         name="slm", model=model, train=fit_groups, make_batch=batcher(tok, task), loss_fn=cross_encoder_loss(task),
         evaluate=evaluate, test=held_out, metric="stack/whole_only/recall_all@budget", spec=train_spec(cfg.optim), out_dir=out,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import types
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,14 +16,48 @@ from lightmem.datasets.catalog import repo_root
 
 
 def register_resolvers() -> None:
-    """The ``${lightmem_repo:}`` resolver that conf/paths/default.yaml roots the data folder at, and
-    ``${lightmem_checkpoint:name}`` (``$LIGHTMEM_CHECKPOINTS/name`` or the source tree's checkpoints/name)."""
+    """The ``${lightmem_repo:}`` resolver that conf/paths/default.yaml roots the data folder at,
+    ``${lightmem_checkpoint:name}`` (``$LIGHTMEM_CHECKPOINTS/name`` or the source tree's checkpoints/name), and the
+    sweep's: ``${lightmem_sweep:}`` (conf/logger/wandb.yaml's group), ``${lightmem_sweep_name:job,dir}`` and
+    ``${lightmem_sqlite:path}`` (conf/hparams_search/*.yaml's Optuna study)."""
     if not OmegaConf.has_resolver("lightmem_repo"):
         OmegaConf.register_new_resolver("lightmem_repo", lambda: str(repo_root()))
     if not OmegaConf.has_resolver("lightmem_checkpoint"):
         from lightmem.models.registry import checkpoint_path
 
         OmegaConf.register_new_resolver("lightmem_checkpoint", lambda name: str(checkpoint_path(name)))
+    if not OmegaConf.has_resolver("lightmem_sweep"):
+        OmegaConf.register_new_resolver("lightmem_sweep", running_sweep)
+        OmegaConf.register_new_resolver("lightmem_sweep_name", sweep_name)
+        OmegaConf.register_new_resolver("lightmem_sqlite", sqlite_url)
+
+
+def sweep_name(job_name: str, sweep_dir: str) -> str:
+    """A sweep's name: its script's job name and its folder's name (``cross_encoder-2026-11-29_08-50-00`` for
+    ``multirun/train_cross_encoder/2026-11-29_08-50-00``), which every trial of it shares."""
+    return f"{job_name}-{Path(str(sweep_dir)).name}"
+
+
+def running_sweep() -> str | None:
+    """The name of the Hydra sweep this job belongs to (``sweep_name``); None in a single run or outside Hydra.
+
+    Inside a ``-m`` job the sweep's folder is the same in every trial (Hydra copies the sweeper's resolved
+    ``${now:}`` into each job, submitit's included), so the trials of one sweep get one name."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    hydra_cfg = HydraConfig.get()
+    return sweep_name(hydra_cfg.job.name, hydra_cfg.sweep.dir)
+
+
+def sqlite_url(path: str) -> str:
+    """``sqlite:///<absolute path>`` of a database file, its folder made: the Optuna sweeper opens its study
+    before the launcher makes the sweep's folder, and SQLite will not create a folder."""
+    file = Path(str(path)).expanduser().resolve()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{file}"
 
 
 def register_schemas(schemas: Mapping[str, type]) -> None:
@@ -124,7 +159,23 @@ def script_app(script_file: str, config_name: str, task: Callable[[DictConfig], 
     import hydra
 
     conf = Path(os.path.realpath(script_file)).parent.parent / "conf"
+
+    def job(cfg: DictConfig) -> Any:
+        # A launcher that runs the job in another process (submitit: a SLURM node, or a local subprocess) brings
+        # the config store but not OmegaConf's resolvers, which conf/ interpolates (${lightmem_repo:} ...).
+        register_resolvers()
+        return task(cfg)
+
     # Hydra unwraps __wrapped__ to find the task's file: a no-op whose code names the script.
-    task.__wrapped__ = types.FunctionType((lambda cfg: None).__code__.replace(co_filename=str(script_file)), {})
-    return hydra.main(version_base="1.3", config_path=str(conf), config_name=config_name)(task)
+    job.__wrapped__ = types.FunctionType((lambda cfg: None).__code__.replace(co_filename=str(script_file)), {})
+    app = hydra.main(version_base="1.3", config_path=str(conf), config_name=config_name)(job)
+
+    def main() -> Any:
+        with warnings.catch_warnings():
+            # conf/hydra/launcher/submitit_*.yaml take the names of the plugin's own options on purpose (the command is
+            # hydra/launcher=submitit_slurm), so hydra-core 1.3 checks them against the plugin's schema, and says so.
+            warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
+            return app()
+
+    return main
 

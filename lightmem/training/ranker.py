@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -115,9 +116,9 @@ def mined_groups(cfg: Any, scratch: Path, mine: bool = True) -> tuple[dict[str, 
               "test_longmemeval": mine([c for c in lme if split_of(c.conv_id) == "test"], "longmemeval")}
     shutil.rmtree(scratch, ignore_errors=True)
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = cache / "groups.json.tmp"
+    tmp = cache / f"groups.json.{os.getpid()}.tmp"  # parallel sweep trials may mine the same groups at once
     tmp.write_text(json.dumps(groups))
-    tmp.rename(cache / "groups.json")  # a kill mid-write leaves no half cache
+    tmp.replace(cache / "groups.json")  # a kill mid-write leaves no half cache
     return groups, cache, False
 
 

@@ -34,7 +34,7 @@ is taken when ``MemoryItem`` has it. ``Hit.item`` is built from a hit's ``id, te
 (``user_id`` the caller's; ``created_at`` and ``last_access`` are ``event_time``; metadata, topic and entities
 empty; ``hq=""``, ``row=None``): ``get`` reads a hit's memory whole. ``ComposedContext.memories`` holds one
 ``MemoryItem`` per id of the answer's ``memory_ids`` with only ``id`` and ``user_id`` set (text ``""``, times 0,
-their text is in the prompt). ``HistoryEvent`` is whole.
+their text is in the prompt), in rank order with ``prompt_order`` as ``Memory.build_context`` gives them. ``HistoryEvent`` is whole.
 
 **Where behaviour differs.** ``get_all`` reads pages of at most 1,000 memories (the server's bound) until ``limit``
 or the end, so a listing of more is several requests, not one snapshot. ``history`` of an unknown id is ``[]``, as
@@ -340,7 +340,12 @@ def _context(data: Mapping[str, Any], user_id: str) -> ComposedContext:
     else:
         memories = tuple(_item({"id": i}, user_id) for i in _strings(data.get("memory_ids", []), "memory_ids"))
     counts = {k: _typed(data[k], (int,), k) for k in ("n_tokens", "budget", "stm_turns_kept", "dropped_memories")}
-    return ComposedContext(prompt=_typed(data["prompt"], (str,), "prompt"), memories=memories, **counts)
+    ranked = _strings(data.get("ranked_ids") or [], "ranked_ids")
+    order: tuple[int, ...] = ()
+    if ranked and sorted(ranked) == sorted(m.id for m in memories):  # memory_ids in prompt order, these by rank
+        at = {m.id: i for i, m in enumerate(memories)}
+        memories, order = tuple(memories[at[i]] for i in ranked), tuple(ranked.index(m.id) for m in memories)
+    return ComposedContext(prompt=_typed(data["prompt"], (str,), "prompt"), memories=memories, prompt_order=order, **counts)
 
 
 def _counts(data: Any) -> dict[str, int]:

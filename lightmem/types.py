@@ -342,7 +342,9 @@ class HistoryEvent:
 
 @dataclass(frozen=True)
 class ComposedContext:
-    """A prompt packed under a hard token budget, and what went into it."""
+    """A prompt packed under a hard token budget, and what went into it: ``memories`` in rank order (the packing's),
+    ``prompt_order`` their indices in the order the prompt shows them (grouped under dates in time order by default;
+    empty: rank order)."""
 
     prompt: str
     n_tokens: int
@@ -350,3 +352,8 @@ class ComposedContext:
     memories: tuple[MemoryItem, ...]
     stm_turns_kept: int
     dropped_memories: int
+    prompt_order: tuple[int, ...] = ()
+
+    def in_prompt_order(self) -> tuple[MemoryItem, ...]:
+        """The packed memories in the order the prompt shows them."""
+        return tuple(self.memories[i] for i in self.prompt_order) if self.prompt_order else self.memories

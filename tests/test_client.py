@@ -130,6 +130,15 @@ def test_every_method_round_trips_with_memory_s_types_and_answers(served):
 
         ctx = memory.build_context(f"What is my dog called? {tag}", "bob", stm=["user: hi"], budget=300)
         assert isinstance(ctx, ComposedContext) and ctx.budget == 300 and 0 < ctx.n_tokens <= 300
+        local = _local(served.store)
+        try:  # the same memories in the same rank order, and the prompt's order of them, as Memory gives
+            mine = local.build_context(f"What is my dog called? {tag}", "bob", stm=["user: hi"], budget=300)
+            assert [m.id for m in ctx.memories] == [m.id for m in mine.memories]
+            assert [m.id for m in ctx.in_prompt_order()] == [m.id for m in mine.in_prompt_order()]
+            shown = [mine.prompt.index(m.text.split(": ", 1)[-1][:40]) for m in mine.in_prompt_order()]
+            assert shown == sorted(shown)  # in_prompt_order is the order the prompt shows them
+        finally:
+            local.close()
         assert "Rex" in ctx.prompt and first.id in {m.id for m in ctx.memories} and ctx.stm_turns_kept == 1
         assert all(isinstance(m, MemoryItem) and m.user_id == "bob" for m in ctx.memories)
         narrow = memory.build_context(f"Rex {tag}", "bob", filters={"metadata": {"topic": tag, "rank": 2}})

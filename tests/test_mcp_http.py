@@ -18,6 +18,7 @@ import uvicorn
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+import lightmem
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.retrieval.stage2 import Stage1Selector
@@ -100,6 +101,7 @@ def test_a_request_without_a_valid_key_is_401_and_reaches_no_tool(base):
                     timeout=60)
     assert ok.status_code == 200 and ok.headers["content-type"].startswith("application/json")
     assert "mcp-session-id" not in ok.headers  # stateless: nothing ties the next request to this worker
+    assert ok.json()["result"]["serverInfo"] == {"name": "lightmem", "version": lightmem.__version__}
 
 
 def test_the_tools_take_the_user_and_a_one_user_key_may_leave_it_out(base):

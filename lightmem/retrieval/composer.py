@@ -115,14 +115,19 @@ class ContextComposer:
         costs = [self._count(self.line(m)) + 1 for m in items]
         return pack_grouped(costs, [date_label(m) for m in items], self._header_cost, budget)
 
+    def prompt_order(self, items: Sequence[MemoryItem]) -> list[int]:
+        """Indices of ``items`` (rank order) in the order the prompt shows them: by date, knowledge last, or ranked."""
+        if not self.group_dates:
+            return list(range(len(items)))
+        return sorted(range(len(items)), key=lambda i: (items[i].kind is ItemKind.KNOWLEDGE, items[i].event_time,
+                                                        items[i].created_at, i))
+
     def memory_lines(self, items: Sequence[MemoryItem]) -> list[str]:
         """The prompt's memory lines: grouped under their dates in time order (knowledge last), or in rank order."""
         if not self.group_dates:
             return [format_memory(m) for m in items]
-        order = sorted(range(len(items)), key=lambda i: (items[i].kind is ItemKind.KNOWLEDGE, items[i].event_time,
-                                                         items[i].created_at, i))
         lines, current = [], None
-        for i in order:
+        for i in self.prompt_order(items):
             label = date_label(items[i])
             if label != current:
                 lines.append(f"[{label}]")
@@ -185,6 +190,7 @@ class ContextComposer:
             memories=tuple(memories[i] for i in mem_idx),
             stm_turns_kept=len(stm_kept),
             dropped_memories=len(memories) - len(mem_idx),
+            prompt_order=tuple(self.prompt_order([memories[i] for i in mem_idx])),
         )
 
     def _render(self, query: str, stm: Sequence[str], lines: Sequence[str]) -> tuple[str, int]:

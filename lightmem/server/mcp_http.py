@@ -29,6 +29,7 @@ from pydantic import Field
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from lightmem import __version__
 from lightmem.errors import InvalidInputError
 from lightmem.memory import Memory
 from lightmem.server.auth import KeyRing, Principal
@@ -105,7 +106,7 @@ def create_http_mcp_server(memory: Memory, lock: threading.Lock) -> MCPServer:
         memory: The worker's Memory.
         lock: The worker's Memory lock, which the ``/v1`` routes take too.
     """
-    server = _NamedUserServer("lightmem", log_level="WARNING",
+    server = _NamedUserServer("lightmem", version=__version__, log_level="WARNING",
                               instructions="Long-term memory of the users your API key covers (each tool's user_id): "
                                            "remember what they say, search it before answering, build a prompt "
                                            "context within a token budget.")

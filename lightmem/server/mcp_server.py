@@ -15,6 +15,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from lightmem import __version__
 from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.memory import Memory
 from lightmem.server.schemas import (
@@ -111,7 +112,7 @@ def create_mcp_server(memory: Memory, user_id: str) -> MCPServer:
     (``LightMemMCPServer``).
     """
     user_id = check_user_id(user_id)
-    server = LightMemMCPServer("lightmem", log_level="WARNING",
+    server = LightMemMCPServer("lightmem", version=__version__, log_level="WARNING",
                                instructions=f"Long-term memory of the user {user_id!r}: remember what they say, "
                                             "search it before answering, build a prompt context within a token budget.")
     add_tools(server, memory, lambda: user_id, threading.Lock())

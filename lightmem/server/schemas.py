@@ -267,12 +267,15 @@ class ContextOut(BaseModel):
     n_tokens: int
     budget: int
     memory_ids: list[str] = Field(description="The memories packed into the prompt, in prompt order.")
+    ranked_ids: list[str] = Field(default_factory=list, description="The same memories in rank order (the order the "
+                                  "budget packed them).")
     stm_turns_kept: int
     dropped_memories: int
 
     @classmethod
     def of(cls, ctx: ComposedContext) -> "ContextOut":
-        return cls(prompt=ctx.prompt, n_tokens=ctx.n_tokens, budget=ctx.budget, memory_ids=[m.id for m in ctx.memories],
+        return cls(prompt=ctx.prompt, n_tokens=ctx.n_tokens, budget=ctx.budget,
+                   memory_ids=[m.id for m in ctx.in_prompt_order()], ranked_ids=[m.id for m in ctx.memories],
                    stm_turns_kept=ctx.stm_turns_kept, dropped_memories=ctx.dropped_memories)
 
 

@@ -152,7 +152,9 @@ class _Base:
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
         self._options = {"base_url": self.base_url, "timeout": timeout,
-                         "headers": {**(headers or {}), "Authorization": f"Bearer {api_key}"}}
+                         # identity: the body is read raw and counted as it arrives, so that a compressed answer
+                         # cannot expand past max_response_bytes inside one decompressed chunk
+                         "headers": {**(headers or {}), "Accept-Encoding": "identity", "Authorization": f"Bearer {api_key}"}}
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}({self.base_url!r})"
@@ -169,6 +171,11 @@ class _Base:
         length = response.headers.get("Content-Length", "")
         if length.isdigit() and int(length) > self.max_response_bytes:
             raise self._too_large(request, response)
+        coding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if coding not in ("", "identity"):  # asked for identity: a compressed answer is not read at all
+            raise _error(ServerError, f"{request} at {self.base_url}: the answer ({response.status_code}) came "
+                                      f"compressed ({coding[:40]!r}) although the client asked for none; it was not read",
+                         response.status_code)
         return bytearray()
 
     def _took(self, request: _Request, response: httpx.Response, body: bytearray, chunk: bytes) -> None:
@@ -671,7 +678,7 @@ class MemoryClient(_Base):
         try:
             with self._http.stream(**self._args(request)) as response:
                 body = self._began(request, response)
-                for chunk in response.iter_bytes():
+                for chunk in response.iter_raw():
                     self._took(request, response, body, chunk)
                     if deadline is not None and time.monotonic() > deadline:  # as the backend does, per chunk
                         raise httpx.ReadTimeout("the answer ran past the call's timeout")
@@ -782,7 +789,7 @@ class AsyncMemoryClient(_Base):
             with anyio.fail_after(self.timeout):  # cancels the whole request (asyncio or trio) at its deadline
                 async with self._http.stream(**self._args(request)) as response:
                     body = self._began(request, response)
-                    async for chunk in response.aiter_bytes():
+                    async for chunk in response.aiter_raw():
                         self._took(request, response, body, chunk)
         except TimeoutError as exc:
             raise self._unavailable(request, httpx.TimeoutException("the call ran past its timeout")) from exc

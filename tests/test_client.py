@@ -549,6 +549,30 @@ def test_an_answer_larger_than_the_cap_is_refused_as_it_streams():
             MemoryClient("http://127.0.0.1:1", ALICE, max_response_bytes=bad)
 
 
+def test_a_compressed_answer_is_refused_before_it_is_expanded():
+    """A client that let httpx decode gzip counted the cap after each decompressed chunk: 822 bytes of gzip inside gzip
+    became 400 MB in memory. The client asks for identity and reads the body raw, so a compressed answer is refused."""
+    import gzip
+
+    bomb = gzip.compress(gzip.compress(b" " * (200 * 2**20)))
+
+    def answer(server: _Hostile, conn: socket.socket) -> None:
+        server.send(conn, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip, gzip\r\n"
+                    + f"Content-Length: {len(bomb)}\r\n\r\n".encode() + bomb)
+
+    with _Hostile(answer) as server, MemoryClient(server.base, ALICE, max_response_bytes=2**20) as memory:
+        with pytest.raises(ServerError, match="compressed"):
+            memory.search("anything", "alice")
+
+        async def call() -> None:
+            async with AsyncMemoryClient(server.base, ALICE, max_response_bytes=2**20) as client:
+                with pytest.raises(ServerError, match="compressed"):
+                    await client.search("anything", "alice")
+
+        asyncio.run(call())
+    assert memory._options["headers"]["Accept-Encoding"] == "identity"
+
+
 MALFORMED = {"a list": b"[1, 2]", "a string": b'"ok"', "null": b"null", "no hits": b"{}", "hits a number": b'{"hits": 5}',
              "a hit without score": b'{"hits": [{"id": "a", "text": "t"}]}',
              "a hit of the wrong types": b'{"hits": [{"id": 5, "text": [], "score": 1}]}',

@@ -8,15 +8,20 @@ average of the two half-batch gradients is the whole batch's gradient. Dropout i
 differently) and every group keeps all its candidates (no sampled negatives, only their order, which the losses
 ignore). What remains is float rounding: the order of the sums in the all-reduce and in the padded tokenisation of
 a smaller batch, about 1e-7 per step; over 4 AdamW steps the losses agree within 1e-4 and the ranking metrics exactly.
+
+A 2-process run killed with SIGKILL after its step-2 save and started again resumes from ``last/`` and ends where the
+uninterrupted 2-process run ends.
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, compose
@@ -60,26 +65,38 @@ def _metrics(run_dir) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_two_processes_log_once_export_once_and_match_one_process(tmp_path):
+def _torchrun(tmp_path, name: str) -> list[str]:
+    """``torchrun --nproc_per_node 2 train/cross_encoder.py`` of the tiny run, 2 groups per process."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+            "--master_port", str(_free_port()), str(ROOT / "train" / "cross_encoder.py"),
+            *_overrides(tmp_path, name, batch_size=2)]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, float]:
+    """The data and an uninterrupted 2-process run of it (``<dir>/two``), shared by the tests that compare with it."""
+    tmp_path = tmp_path_factory.mktemp("distributed")
     data = tmp_path / "data"
     data.mkdir()
     for split, n, seed in (("train", 16, 0), ("val", 6, 3), ("test", 6, 5)):
         (data / f"selector_{split}.jsonl").write_text("".join(json.dumps(g) + "\n" for g in _groups(n, seed)))
+    t0 = time.perf_counter()
+    proc = subprocess.run(_torchrun(tmp_path, "two"), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return tmp_path, proc, time.perf_counter() - t0
 
+
+def test_two_processes_log_once_export_once_and_match_one_process(two_process_run):
+    tmp_path, proc, two_s = two_process_run
     from train import cross_encoder
 
     t0 = time.perf_counter()
     one = cross_encoder.run(compose("train_cross_encoder", _overrides(tmp_path, "one", batch_size=4)))
     one_s = time.perf_counter() - t0
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(ROOT / "train" / "cross_encoder.py"),
-           *_overrides(tmp_path, "two", batch_size=2)]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-    two_s = time.perf_counter() - t0
-    assert proc.returncode == 0, proc.stderr[-3000:]
 
     # rank 0 alone printed the held-out metrics, logged each evaluation once and exported once
     assert proc.stdout.count('"test/synth/selector/recall_all@2"') == 1, proc.stdout
@@ -101,6 +118,59 @@ def test_two_processes_log_once_export_once_and_match_one_process(tmp_path):
     two = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert two["test"] == pytest.approx(one["test"], abs=TOL)
     print(f"1 process: {one_s:.1f} s, 2 processes (torchrun): {two_s:.1f} s; held-out {two['test']}")
+
+
+def _kill_launch(proc: subprocess.Popen) -> None:
+    """SIGKILL torchrun and its workers at once, as a lost node or an OOM killer would. torchrun starts each worker
+    in a session of its own, so killing torchrun's process group alone would leave them training."""
+    import psutil  # a dependency of accelerate
+
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    for pgid in {proc.pid} | {os.getpgid(w.pid) for w in workers}:
+        os.killpg(pgid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive, f"workers still running after SIGKILL: {alive}"  # none goes on writing into out_dir
+
+
+def test_a_two_process_run_killed_after_a_save_resumes_to_the_uninterrupted_numbers(two_process_run):
+    tmp_path = two_process_run[0]
+    out, state = tmp_path / "killed", tmp_path / "killed" / "last" / "trainer_state.json"
+    # last/ appears only by renaming last.tmp once every rank's files and trainer_state.json are in it: a complete save
+    t0 = time.perf_counter()
+    with open(tmp_path / "killed.log", "w") as log:
+        proc = subprocess.Popen(_torchrun(tmp_path, "killed"), cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        while not state.exists():
+            assert proc.poll() is None and time.perf_counter() - t0 < 240, (tmp_path / "killed.log").read_text()[-3000:]
+            time.sleep(0.01)
+        _kill_launch(proc)
+    killed_s = time.perf_counter() - t0
+    saved = json.loads(state.read_text())["step"]
+    before = _metrics(out)  # what the killed run logged, up to the moment it died
+    assert saved == 2 and not (out / "summary.json").exists()
+
+    t0 = time.perf_counter()
+    proc = subprocess.run(_torchrun(tmp_path, "killed"), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
+    resumed_s = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {out / 'last'} at step 2" in proc.stdout  # Hydra logs to stdout
+
+    # metrics.jsonl is appended to: the killed run's lines stay, the resumed run's follow. Killed right after the
+    # step-2 save, it can have logged at most the loss of step 3, which the resumed run logs again; every
+    # evaluation is in the log once.
+    ref, after = _metrics(tmp_path / "two"), _metrics(out)
+    assert after[: len(before)] == before
+    kept = [m for m in before if m["step"] <= saved]
+    assert all(m["step"] == saved + 1 and "train/loss" in m for m in before if m["step"] > saved)
+    assert [m["step"] for m in after if any(k.startswith("eval/") for k in m)] == [0, 2, 4]
+    for a, b in zip(ref, kept + after[len(before):], strict=True):  # the same lines and numbers as without the kill
+        assert a["step"] == b["step"] and a.keys() == b.keys()
+        assert all(b[k] == pytest.approx(v, abs=TOL) for k, v in a.items() if k != "step")
+    two, resumed = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "two", out))
+    assert resumed["test"] == pytest.approx(two["test"], abs=TOL)
+    assert resumed["train"]["steps"] == 4 and len(resumed["train"]["history"]) == 3
+    print(f"2 processes killed after the step-2 save: {killed_s:.1f} s, resumed to step 4: {resumed_s:.1f} s")
 
 
 def test_shards_cover_the_global_batch_in_one_process_order():

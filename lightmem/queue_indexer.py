@@ -12,13 +12,14 @@ API replica that leaves the embedding to workers): ``flush`` then waits for the 
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from lightmem.errors import InvalidInputError
@@ -93,7 +94,7 @@ class QueueIndexer:
             self._cond.notify_all()
             grown = len(self._submitted) > MAX_TRACKED
         if grown:  # a process that writes and never flushes: forget what is done (a query, now and then)
-            self.flush(timeout=0)
+            self.flush(timeout=0, leftovers=False)
         self._start()
 
     def start(self) -> None:
@@ -157,9 +158,9 @@ class QueueIndexer:
 
     def _may_wait(self, deadline: float | None) -> bool:
         """Sleep a poll's length; False instead when the deadline passed or this process's thread died."""
-        if self.runs and self._thread is not None and not self._thread.is_alive() and not self._closed:
+        if self.runs and (self._closed or (self._thread is not None and not self._thread.is_alive())):
             self.last_error = self.last_error or "the indexer thread stopped"
-            return False
+            return False  # nobody here embeds any more: waiting would never end
         if deadline is not None and time.monotonic() >= deadline:
             return False
         time.sleep(FLUSH_POLL_S)
@@ -244,37 +245,78 @@ class QueueIndexer:
     def _index(self, jobs: list[Any]) -> None:
         started = time.monotonic()
         rids = [j.rid for j in jobs]
-        try:
-            done = embed_and_store(self.store, self.embedder, self.word_scorer,
-                                   [(j.user_id, j.item_id, j.text) for j in jobs])
-        except Exception as exc:  # noqa: BLE001 - counted against the jobs; they are retried elsewhere or later
-            self.failed += len(jobs)
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            log.warning("indexer: a batch of %d failed (%s); it is queued again", len(jobs), self.last_error)
+        with self._renewing(rids):
+            done, failed = self._embed(jobs)
+        self.busy_seconds += time.monotonic() - started
+        self.batches += 1
+        if done < len(jobs) - len(failed):  # an item changed meanwhile was queued again; anything else left is ours
             try:
-                self.queue.fail(self.holder, rids, self.last_error)
-            except Exception:  # noqa: BLE001 - its lease runs out instead
-                pass
-            return
-        finally:
-            self.busy_seconds += time.monotonic() - started
-            self.batches += 1
-        if done < len(jobs):  # an item changed meanwhile was queued again for its new text; anything else left is ours
-            try:
-                self.queue.release(self.holder, rids)
+                self.queue.release(self.holder, [r for r in rids if r not in failed])
             except Exception:  # noqa: BLE001 - the lease runs out instead
                 pass
         seconds = time.monotonic() - started
         lag = max(j.waited_s for j in jobs) + seconds
-        self.indexed += len(jobs)
+        self.indexed += len(jobs) - len(failed)
         self.stored += done
         with self._cond:
-            self._submitted.difference_update(j.item_id for j in jobs)
+            self._submitted.difference_update(j.item_id for j in jobs if j.rid not in failed)
         self.last_lag, self.max_lag = lag, max(self.max_lag, lag)
         if self.on_batch is not None:
-            self.on_batch(len(jobs), done, seconds)
+            self.on_batch(len(jobs) - len(failed), done, seconds)
         with self._cond:
             self._cond.notify_all()
+
+    def _embed(self, jobs: list[Any]) -> tuple[int, set[int]]:
+        """Embed and store a batch; when it fails, each job alone, so that one bad item fails only itself. Returns
+        the items stored and the row ids of the jobs that failed (counted against them in the queue)."""
+        entries = [(j.user_id, j.item_id, j.text) for j in jobs]
+        try:
+            return embed_and_store(self.store, self.embedder, self.word_scorer, entries), set()
+        except Exception as exc:  # noqa: BLE001 - one bad item must not stop the others
+            if len(jobs) == 1:
+                return 0, self._failed(jobs, exc)
+            log.warning("indexer: a batch of %d failed (%s: %s); trying its items one by one", len(jobs),
+                        type(exc).__name__, exc)
+        done, failed = 0, set()
+        for job, entry in zip(jobs, entries):
+            try:
+                done += embed_and_store(self.store, self.embedder, self.word_scorer, [entry])
+            except Exception as exc:  # noqa: BLE001 - counted against this job alone
+                failed |= self._failed([job], exc)
+        return done, failed
+
+    def _failed(self, jobs: list[Any], exc: BaseException) -> set[int]:
+        """Count a failure against ``jobs`` in the queue (claimable again later, left out after ``max_failures``)."""
+        rids = {j.rid for j in jobs}
+        self.failed += len(rids)
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        log.warning("indexer: %d item(s) failed (%s); queued again, %d tries at most", len(rids), self.last_error,
+                    self.queue.max_failures)
+        try:
+            self.queue.fail(self.holder, sorted(rids), self.last_error)
+        except Exception:  # noqa: BLE001 - the lease runs out instead
+            pass
+        return rids
+
+    @contextlib.contextmanager
+    def _renewing(self, rids: list[int]) -> Iterator[None]:
+        """Extend the batch's lease every third of it while it is embedded (a slow batch is not taken by another)."""
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.lease_s / 3):
+                try:
+                    self.queue.renew(self.holder, rids, self.lease_s)
+                except Exception as exc:  # noqa: BLE001 - the lease may then run out: double work, never loss
+                    log.debug("indexer: renewing a lease failed: %s: %s", type(exc).__name__, exc)
+
+        thread = threading.Thread(target=renew, name="lightmem-lease", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
 
 def make_indexer(store: Any, embedder: Embedder, word_scorer: Any, background: bool,

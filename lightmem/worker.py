@@ -125,6 +125,7 @@ class WorkerMetrics:
 
     def close(self) -> None:
         self.server.shutdown()
+        self.server.server_close()  # the port is free again
 
 
 def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None, lease_s: float | None = None,
@@ -154,7 +155,11 @@ def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None
     from lightmem.queue_indexer import QueueIndexer
 
     db, embedder = open_worker_parts(store, device, **store_options)
-    metrics = WorkerMetrics(metrics_port, metrics_host) if metrics_port is not None else None
+    try:
+        metrics = WorkerMetrics(metrics_port, metrics_host) if metrics_port is not None else None
+    except BaseException:  # the port is taken, or no prometheus-client: nothing else was started
+        db.close()
+        raise
     batch = batch_size or (DEFAULT_GPU_BATCH if device.startswith("cuda") else DEFAULT_WORKER_BATCH)
     report = WorkerReport()
     lock = threading.Lock()
@@ -169,9 +174,15 @@ def run_worker(store: str, *, device: str = "cpu", batch_size: int | None = None
             metrics.on_batch(n, done, seconds)
 
     stop = stop or threading.Event()
-    restore = _stop_on_signals(stop)
     indexer = QueueIndexer(db, embedder, batch_size=batch, lease_s=lease_s, on_batch=counted)
-    cycles = _cycle_runner(db, embedder, ltm, report, lock) if consolidate else None
+    try:
+        cycles = _cycle_runner(db, embedder, ltm, report, lock) if consolidate else None
+    except BaseException:  # the cycles' settings or models: close what was opened
+        db.close()
+        if metrics is not None:
+            metrics.close()
+        raise
+    restore = _stop_on_signals(stop)
     started = last = time.monotonic()
     try:
         indexer.start()

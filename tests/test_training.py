@@ -131,6 +131,8 @@ def test_resume_after_interruption_reaches_the_same_weights(tmp_path, tok, tiny_
         _train_cross_encoder(tmp_path, tok, tiny_models, 4, out="resumed", kill_at_micro=3)  # state was saved at step 2
     state = json.loads((tmp_path / "resumed" / "last" / "trainer_state.json").read_text())
     assert state["step"] == 2
+    # as a kill inside save() between dropping last/ and renaming the complete last.tmp/ would leave it
+    (tmp_path / "resumed" / "last").rename(tmp_path / "resumed" / "last.tmp")
     resumed, res = _train_cross_encoder(tmp_path, tok, tiny_models, 4, out="resumed")
     assert res.steps == 4
     a = {n: p for n, p in straight.named_parameters() if p.requires_grad}

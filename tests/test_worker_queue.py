@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -102,6 +103,76 @@ def test_a_job_that_keeps_failing_is_left_out_until_retried(pg_uri):
         assert queue.claim("h", 1) == []
         assert queue.status()["failed"] == 1 and queue.waiting([item.id]) == set()
         assert queue.retry_failed() == 1 and len(queue.claim("h", 1)) == 1
+
+
+class _Poisoned(HashingEmbedder):
+    """Fails on any batch that holds a text with "POISON", as an encoder may on one bad input."""
+
+    def encode(self, texts, *args, **kwargs):
+        if any("POISON" in t for t in texts):
+            raise ValueError("this text breaks the encoder")
+        return super().encode(texts, *args, **kwargs)
+
+
+def test_one_bad_item_fails_alone_and_its_batch_mates_are_embedded(pg_uri):
+    """A batch that failed was charged whole: nine good items next to one bad one failed for good with it."""
+    with Memory.open(pg_uri, embedder=_Poisoned(DIM), selector=Stage1Selector(), background_index=True) as m:
+        m.add([f"good note {i}" for i in range(9)] + ["a POISON note"], user_id="gus")
+        deadline = time.monotonic() + 60
+        while m.store.embed_queue.status()["failed"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert m.flush_index(timeout=60)
+        assert _unembedded(pg_uri) == 1 and m.store.embed_queue.status()["failed"] == 1
+        assert m.index_status()["failed_here"] == MAX_FAILURES
+
+
+class _Gated(HashingEmbedder):
+    """Holds every memory encode until ``gate`` opens (a query is encoded at once)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.gate = threading.Event()
+
+    def encode(self, texts, *args, is_query: bool = False, **kwargs):
+        if not is_query:
+            assert self.gate.wait(60), "the test never opened the gate"
+        return super().encode(texts, *args, is_query=is_query, **kwargs)
+
+
+def test_a_flush_after_close_returns_instead_of_waiting_forever(pg_uri):
+    """A flush (a consolidation cycle's, say) on an indexer being closed waited for items nobody here would embed."""
+    gated = _Gated(DIM)
+    m = Memory.open(pg_uri, embedder=gated, selector=Stage1Selector(), background_index=True)
+    try:
+        m.add(["held at the gate"], user_id="hal")
+        closer = threading.Thread(target=m.indexer.close, kwargs={"wait": False})
+        closer.start()  # the indexer's thread is inside the encoder: closing waits for it
+        deadline = time.monotonic() + 30
+        while not m.indexer._closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        started = time.monotonic()
+        assert m.indexer.flush(timeout=5) is False
+        assert time.monotonic() - started < 2  # said at once, not after the timeout
+    finally:
+        gated.gate.set()
+        closer.join(30)
+        m.close()
+
+
+def test_a_slow_batch_keeps_its_lease(pg_uri):
+    """A batch slower than its lease was claimed again by others: the holder now renews it while it embeds."""
+    with _open(pg_uri, index_here=False) as writer:
+        writer.add(["a slow note"], user_id="ida")
+        queue = writer.store.embed_queue
+        from lightmem.queue_indexer import QueueIndexer
+
+        indexer = QueueIndexer(writer.store, HashingEmbedder(DIM), lease_s=0.6, run=False)
+        job, = queue.claim(indexer.holder, 1, lease_s=0.6)
+        with indexer._renewing([job.rid]):
+            time.sleep(1.5)  # two and a half leases
+            assert queue.claim("another", 1) == []  # still held: renewed
+        time.sleep(0.8)
+        assert len(queue.claim("another", 1)) == 1  # no longer renewed: taken once the lease ran out
 
 
 def test_every_process_reports_the_same_backlog_read_from_the_table(pg_uri):

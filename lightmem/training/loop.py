@@ -140,10 +140,21 @@ class Trainer:
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
         self.model, self.opt, self.sched = acc.prepare(model, opt, sched)
         self.state = TrainState()
+        if spec.resume:
+            self._finish_interrupted_save()
         if spec.resume and _state_path(self.out).exists():
             acc.load_state(str(self.out / "last"))
             self.state = TrainState(**json.loads(_state_path(self.out).read_text()))
             log.info("resumed from %s at step %d", self.out / "last", self.state.step)
+
+    def _finish_interrupted_save(self) -> None:
+        """A kill between the old checkpoint's removal and the new one's rename (``save``) leaves a complete
+        ``last.tmp`` (its trainer_state.json is written last) and no ``last``: it becomes ``last``, so the run resumes
+        from it instead of starting over."""
+        tmp = self.out / "last.tmp"
+        if self.acc.is_main_process and not (self.out / "last").exists() and (tmp / "trainer_state.json").exists():
+            tmp.rename(self.out / "last")
+        self.acc.wait_for_everyone()
 
     def step(self, batch: dict[str, Any]) -> torch.Tensor:
         """One micro-batch forward and backward; the optimizer steps when the accumulation is complete."""

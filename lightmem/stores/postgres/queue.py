@@ -176,7 +176,7 @@ _LEASED = f"(holder IS NOT NULL AND lease_until > {_NOW})"
 _REQUEST = f"""
 INSERT INTO consolidation_jobs AS j (user_id, requested_at) VALUES (%(user)s, {_NOW})
 ON CONFLICT (user_id) DO UPDATE SET
-  requested_at = CASE WHEN (j.holder IS NOT NULL AND j.lease_until > {_NOW}) OR j.failures >= %(max)s
+  requested_at = CASE WHEN j.holder IS NOT NULL OR j.failures >= %(max)s  -- held (even past its lease): run again
                       THEN EXCLUDED.requested_at ELSE j.requested_at END,
   lease_until = CASE WHEN j.failures >= %(max)s THEN NULL ELSE j.lease_until END,
   failures = CASE WHEN j.failures >= %(max)s THEN 0 ELSE j.failures END

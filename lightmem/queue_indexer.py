@@ -246,9 +246,10 @@ class QueueIndexer:
         started = time.monotonic()
         rids = [j.rid for j in jobs]
         with self._renewing(rids):
-            done, failed = self._embed(jobs)
+            done, failed, untried = self._embed(jobs)
         self.busy_seconds += time.monotonic() - started
         self.batches += 1
+        embedded = len(jobs) - len(failed) - len(untried)
         if done < len(jobs) - len(failed):  # an item changed meanwhile was queued again; anything else left is ours
             try:
                 self.queue.release(self.holder, [r for r in rids if r not in failed])
@@ -256,34 +257,40 @@ class QueueIndexer:
                 pass
         seconds = time.monotonic() - started
         lag = max(j.waited_s for j in jobs) + seconds
-        self.indexed += len(jobs) - len(failed)
+        self.indexed += embedded
         self.stored += done
         with self._cond:
-            self._submitted.difference_update(j.item_id for j in jobs if j.rid not in failed)
+            self._submitted.difference_update(j.item_id for j in jobs if j.rid not in failed and j.rid not in untried)
         self.last_lag, self.max_lag = lag, max(self.max_lag, lag)
         if self.on_batch is not None:
-            self.on_batch(len(jobs) - len(failed), done, seconds)
+            self.on_batch(embedded, done, seconds)
         with self._cond:
             self._cond.notify_all()
 
-    def _embed(self, jobs: list[Any]) -> tuple[int, set[int]]:
+    def _embed(self, jobs: list[Any]) -> tuple[int, set[int], set[int]]:
         """Embed and store a batch; when it fails, each job alone, so that one bad item fails only itself. Returns
-        the items stored and the row ids of the jobs that failed (counted against them in the queue)."""
+        the items stored, the row ids of the jobs that failed (counted against them in the queue) and of those left
+        untried because the indexer is closing."""
         entries = [(j.user_id, j.item_id, j.text) for j in jobs]
         try:
-            return embed_and_store(self.store, self.embedder, self.word_scorer, entries), set()
+            return embed_and_store(self.store, self.embedder, self.word_scorer, entries), set(), set()
         except Exception as exc:  # noqa: BLE001 - one bad item must not stop the others
+            if self._closed:  # closing: the batch goes back to the queue as it is (released by _index)
+                return 0, set(), {j.rid for j in jobs}
             if len(jobs) == 1:
-                return 0, self._failed(jobs, exc)
+                return 0, self._failed(jobs, exc), set()
             log.warning("indexer: a batch of %d failed (%s: %s); trying its items one by one", len(jobs),
                         type(exc).__name__, exc)
-        done, failed = 0, set()
+        done, failed, untried = 0, set(), set()
         for job, entry in zip(jobs, entries):
+            if self._closed:  # the rest goes back to the queue for another process (or the next start)
+                untried.add(job.rid)
+                continue
             try:
                 done += embed_and_store(self.store, self.embedder, self.word_scorer, [entry])
             except Exception as exc:  # noqa: BLE001 - counted against this job alone
                 failed |= self._failed([job], exc)
-        return done, failed
+        return done, failed, untried
 
     def _failed(self, jobs: list[Any], exc: BaseException) -> set[int]:
         """Count a failure against ``jobs`` in the queue (claimable again later, left out after ``max_failures``)."""

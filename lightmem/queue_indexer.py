@@ -339,6 +339,8 @@ def make_indexer(store: Any, embedder: Embedder, word_scorer: Any, background: b
     Raises:
         InvalidInputError: ``index_here=False`` on a store without a shared queue, or without ``background``.
     """
+    if not isinstance(index_here, bool):
+        raise InvalidInputError(f"index_here must be True or False, got {type(index_here).__name__}")
     queue = getattr(store, "embed_queue", None)
     if not index_here and (queue is None or not background):
         raise InvalidInputError(

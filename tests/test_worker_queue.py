@@ -197,6 +197,8 @@ def test_index_here_false_needs_a_shared_queue(tmp_path):
     with pytest.raises(InvalidInputError, match="PostgreSQL"):
         Memory.open(tmp_path / "s", embedder=HashingEmbedder(DIM), selector=Stage1Selector(), background_index=True,
                     index_here=False)
+    with pytest.raises(InvalidInputError, match="True or False"):  # "no" would have read as True
+        Memory.open(tmp_path / "s", embedder=HashingEmbedder(DIM), selector=Stage1Selector(), index_here="no")
 
 
 def test_a_migrated_store_queues_the_rows_waiting_for_vectors(pg_uri):

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from lightmem.ltm.consolidation import Consolidator, CycleReport
+from lightmem.ltm.scheduler import count_turns
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +90,7 @@ class QueueScheduler:
     def notify(self, user_id: str, new_turns: int, pressure: bool = False) -> bool:
         """Count a write; request the user's cycle in the table when due. Returns True when it requested."""
         with self._lock:
-            n = self._turns.get(user_id, 0) + max(0, new_turns)
-            due = n >= self.every_n_turns or pressure
-            self._turns[user_id] = 0 if due else n
+            due = count_turns(self._turns, user_id, new_turns, self.every_n_turns, pressure)
             if not due or self._stopping:
                 return False
         try:

@@ -19,6 +19,15 @@ from lightmem.ltm.consolidation import Consolidator, CycleReport
 log = logging.getLogger(__name__)
 
 
+def count_turns(turns: dict[str, int], user_id: str, new_turns: int, every_n_turns: int, pressure: bool) -> bool:
+    """Add a write's turns to the user's count in ``turns``; True (and the count back to 0) when a cycle is due:
+    ``every_n_turns`` reached, or capacity ``pressure``. The caller holds its lock."""
+    n = turns.get(user_id, 0) + max(0, new_turns)
+    due = n >= every_n_turns or pressure
+    turns[user_id] = 0 if due else n
+    return due
+
+
 class ConsolidationScheduler:
     """Runs ``consolidator.run(user)`` in a background thread when a user needs it.
 
@@ -51,9 +60,7 @@ class ConsolidationScheduler:
     def notify(self, user_id: str, new_turns: int, pressure: bool = False) -> bool:
         """Count a write; queue the user when due. Returns True when it queued the user."""
         with self._lock:
-            n = self._turns.get(user_id, 0) + max(0, new_turns)
-            due = n >= self.every_n_turns or pressure
-            self._turns[user_id] = 0 if due else n
+            due = count_turns(self._turns, user_id, new_turns, self.every_n_turns, pressure)
             if not due or user_id in self._queued or self._stopping:
                 return False
             self._queued.add(user_id)

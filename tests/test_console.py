@@ -175,6 +175,8 @@ def test_the_list_filters_and_pages(client):
     assert texts(meta='{"session_id": {"$ne": "s1"}}')[1:] == ["I started learning the cello"]
     r = client.get("/ui/memories", params={"user": "alice", "meta": "{not json"}, headers=auth(ALICE))
     assert r.status_code == 422 and "not JSON" in r.text
+    assert re.search(r'<span id="total">2</span>\s*memories match', client.get(
+        "/ui/memories", params={"user": "alice", "session": "s1"}, headers=auth(ALICE)).text)
     rex = items(client, "alice", ALICE)["I adopted a dog named Rex"]
     client.post(f"/v1/memories/{rex}/archive", params={"user_id": "alice"}, headers=auth(ALICE))
     assert "I adopted a dog named Rex" not in texts() and "I adopted a dog named Rex" in texts(archived="1")
@@ -188,6 +190,89 @@ def test_the_list_pages_newest_first(client, monkeypatch):
     second = client.get("/ui/memories?user=alice&page=1", headers=auth(ALICE)).text
     assert "page 1 of 2" in first and 'rel="next"' in first and "I adopted a dog named Rex" not in first
     assert "I adopted a dog named Rex" in second and 'rel="prev"' in second
+    assert re.search(r'<span id="total">4</span>\s*memories match', first)
+
+
+def test_the_list_says_its_order_shows_the_time_it_orders_by_and_counts_the_matches(client, monkeypatch):
+    """The list is in write order, latest first: it says so and shows each memory's write time (its event time
+    beside it). Filtered, it still counts what matches: exactly on its last page, up to a cap before it."""
+    from lightmem.server.console import views
+
+    r = client.post("/v1/memories", headers=auth(ALICE), json={"user_id": "alice", "session_id": "s0", "messages": [
+        {"speaker": "Alice", "text": "Back in 2019 I ran my first marathon", "timestamp": "2019-04-01"}]})
+    assert r.status_code == 201
+    page = client.get("/ui/memories?user=alice", headers=auth(ALICE)).text
+    assert "the latest written first" in page and "newest first" not in page
+    assert re.search(r'<span id="total">5</span>\s*memories match', page)
+    rows = re.findall(r'<td class="when written">([^<]*)</td>\s*<td class="when">([^<]*)</td>\s*'
+                      r'<td class="text"><a class="memory"[^>]*>Alice: ([^<]*)<', page)
+    assert rows[0][2] == "Back in 2019 I ran my first marathon" and rows[0][1].startswith("2019-04-01")
+    written = [w for w, _, _ in rows]
+    assert written == sorted(written, reverse=True) and not written[0].startswith("2019")  # ordered by the time shown
+    monkeypatch.setattr(views, "PAGE_SIZE", 2)
+    filtered = {"user": "alice", "from": "2019-01-01"}
+    first = client.get("/ui/memories", params=filtered, headers=auth(ALICE)).text
+    assert re.search(r'<span id="total">5</span>\s*memories match', first) and "page 1 of 3" in first
+    last = client.get("/ui/memories", params={**filtered, "page": "2"}, headers=auth(ALICE)).text
+    assert re.search(r'<span id="total">5</span>\s*memories match', last)
+    one = client.get("/ui/memories", params={**filtered, "q": "marathon"}, headers=auth(ALICE)).text
+    assert re.search(r'<span id="total">1</span>\s*memory matches', one)
+    monkeypatch.setattr(views, "COUNT_CAP", 3)
+    capped = client.get("/ui/memories", params=filtered, headers=auth(ALICE)).text
+    assert re.search(r'<span id="total">3</span>\+\s*memories match', capped) and 'rel="next"' in capped
+
+
+def test_a_mistyped_filter_is_said_on_the_list_page_with_the_form_as_typed(client):
+    r = client.get("/ui/memories", params={"user": "alice", "q": "dog", "meta": "{not json", "from": "yesterday-ish",
+                                           "to": "2023-06-01"}, headers=auth(ALICE))
+    assert r.status_code == 422
+    page = r.text
+    assert 'id="filters"' in page and 'id="error"' in page and "<h1>Memories of alice</h1>" in page
+    assert 'value="{not json"' in page and 'value="yesterday-ish"' in page and 'value="dog"' in page
+    assert 'value="2023-06-01"' in page
+    assert "not JSON" in page and "yesterday-ish" in page.split('id="error"')[1]  # both mistakes named
+    assert page.count('aria-invalid="true"') == 2
+    assert 'href="/ui/memories?user=alice"' in page and 'href="/ui/context?user=alice"' in page  # the navigation
+
+
+def test_a_mistyped_budget_is_said_on_the_inspector_with_the_form_as_typed(client):
+    for budget in ("lots", "0", "-5"):
+        r = client.get("/ui/context", params={"user": "alice", "q": "what is my dog called", "budget": budget,
+                                              "stm": "Alice: hi"}, headers=auth(ALICE))
+        assert r.status_code == 422, budget
+        page = r.text
+        assert 'id="inspect"' in page and 'id="error"' in page and "budget" in page.split('id="error"')[1]
+        assert 'value="what is my dog called"' in page and f'value="{budget}"' in page and ">Alice: hi</textarea>" in page
+        assert 'href="/ui/context?user=alice"' in page and 'id="prompt"' not in page
+    r = client.get("/ui/context", params={"user": "alice", "q": "dog", "sort": "size"}, headers=auth(ALICE))
+    assert r.status_code == 422 and "sort" in r.text and 'id="inspect"' in r.text
+
+
+def test_a_refused_change_is_said_on_the_page_it_came_from(client):
+    token = sign_in(client, ALICE)
+    rex = items(client, "alice", ALICE)["I adopted a dog named Rex"]
+    r = client.post(f"/ui/memory/edit?user=alice&id={rex}", data={"csrf": token, "text": "   ", "keep_history": "1"})
+    assert r.status_code == 422 and 'id="edit"' in r.text and "non-empty" in r.text
+    assert 'id="memory-text">Alice: I adopted a dog named Rex<' in r.text  # unchanged, and shown
+    assert '<textarea name="text" rows="4" required>   </textarea>' in r.text and 'value="1" checked' in r.text
+    assert 'href="/ui/memories?user=alice"' in r.text
+    r = client.post(f"/ui/memory/delete?user=alice&id={rex}", data={"csrf": token})
+    assert r.status_code == 422 and 'id="confirm-delete"' in r.text and "confirmation" in r.text
+    assert "I adopted a dog named Rex" in items(client, "alice", ALICE)
+    missing = client.get("/ui/memory?user=alice&id=no-such-memory")  # an error page keeps the user's links
+    assert missing.status_code == 404 and 'href="/ui/context?user=alice"' in missing.text
+
+
+def test_a_memory_packed_into_a_context_shows_as_retrieved_at_once(client):
+    rex = items(client, "alice", ALICE)["I adopted a dog named Rex"]
+    before = client.get(f"/ui/memory?user=alice&id={rex}", headers=auth(ALICE)).text
+    assert re.search(r'id="retrieved">never<', before)
+    page = client.get("/ui/context", params={"user": "alice", "q": "what is my dog called"}, headers=auth(ALICE)).text
+    assert re.search(rf'<tr class="packed" data-id="{rex}">', page)
+    after = client.get(f"/ui/memory?user=alice&id={rex}", headers=auth(ALICE)).text
+    assert re.search(r'id="retrieved">1 time, last \d{4}-', after)
+    client.get("/ui/context", params={"user": "alice", "q": "what is my dog called"}, headers=auth(ALICE))
+    assert 'id="retrieved">2 times' in client.get(f"/ui/memory?user=alice&id={rex}", headers=auth(ALICE)).text
 
 
 def test_the_inspector_shows_the_prompt_and_why_each_candidate_is_packed_or_not(client):
@@ -204,6 +289,65 @@ def test_the_inspector_shows_the_prompt_and_why_each_candidate_is_packed_or_not(
     assert "below the budget&#39;s edge" in small or "skipped: too long" in small
     tokens, budget = (int(re.search(rf'id="{n}">(\d+)<', small).group(1)) for n in ("tokens", "budget"))
     assert tokens <= budget == 40
+
+
+def test_the_inspector_defaults_to_the_memorys_budget(client):
+    from lightmem.retrieval.composer import DEFAULT_BUDGET
+
+    memory = client.app.state.memory
+    assert memory.composer.budget == DEFAULT_BUDGET
+    page = client.get("/ui/context", params={"user": "alice", "q": "what is my dog called"}, headers=auth(ALICE)).text
+    assert f'id="budget">{DEFAULT_BUDGET}<' in page and f'id="default-budget">{DEFAULT_BUDGET}<' in page
+    assert f'placeholder="{DEFAULT_BUDGET}"' in page
+    memory.composer.budget = 321  # what Memory.open(budget=321) sets
+    page = client.get("/ui/context", params={"user": "alice", "q": "what is my dog called"}, headers=auth(ALICE)).text
+    assert 'id="budget">321<' in page and 'id="default-budget">321<' in page
+
+
+def test_the_candidates_are_in_the_rankers_order_and_sort_by_either_rank(client):
+    params = {"user": "alice", "q": "what is my dog called"}
+    page = client.get("/ui/context", params=params, headers=auth(ALICE)).text
+    ranks = [(int(a), int(b)) for a, b in re.findall(r'ranker-rank">(\d+)</td><td class="n stage1-rank">(\d+)<', page)]
+    assert len(ranks) >= 3 and [r for r, _ in ranks] == list(range(1, len(ranks) + 1))
+    assert 'aria-sort="ascending"><a class="sort" id="sort-ranker"' in page
+    link = re.search(r'id="sort-stage1" href="([^"]+)"', page).group(1).replace("&amp;", "&")
+    assert "sort=stage1" in link and "q=what" in link
+    by_stage1 = client.get(link, headers=auth(ALICE)).text
+    again = [(int(a), int(b)) for a, b in re.findall(r'ranker-rank">(\d+)</td><td class="n stage1-rank">(\d+)<', by_stage1)]
+    assert [s for _, s in again] == list(range(1, len(again) + 1)) and sorted(again) == sorted(ranks)
+    assert 'name="sort" value="stage1"' in by_stage1  # inspecting again keeps the order
+
+
+def test_a_memory_packed_only_into_leftover_space_is_told_from_the_top_hits():
+    """Packing walks the ranker's order: the top hit is above the budget's edge; a long one that does not fit the tokens
+    left is skipped; a shorter one after it that fits fills the leftover space; what follows the last packed is below."""
+    from types import SimpleNamespace
+
+    from lightmem.retrieval.composer import pack_by_budget
+    from lightmem.retrieval.engine import RetrievalResult
+    from lightmem.server.console import views
+    from lightmem.types import ComposedContext, Hit, MemoryItem
+
+    tokens = {"top": 5, "long": 50, "short": 5, "long2": 50, "short2": 4, "last": 9}  # in the ranker's order
+    ranker = dict(zip(tokens, [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]))
+    stage1 = dict(zip(tokens, [0.1, 0.6, 0.5, 0.4, 0.3, 0.2]))  # Stage 1 ranks "top" last
+    item = {n: MemoryItem(id=n, user_id="u", text=n, provenance=[], created_at=0, event_time=0, last_access=0,
+                          n_tokens=c) for n, c in tokens.items()}
+    cands = [Hit(item[n], {"ranker": ranker[n], "stage1": stage1[n]}, stage1[n]) for n in sorted(tokens, key=lambda n: -stage1[n])]
+    kept = [list(tokens)[i] for i in pack_by_budget(list(tokens.values()), 16)]
+    assert kept == ["top", "short", "short2"]
+    context = ComposedContext("prompt", 16, 16, tuple(item[n] for n in kept), 0, 0)
+    memory = SimpleNamespace(composer=SimpleNamespace(line_cost=lambda m: m.n_tokens))
+    rows = views.candidate_rows(memory, context, RetrievalResult(kept, cands))
+    assert [r.item.id for r in rows] == list(tokens) and [r.ranker_rank for r in rows] == [1, 2, 3, 4, 5, 6]
+    why = {r.item.id: r.why for r in rows}
+    assert why == {"top": views.TOP, "long": views.SKIPPED, "short": views.FILLED, "long2": views.SKIPPED,
+                   "short2": views.FILLED, "last": views.BELOW}
+    assert "leftover" in views.FILLED and "edge" not in views.FILLED
+    assert {r.item.id: r.packed for r in rows if r.packed} == {"top": "whole", "short": "whole", "short2": "whole"}
+    by_stage1 = views.candidate_rows(memory, context, RetrievalResult(kept, cands), sort="stage1")
+    assert [r.item.id for r in by_stage1] == ["long", "short", "long2", "short2", "last", "top"]
+    assert [r.stage1_rank for r in by_stage1] == [1, 2, 3, 4, 5, 6]
 
 
 def test_next_after_sign_in_stays_inside_the_console(client):

@@ -151,12 +151,44 @@ def test_the_inspector_shows_the_packed_memory_in_the_prompt(server, page, shots
     assert "Alice: I adopted a dog named Rex last week" in prompt
     assert int(page.inner_text("#tokens")) <= int(page.inner_text("#budget"))
     assert page.locator("#times th").count() >= 4  # time per stage
+    assert page.inner_text("#budget") == page.inner_text("#default-budget")  # the memory's own default budget
+    ranks = [int(t) for t in page.locator("#candidates td.ranker-rank").all_inner_texts()]
+    assert ranks == list(range(1, len(ranks) + 1))  # the order packing walks
     page.screenshot(path=shots / "context.png", full_page=True)
+    page.click("#sort-stage1")
+    assert page.get_attribute("#candidates", "data-sort") == "stage1"
+    stage1 = [int(t) for t in page.locator("#candidates td.stage1-rank").all_inner_texts()]
+    assert stage1 == list(range(1, len(stage1) + 1)) and page.input_value("#question") == "What is the name of my dog?"
+    page.click("#sort-ranker")
+    assert page.get_attribute("#candidates", "data-sort") == "ranker"
+    page.click(f'#candidates tr[data-id="{rex}"] a')  # packed a moment ago: counted as retrieved already
+    assert page.inner_text("#retrieved").split(" time")[0].isdigit()
+    page.go_back()
     page.fill("input[name=budget]", "100")  # room for a few memories: the others fall below the edge
     page.click("#run")
     assert page.locator("#candidates tr.packed").count() >= 1 and page.locator("#candidates tr.cut").count() >= 1
     assert int(page.inner_text("#tokens")) <= 100
     page.screenshot(path=shots / "context-budget.png", full_page=True)
+
+
+def test_a_mistyped_filter_keeps_the_page_and_says_why(server, page, shots):
+    sign_in(page, server, ALICE)
+    page.fill("input[name=q]", "Rex")
+    page.fill("input[name=meta]", '{"topic": sport}')
+    page.click("#apply")
+    assert "not JSON" in page.inner_text("#error") and page.inner_text("h1") == "Memories of alice"
+    assert page.input_value("input[name=meta]") == '{"topic": sport}' and page.input_value("input[name=q]") == "Rex"
+    page.screenshot(path=shots / "memories-error.png", full_page=True)
+    page.fill("input[name=meta]", "")
+    page.click("#apply")
+    assert page.locator("#error").count() == 0 and page.inner_text("#total") == "2"
+    assert "memories match" in page.inner_text("#matches")
+    page.click("text=Context inspector")  # the navigation stays
+    page.fill("#question", "my dog")
+    page.fill("input[name=budget]", "many")
+    page.click("#run")
+    assert "whole number" in page.inner_text("#error") and page.input_value("#question") == "my dog"
+    assert page.locator("header nav a").count() == 4
 
 
 def test_delete_a_memory_and_it_is_gone_from_the_api(server, page, shots):
@@ -226,5 +258,31 @@ def test_a_bearer_header_reads_every_page_without_signing_in(server, browser):
         response = pg.goto(f"{server}/ui/memories?user=alice")
         assert response.status == 200 and pg.inner_text("#current-user") == "alice"
         assert "script-src 'none'" in response.headers["content-security-policy"]
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_every_page_fits_the_window(server, browser, shots, width):
+    """No page is wider than a phone's window or a laptop's: wide tables scroll inside their own box."""
+    context = browser.new_context(viewport={"width": width, "height": 844})
+    try:
+        pg = context.new_page()
+        pg.goto(f"{server}/ui/login")
+        pages = [("login", "/ui/login")]
+        sign_in(pg, server, ADMIN)
+        rex = memory_id(server, "alice", ALICE, "I adopted a dog named Rex last week")
+        pages += [("users", "/ui/users"), ("memories", "/ui/memories?user=alice"),
+                  ("memories-error", "/ui/memories?user=alice&meta=%7Bnot+json&from=yesterday-ish"),
+                  ("memory", f"/ui/memory?user=alice&id={rex}"), ("delete", f"/ui/memory/delete?user=alice&id={rex}"),
+                  ("context-empty", "/ui/context?user=alice"),
+                  ("context", "/ui/context?user=alice&q=What+is+the+name+of+my+dog%3F&budget=60"),
+                  ("context-error", "/ui/context?user=alice&q=dog&budget=lots"), ("status", "/ui/status"),
+                  ("not-found", "/ui/memory?user=alice&id=no-such-memory")]
+        for name, path in pages:
+            pg.goto(f"{server}{path}")
+            scroll, window = pg.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+            pg.screenshot(path=shots / f"{name}-{width}.png", full_page=True)
+            assert scroll <= window, (name, scroll, window)
     finally:
         context.close()

@@ -25,6 +25,7 @@ from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.memory import Memory
 from lightmem.server.console import session, views
 from lightmem.server.console.session import Visitor
+from lightmem.validation import check_budget
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -51,7 +52,7 @@ def _environment() -> Environment:
                       default_for_string=True), undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["when"] = views.when
     env.filters["num"] = lambda v, d=3: "" if v is None else f"{v:.{d}f}"
-    env.globals["qs"] = lambda params: urlencode(params)
+    env.globals["qs"] = lambda params: urlencode({k: v for k, v in params.items() if v not in ("", None)})  # blanks left out
     return env
 
 
@@ -76,7 +77,8 @@ def console_router(index_status: Callable[[dict[str, Any]], dict[str, Any]]) -> 
         return _finish(request, HTMLResponse(html, status_code=status))
 
     def failure(request: Request, who: Visitor | None, status: int, message: str) -> HTMLResponse:
-        return render(request, "error.html", status=status, who=who, user=None, message=message, status_code=status)
+        user = getattr(request.state, "console_user", None)  # set once the key was found to cover the page's user
+        return render(request, "error.html", status=status, who=who, user=user, message=message, status_code=status)
 
     def page(handler: Callable[..., Response]) -> Callable[..., Response]:
         """Sign-in, the user's check and error pages around a sync page handler ``handler(request, who, ...)``."""
@@ -152,30 +154,36 @@ def console_router(index_status: Callable[[dict[str, Any]], dict[str, Any]]) -> 
     @r.get("/memories")
     def memories(request: Request, user: str = "") -> Response:
         def show(request: Request, who: Visitor) -> Response:
-            uid = _user(who, user)
+            uid = _user(request, who, user)
             query = views.ListQuery.of(request.query_params)
-            with _memory(request) as memory:
-                listing = views.list_page(memory, uid, query)
-            return render(request, "memories.html", who=who, user=uid, query=query, listing=listing,
-                          notice=request.query_params.get("deleted", ""))
+            listing, problems = None, query.problems()  # mistyped filters: said on the page, the form as it was sent
+            if not problems:
+                with _memory(request) as memory:
+                    try:
+                        listing = views.list_page(memory, uid, query)
+                    except InvalidInputError as exc:  # the store's own checks (the text, the user id)
+                        problems = {"": str(exc)}
+            return render(request, "memories.html", status=422 if problems else 200, who=who, user=uid, query=query,
+                          listing=listing, problems=problems, notice=request.query_params.get("deleted", ""))
         return page(show)(request)
 
     @r.get("/memory")
     def memory_page(request: Request, user: str = "", id: str = "") -> Response:
         def show(request: Request, who: Visitor) -> Response:
-            uid = _user(who, user)
+            uid = _user(request, who, user)
             with _memory(request) as memory:
                 found = views.detail(memory, uid, id)
-            return render(request, "memory.html", who=who, user=uid, d=found, item=found.item)
+            return render(request, "memory.html", who=who, user=uid, d=found, item=found.item, error="", draft=None,
+                          keep_history=False)
         return page(show)(request)
 
     @r.get("/memory/delete")
     def confirm_delete(request: Request, user: str = "", id: str = "") -> Response:
         def show(request: Request, who: Visitor) -> Response:
-            uid = _user(who, user)
+            uid = _user(request, who, user)
             with _memory(request) as memory:
                 item = memory.get(id, uid, include_archived=True)
-            return render(request, "delete.html", who=who, user=uid, item=item)
+            return render(request, "delete.html", who=who, user=uid, item=item, error="")
         return page(show)(request)
 
     @r.post("/memory/{action}")
@@ -187,37 +195,58 @@ def console_router(index_status: Callable[[dict[str, Any]], dict[str, Any]]) -> 
                 raise Refused(404, f"no action {action!r}")
             if not session.form_allowed(request, who, form.get("csrf")):
                 raise Refused(403, "This form did not come from your console session; reload the page and try again.")
-            uid = _user(who, user)
+            uid = _user(request, who, user)
             with _memory(request) as memory:
-                if action == "edit":
-                    memory.update(id, uid, text=form.get("text", ""), keep_history=form.get("keep_history") == "1")
-                elif action == "archive":
-                    memory.archive(id, uid)
-                elif action == "restore":
-                    memory.restore(id, uid)
-                else:
-                    if form.get("confirm") != "yes":
-                        raise Refused(422, "Deleting a memory needs its confirmation: tick the box on the delete page.")
-                    memory.delete(id, uid)
-                    return _finish(request, RedirectResponse("/ui/memories?" + urlencode({"user": uid, "deleted": id}), 303))
+                try:
+                    if action == "edit":
+                        memory.update(id, uid, text=form.get("text", ""), keep_history=form.get("keep_history") == "1")
+                    elif action == "archive":
+                        memory.archive(id, uid)
+                    elif action == "restore":
+                        memory.restore(id, uid)
+                    else:
+                        if form.get("confirm") != "yes":
+                            raise InvalidInputError("Deleting a memory needs its confirmation: tick the box, then delete.")
+                        memory.delete(id, uid)
+                        return _finish(request, RedirectResponse("/ui/memories?" + urlencode({"user": uid, "deleted": id}),
+                                                                 303))
+                except InvalidInputError as exc:  # the page the form was on, saying why, with what was typed
+                    if action == "delete":
+                        item = memory.get(id, uid, include_archived=True)
+                        return render(request, "delete.html", status=422, who=who, user=uid, item=item, error=str(exc))
+                    found = views.detail(memory, uid, id)
+                    return render(request, "memory.html", status=422, who=who, user=uid, d=found, item=found.item,
+                                  error=str(exc), draft=form.get("text") if action == "edit" else None,
+                                  keep_history=action == "edit" and form.get("keep_history") == "1")
             return _finish(request, RedirectResponse("/ui/memory?" + urlencode({"user": uid, "id": id}), 303))
         return await run_in_threadpool(page(act), request)
 
     @r.get("/context")
-    def context(request: Request, user: str = "", q: str = "", stm: str = "", budget: str = "") -> Response:
+    def context(request: Request, user: str = "", q: str = "", stm: str = "", budget: str = "",
+                sort: str = "ranker") -> Response:
         def show(request: Request, who: Visitor) -> Response:
-            uid = _user(who, user)
+            uid = _user(request, who, user)
             turns = [line for line in stm.splitlines() if line.strip()]
             ctx = result = None
             rows: list[views.CandidateRow] = []
+            problems: dict[str, str] = {}  # a field's name ("" for the inspection as a whole) -> what is wrong
             with _memory(request) as memory:
-                default_budget = memory.composer.budget
-                if q.strip():
-                    limit = _budget(budget) if budget.strip() else default_budget
-                    ctx, result = memory.explain_context(q, uid, stm=turns, budget=limit)
-                    rows = views.candidate_rows(memory, ctx, result)
-            return render(request, "context.html", who=who, user=uid, q=q, stm=stm, budget=budget,
-                          default_budget=default_budget, ctx=ctx, rows=rows, times=views.stage_times(result))
+                default_budget = memory.composer.budget  # the memory's own default (Memory.open's budget=)
+                for name, check in (("sort", lambda: views.check_sort(sort)), ("budget", lambda: _budget(budget))):
+                    try:
+                        check()
+                    except InvalidInputError as exc:
+                        problems[name] = str(exc)
+                if q.strip() and not problems:
+                    try:
+                        limit = _budget(budget) or default_budget
+                        ctx, result = memory.explain_context(q, uid, stm=turns, budget=limit)
+                        rows = views.candidate_rows(memory, ctx, result, sort)
+                    except InvalidInputError as exc:  # a question or turns too long...: said on the page
+                        ctx, result, rows, problems[""] = None, None, [], str(exc)
+            return render(request, "context.html", status=422 if problems else 200, who=who, user=uid, q=q, stm=stm,
+                          budget=budget, sort=sort if sort in views.SORTS else "ranker", default_budget=default_budget,
+                          ctx=ctx, rows=rows, times=views.stage_times(result), problems=problems)
         return page(show)(request)
 
     @r.get("/status")
@@ -257,24 +286,31 @@ def _local(target: str) -> str:
     return target if target.startswith("/ui") and not target.startswith("//") and "\\" not in target else "/ui"
 
 
-def _user(who: Visitor, user: str) -> str:
-    """The user a page shows: the one asked for, if the key covers it (a key of one user needs not ask)."""
+def _user(request: Request, who: Visitor, user: str) -> str:
+    """The user a page shows: the one asked for, if the key covers it (a key of one user needs not ask). Kept on
+    ``request.state`` so that an error page of this user's still links to the user's pages."""
     if not user:
         users = who.principal.users
         if users is not None and len(users) == 1:
-            return next(iter(users))
-        raise Refused(422, "Choose a user: add ?user=<id> to the address, or pick one on the Users page.")
-    if not who.principal.may_act_for(user):
+            user = next(iter(users))
+        else:
+            raise Refused(422, "Choose a user: add ?user=<id> to the address, or pick one on the Users page.")
+    elif not who.principal.may_act_for(user):
         log.info("console 403: %s may not act for the user asked", who.principal.label)
         raise Refused(403, f"This API key may not act for user {user!r}.")
+    request.state.console_user = user
     return user
 
 
-def _budget(raw: str) -> int:
+def _budget(raw: str) -> int | None:
+    """The inspector's budget field: None when blank (the memory's default), else a number of tokens it accepts."""
+    if not raw.strip():
+        return None
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError as exc:
         raise InvalidInputError(f"the budget must be a whole number of tokens, got {raw!r}") from exc
+    return check_budget(value)
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from lightmem.timeutil import parse_timestamp
 from lightmem.types import ComposedContext, ItemKind, MemoryItem
 
 PAGE_SIZE = 50
+COUNT_CAP = 1000  # a filtered list counts its matches up to this many (each one counted is a row read)
 MAX_PAGE = 100_000
 
 
@@ -67,6 +68,18 @@ class ListQuery:
             spec["session_id"] = self.session
         return spec or None
 
+    def problems(self) -> dict[str, str]:
+        """What is wrong with each filter the form sent (its field's name -> why), all of them at once: the page
+        says each beside the form, which keeps what was typed."""
+        found = {}
+        for name, check in (("meta", self.spec), ("from", lambda: self.date_from and parse_timestamp(self.date_from)),
+                            ("to", lambda: self.date_to and parse_timestamp(self.date_to))):
+            try:
+                check()
+            except InvalidInputError as exc:
+                found[name] = str(exc)
+        return found
+
     def bounds(self) -> tuple[float | None, float | None]:
         lo = parse_timestamp(self.date_from) if self.date_from else None
         hi = parse_timestamp(self.date_to) if self.date_to else None
@@ -84,30 +97,45 @@ class ListQuery:
 
 @dataclass(frozen=True)
 class ListPage:
-    """A page of memories; ``total`` is known without a filter only (the store's counts)."""
+    """A page of memories and how many match: ``total`` is exact unless ``capped`` (then at least that many match,
+    and counting further would read every matching row)."""
 
     items: list[MemoryItem]
-    total: int | None
+    total: int
     page: int
     has_next: bool
+    capped: bool = False
 
     @property
     def pages(self) -> int | None:
-        return None if self.total is None else max((self.total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
+        return None if self.capped else max((self.total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
 
 
 def list_page(memory: Memory, user_id: str, query: ListQuery) -> ListPage:
-    """One page of the user's memories under ``query``'s filters, newest first; the store filters and cuts the
-    page, so a page costs the same at 100 memories and at 10,000."""
+    """One page of the user's memories under ``query``'s filters, the latest written first (the store's write
+    order: the page shows each memory's write time beside its event time), and how many match. The store filters
+    and cuts the page, so a page costs about the same at 100 memories and at 10,000.
+
+    The count: without a filter, the store's per-user counts; with one, what the page shows when it is the last, else
+    the matching memories counted up to ``COUNT_CAP`` (beyond it the page says "1,000+").
+    """
     spec = query.spec()
     lo, hi = query.bounds()
-    items = memory.get_all(user_id, include_archived=query.archived, limit=PAGE_SIZE + 1, offset=query.page * PAGE_SIZE,
-                           metadata=spec, text=query.text or None, time_from=lo, time_to=hi, newest_first=True)
-    total = None
+    filters = dict(metadata=spec, text=query.text or None, time_from=lo, time_to=hi)
+    offset = query.page * PAGE_SIZE
+    items = memory.get_all(user_id, include_archived=query.archived, limit=PAGE_SIZE + 1, offset=offset,
+                           newest_first=True, **filters)
+    has_next = len(items) > PAGE_SIZE
+    capped = False
     if not query.text and lo is None and hi is None and spec is None:
         counts = memory.stats().get(user_id, {})
         total = counts.get("items", 0) + (counts.get("archived", 0) if query.archived else 0)
-    return ListPage(items[:PAGE_SIZE], total, query.page, len(items) > PAGE_SIZE)
+    elif not has_next and (items or not offset):  # the last page: every match is before it or on it
+        total = offset + len(items)
+    else:  # a page past the end (nothing on it), or more pages: count what matches, up to the cap
+        found = len(memory.get_all(user_id, include_archived=query.archived, limit=COUNT_CAP + 1, **filters))
+        total, capped = min(found, COUNT_CAP), found > COUNT_CAP
+    return ListPage(items[:PAGE_SIZE], total, query.page, has_next, capped)
 
 
 @dataclass
@@ -123,7 +151,12 @@ class Detail:
 
 
 def detail(memory: Memory, user_id: str, item_id: str) -> Detail:
-    """Raises ``ItemNotFoundError`` when the user has no such memory (another user's included)."""
+    """Raises ``ItemNotFoundError`` when the user has no such memory (another user's included).
+
+    The store buffers retrieval counts (``touch``) until it is flushed or closed; they are written first, so the page
+    counts a retrieval as soon as it happened (an inspected context included).
+    """
+    memory.store.flush()
     item = memory.get(item_id, user_id, include_archived=True)
     turns = memory.store.turns(user_id, item.provenance) if item.provenance else []
     found = {t.turn_id for t in turns}
@@ -133,6 +166,20 @@ def detail(memory: Memory, user_id: str, item_id: str) -> Detail:
                  if item.id in m.members] if item.archived else []
     return Detail(item, turns, [t for t in item.provenance if t not in found], memory.history(item_id, user_id),
                   sources, abstracts)
+
+
+SORTS = {"ranker": "ranker_rank", "stage1": "stage1_rank"}  # the inspector's orders of its table (?sort=)
+TOP = "above the budget's edge"
+FILLED = "filled leftover space: it fit the tokens left after a higher-ranked memory did not"
+SKIPPED = "skipped: too long for the tokens left"
+BELOW = "below the budget's edge"
+
+
+def check_sort(sort: str) -> str:
+    """``sort`` if the inspector's table sorts by it; else ``InvalidInputError``."""
+    if sort not in SORTS:
+        raise InvalidInputError(f"the candidates sort by {' or '.join(map(repr, SORTS))}, got {sort!r}")
+    return sort
 
 
 @dataclass(frozen=True)
@@ -151,12 +198,17 @@ class CandidateRow:
     why: str
 
 
-def candidate_rows(memory: Memory, context: ComposedContext, result: RetrievalResult | None) -> list[CandidateRow]:
-    """The candidates in Stage-1 order with the ranker's order, tokens, and whether the prompt holds them.
+def candidate_rows(memory: Memory, context: ComposedContext, result: RetrievalResult | None,
+                   sort: str = "ranker") -> list[CandidateRow]:
+    """The candidates with both their ranks, tokens, whether the prompt holds them and why; in the ranker's order
+    (the order packing walks), or with ``sort="stage1"`` in Stage 1's.
 
-    Packing walks the ranker's order: a candidate ranked above the last one packed that is not in the prompt
-    did not fit the tokens left (a shorter one after it did); one ranked below it is past the budget's edge.
+    Packing walks the ranker's order and packs each memory that fits the tokens left. So a packed memory is either
+    above the budget's edge (every memory ranked above it is packed too) or filled leftover space (a higher-ranked one
+    did not fit, and this shorter one did); a memory left out ranked above the last one packed was skipped as too long
+    for the tokens left, and one ranked below it is below the budget's edge.
     """
+    check_sort(sort)
     if result is None:
         return []
     cands = result.candidates
@@ -166,21 +218,23 @@ def candidate_rows(memory: Memory, context: ComposedContext, result: RetrievalRe
     in_prompt = {m.id: m for m in context.memories}
     packed_ranks = [ranker_rank[i] for i, h in enumerate(cands) if h.item.id in in_prompt]
     edge = max(packed_ranks, default=0)
+    first_left_out = min((ranker_rank[i] for i, h in enumerate(cands) if h.item.id not in in_prompt), default=len(cands) + 1)
     rows = []
     for i, hit in enumerate(cands):
         kept = in_prompt.get(hit.item.id)
         rank = ranker_rank[i]
         if kept is not None:
-            packed, why = ("excerpt" if kept.metadata.get("excerpt") else "whole"), "above the budget's edge"
+            packed = "excerpt" if kept.metadata.get("excerpt") else "whole"
+            why = TOP if rank < first_left_out else FILLED
         elif rank < edge:
-            packed, why = "", "skipped: too long for the tokens left"
+            packed, why = "", SKIPPED
         else:
-            packed, why = "", "below the budget's edge"
+            packed, why = "", BELOW
         s = hit.scores
         rows.append(CandidateRow(i + 1, rank, hit.item, s.get("dense"), s.get("bm25_norm"), s.get("stage1", hit.score),
                                  s.get(ranker_key) if ranker_key else None, memory.composer.line_cost(hit.item),
                                  packed, why))
-    return rows
+    return sorted(rows, key=lambda row: getattr(row, SORTS[sort]))
 
 
 def stage_times(result: RetrievalResult | None) -> list[tuple[str, float]]:

@@ -1,6 +1,7 @@
 """Shared fixtures: tiny offline models, a composed Hydra config, PostgreSQL, and the gpu, postgres and fuzz markers."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 from pathlib import Path
@@ -199,15 +200,63 @@ def compose(config_name: str, overrides: list[str]):
         return hydra_compose(config_name=config_name, overrides=overrides)
 
 
+def _session_cache_dir(tmp_path_factory) -> Path:
+    """The run's model cache: beside the workers' temporary folders under pytest-xdist (one for all of them),
+    else in the run's own; ``LIGHTMEM_TEST_CACHE`` names a folder to keep between runs instead (a CI cache)."""
+    named = os.environ.get("LIGHTMEM_TEST_CACHE")
+    if named:
+        return Path(named)
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "lightmem-cache"
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """``dst`` holds every file of ``src`` as a hard link (a symbolic one across file systems): the run reads what is
+    prepared there without a copy, and whatever it writes replaces a link in ``dst``, never a file of ``src`` (every
+    writer of the cache writes a temporary file and renames it into place)."""
+    for path in src.rglob("*"):
+        rel = path.relative_to(src)
+        if rel.parts[0] == ".locks" or path.name.endswith(".tmp") or path.is_symlink() or not path.is_file():
+            continue
+        target = dst / rel
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except FileExistsError:  # another worker linked it first
+            pass
+        except OSError:
+            with contextlib.suppress(FileExistsError):
+                target.symlink_to(path)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory) -> Path:
+    """The model cache every test and every subprocess it starts uses (``LIGHTMEM_CACHE``): never the user's own
+    (``~/.cache/lightmem``), which a run used to grow by GBs (ONNX graphs of tiny random models, of adapters trained
+    in the tests, of encoders no user store reads). What the user's cache already holds (the default encoder's
+    int8 graph, above all) is linked in, not copied or made again; the rest is made here once per run and goes with
+    the run's temporary folders (pytest keeps the last three)."""
+    from filelock import FileLock
+
+    from lightmem.models.registry import ModelRegistry
+
+    user = ModelRegistry().cache_dir  # $LIGHTMEM_CACHE or ~/.cache/lightmem, read before it is replaced below
+    cache = _session_cache_dir(tmp_path_factory)
+    cache.mkdir(parents=True, exist_ok=True)
+    if user.resolve() != cache.resolve() and user.is_dir():
+        with FileLock(str(cache) + ".seed.lock"):
+            _link_tree(user, cache)
+    os.environ["LIGHTMEM_CACHE"] = str(cache)
+    return cache
+
+
 @pytest.fixture(scope="session")
-def smollm2_cache(tmp_path_factory):
-    """One registry cache for the session: the GGUF is converted once (~25 s), then reused. Under
-    pytest-xdist the workers share it (the registry's lock lets one of them convert)."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = tmp_path_factory.getbasetemp().parent / "lightmem-cache"
-        shared.mkdir(exist_ok=True)
-        return shared
-    return tmp_path_factory.mktemp("lightmem-cache")
+def smollm2_cache(model_cache):
+    """The registry cache the SmolLM2 tests convert the GGUF into: the run's (``model_cache``), so it is converted
+    once (~25 s) and reused, under pytest-xdist by every worker (the registry's lock lets one of them convert)."""
+    return model_cache
 
 
 # -- PostgreSQL (the server store's tests) ---------------------------------------------------------

@@ -16,6 +16,7 @@ def load_adapted(auto_class: Any, checkpoint: str | Path, base_model: str, what:
     """
     from transformers import AutoTokenizer
 
+    from lightmem.models.first_run import quiet_model_load
     from lightmem.models.registry import ModelRegistry
 
     ckpt = Path(checkpoint)
@@ -26,11 +27,13 @@ def load_adapted(auto_class: Any, checkpoint: str | Path, base_model: str, what:
         from peft import PeftModel
 
         base = ModelRegistry().path(base_model)
-        model = auto_class.from_pretrained(str(base), **model_kwargs)
-        model = PeftModel.from_pretrained(model, str(ckpt)).merge_and_unload()
+        with quiet_model_load():
+            model = auto_class.from_pretrained(str(base), **model_kwargs)
+            model = PeftModel.from_pretrained(model, str(ckpt)).merge_and_unload()
         tok_path = ckpt if (ckpt / "tokenizer_config.json").exists() else base
     else:
-        model = auto_class.from_pretrained(str(ckpt), **model_kwargs)
+        with quiet_model_load():
+            model = auto_class.from_pretrained(str(ckpt), **model_kwargs)
         tok_path = ckpt
     model.eval()
     return model, AutoTokenizer.from_pretrained(str(tok_path))

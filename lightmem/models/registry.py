@@ -6,14 +6,18 @@ naming the package to install.
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import io
+import json
 import logging
 import os
 import shutil
+import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +25,10 @@ from typing import Any
 
 from lightmem.deprecation import warn_once
 from lightmem.errors import ModelPackageMissingError
+from lightmem.models.first_run import cache_lock, one_time_step, quiet_optional_kernel_notice
 
 log = logging.getLogger(__name__)
+quiet_optional_kernel_notice()  # before anything imports peft (and with it bitsandbytes)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -156,37 +162,101 @@ class ModelRegistry:
             raise ModelPackageMissingError(spec.name, spec.package, f"(expected {target}; reinstall the package)")
         return target
 
-    def unpacked(self, spec: PackagedModel) -> Path:
+    def unpacked(self, spec: PackagedModel, weights: bool = True) -> Path:
         """The folder of a model shipped as a zip split over several packages, unpacked once into the cache.
 
-        The parts are joined into one archive beside the cache folder and extracted to a
-        temporary folder that is renamed into place, so a killed unpack leaves nothing that looks done.
+        ``weights=False`` unpacks all but the weight files (the config and tokenizer: what an encoder whose ONNX
+        graph is already made reads); a later call with ``weights=True`` adds them. The archive is read across its
+        parts where the packages installed them (no joined copy is written); the folder is extracted to a temporary
+        one that is renamed into place, and each weight file to a temporary file, so a killed unpack leaves nothing
+        that looks done; a second process asking at the same time waits for the first instead of unpacking again.
         """
         out = self.cache_dir / "unpacked" / spec.name
-        if (out / "config.json").exists():
+        if _unpacked_holds(out, weights):
             return out
         files = [self._split_part(spec, pkg) for pkg in spec.parts]
-        log.info("unpacking %s from %d packages into %s (one time)", spec.name, len(files), out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        archive = out.with_name(out.name + ".zip.tmp")
-        try:
-            with archive.open("wb") as sink:
-                for f in files:
-                    with f.open("rb") as src:
-                        shutil.copyfileobj(src, sink, 1 << 20)
-            with zipfile.ZipFile(archive) as zf:
-                zf.extractall(tmp)
-            roots = [c.parent for c in tmp.rglob("config.json") if (c.parent / "modules.json").exists()]
-            if len(roots) != 1:
-                raise ModelPackageMissingError(spec.name, spec.parts[0], f"(the archive holds {len(roots)} model folders)")
-            shutil.rmtree(out, ignore_errors=True)
-            roots[0].replace(out)
-        finally:
-            archive.unlink(missing_ok=True)
-            shutil.rmtree(tmp, ignore_errors=True)
+        with cache_lock(self.cache_dir, f"unpacked-{spec.name}"):
+            if _unpacked_holds(out, weights):  # another process unpacked it while this one waited
+                return out
+            part = "the weights of " if (out / "config.json").exists() else ""
+            one_time_step(f"unpacking {part}{spec.name} from {len(files)} packages", out)
+            with _Joined(files) as archive, zipfile.ZipFile(archive) as zf:
+                root, light, heavy = _model_members(zf, spec)
+                if not (out / "config.json").exists():
+                    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    try:
+                        for info in light + (heavy if weights else []):
+                            _extract(zf, info, tmp / info.filename[len(root):])
+                        _write_marker(tmp, _zip_identity(root, heavy), [i.filename[len(root):] for i in heavy])
+                        shutil.rmtree(out, ignore_errors=True)
+                        tmp.replace(out)
+                    finally:
+                        shutil.rmtree(tmp, ignore_errors=True)
+                elif weights:
+                    for info in heavy:
+                        _extract(zf, info, out / info.filename[len(root):])
         return out
+
+    @contextlib.contextmanager
+    def weights_folder(self, name: str):
+        """A folder holding the weights of ``name`` while the block runs (what exporting an encoder reads). A model
+        unpacked from a split zip without its weights gets them in a temporary copy of its folder, removed after
+        the block, so the cache keeps only what later runs read; any other model's folder is its ``path``."""
+        spec = None if os.path.exists(name) else self.spec(name)
+        if spec is None or not spec.parts or spec.split_gguf:
+            yield self.path(name)
+            return
+        out = self.unpacked(spec, weights=False)
+        if _unpacked_holds(out, weights=True):
+            yield out
+            return
+        tmp = out.with_name(f"{out.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            shutil.copytree(out, tmp)
+            with _Joined([self._split_part(spec, pkg) for pkg in spec.parts]) as archive, zipfile.ZipFile(archive) as zf:
+                root, _, heavy = _model_members(zf, spec)
+                for info in heavy:
+                    _extract(zf, info, tmp / info.filename[len(root):])
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def model_files(self, name: str) -> Path:
+        """The folder of ``name`` with at least its config and tokenizer; a model unpacked from a split zip may lack
+        its weights (``path`` adds them)."""
+        spec = None if os.path.exists(name) else self.spec(name)
+        if spec is not None and spec.parts and not spec.split_gguf:
+            return self.unpacked(spec, weights=False)
+        return self.path(name)
+
+    def weights_identity(self, name: str) -> str:
+        """What the weights of ``name`` are, to key the files made from them (an encoder's ONNX graphs): by content
+        for a packaged model (the sha256 its package's RECORD lists, or the size and CRC-32 the split zip
+        records), so one made in another environment, or before the model was unpacked again, is found; by path,
+        size and modification time for a local folder."""
+        spec = None if os.path.exists(name) else self.spec(name)
+        if spec is not None and spec.parts and not spec.split_gguf:
+            out = self.unpacked(spec, weights=False)
+            marker = _read_marker(out)
+            if marker is None:  # unpacked before the marker was written: read the archive's directory once
+                with _Joined([self._split_part(spec, pkg) for pkg in spec.parts]) as archive, zipfile.ZipFile(archive) as zf:
+                    root, _, heavy = _model_members(zf, spec)
+                    marker = {"identity": _zip_identity(root, heavy), "weights": [i.filename[len(root):] for i in heavy]}
+                _write_marker(out, marker["identity"], marker["weights"])
+            return marker["identity"]
+        folder = self.path(name)
+        if spec is not None:
+            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                dist = importlib.metadata.distribution(spec.package)
+                top = folder.resolve()
+                listed = sorted(f"{f.name}:{f.size}:{f.hash.value}" for f in dist.files or ()
+                                if f.hash and f.suffix in WEIGHT_SUFFIXES and Path(dist.locate_file(f)).resolve().is_relative_to(top))
+                if listed:
+                    return "pkg|" + ";".join(listed)
+        return stat_identity(folder)
 
     def joined_gguf(self, spec: PackagedModel) -> Path:
         """The GGUF of a model split over packages, joined once into the cache and checked against its pinned
@@ -212,7 +282,7 @@ class ModelRegistry:
             if len(found) != 1:
                 raise ModelPackageMissingError(spec.name, pkg, f"(no single part file in {pkg}; `{spec.pip_command()}`)")
             files.append(Path(dist.locate_file(found[0])))
-        log.info("joining %s from %d packages into %s (one time)", spec.name, len(files), out)
+        one_time_step(f"joining {spec.name} from {len(files)} packages (checked against its pinned sha256)", out)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
         digest = hashlib.sha256()
@@ -283,7 +353,7 @@ class ModelRegistry:
 
     @staticmethod
     def _convert_gguf(gguf: Path, out: Path) -> None:
-        log.info("converting %s to a transformers folder in %s (one time)", gguf.name, out)
+        one_time_step(f"converting {gguf.name} to a transformers folder", out)
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -354,6 +424,125 @@ def _plain_view_reader(base: type) -> type:
             return arr.view(arr.dtype.newbyteorder(self.byte_order if override_order is None else override_order))
 
     return PlainViewReader
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx", ".h5", ".msgpack", ".ot")
+_MARKER = ".lightmem-unpacked.json"  # in an unpacked folder: its weights' identity and the weight files it lacks or has
+
+
+def weights_file(folder: Path) -> Path:
+    """The weights file of a sentence-transformers folder (its config when it has none, as for a folder without
+    weights: still a file whose identity changes with the model)."""
+    folder = Path(folder)
+    return next((folder / f for f in ("model.safetensors", "pytorch_model.bin") if (folder / f).exists()), folder / "config.json")
+
+
+def stat_identity(folder: Path) -> str:
+    """A model folder's identity by its weights file's resolved path, size and modification time."""
+    weights = weights_file(folder)
+    st = weights.stat()
+    return f"{weights.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def _model_members(zf: zipfile.ZipFile, spec: PackagedModel) -> tuple[str, list[zipfile.ZipInfo], list[zipfile.ZipInfo]]:
+    """The model folder's prefix in the archive, its other files and its weight files."""
+    names = set(zf.namelist())
+    roots = [n[: -len("config.json")] for n in names
+             if n.rsplit("/", 1)[-1] == "config.json" and f"{n[: -len('config.json')]}modules.json" in names]
+    if len(roots) != 1:
+        raise ModelPackageMissingError(spec.name, spec.parts[0], f"(the archive holds {len(roots)} model folders)")
+    root = roots[0]
+    files = [i for i in zf.infolist() if i.filename.startswith(root) and not i.is_dir()]
+    heavy = [i for i in files if i.filename.endswith(WEIGHT_SUFFIXES)]
+    return root, [i for i in files if i not in heavy], heavy
+
+
+def _zip_identity(root: str, heavy: list[zipfile.ZipInfo]) -> str:
+    return "zip|" + ";".join(sorted(f"{i.filename[len(root):]}:{i.file_size}:{i.CRC:08x}" for i in heavy))
+
+
+def _extract(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path) -> None:
+    """One member to ``dest``, through a temporary file renamed into place."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.tmp")
+    try:
+        with zf.open(info) as src, tmp.open("wb") as sink:
+            shutil.copyfileobj(src, sink, 1 << 20)
+        tmp.replace(dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_marker(folder: Path, identity: str, weights: list[str]) -> None:
+    tmp = folder / f"{_MARKER}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"identity": identity, "weights": weights}))
+    tmp.replace(folder / _MARKER)
+
+
+def _read_marker(folder: Path) -> dict[str, Any] | None:
+    try:
+        marker = json.loads((folder / _MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and "identity" in marker else None
+
+
+def _unpacked_holds(out: Path, weights: bool) -> bool:
+    """An unpacked folder is there, with its weight files when ``weights``."""
+    if not (out / "config.json").exists():
+        return False
+    if not weights:
+        return True
+    marker = _read_marker(out)
+    if marker is None:  # unpacked whole by an earlier version, which wrote no marker
+        return any(p.suffix in WEIGHT_SUFFIXES for p in out.iterdir())
+    return all((out / w).exists() for w in marker.get("weights", ()))
+
+
+class _Joined(io.RawIOBase):
+    """The files ``parts`` read as one seekable file, in order, without writing them out joined."""
+
+    def __init__(self, parts: list[Path]) -> None:
+        super().__init__()
+        self._files = [p.open("rb") for p in parts]
+        self._starts, total = [], 0
+        for p in parts:
+            self._starts.append(total)
+            total += p.stat().st_size
+        self._size, self._pos = total, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer) -> int:
+        view, done = memoryview(buffer).cast("B"), 0
+        while done < len(view) and self._pos < self._size:
+            i = bisect.bisect_right(self._starts, self._pos) - 1
+            f = self._files[i]
+            f.seek(self._pos - self._starts[i])
+            end = self._starts[i + 1] if i + 1 < len(self._starts) else self._size
+            n = f.readinto(view[done:done + min(len(view) - done, end - self._pos)])
+            if not n:
+                break
+            done += n
+            self._pos += n
+        return done
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+        super().close()
 
 
 # Checkpoint folders renamed (new name: former name): a folder that still has the former name is read, with a

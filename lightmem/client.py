@@ -23,7 +23,7 @@ does not offer are left out: ``open``, ``add_turns``, ``flush``, ``pending``, ``
 
 **Arguments the HTTP API does not carry** are left out of the signatures, so a call using one fails at once
 instead of being ignored: ``add(context=...)``, ``search(stm=..., now=...)``, ``build_context(now=...)``
-(``search``'s ``budget`` is keyword-only, since the arguments before it in ``Memory`` are missing). A message's ``caption`` and an add operation's ``context`` raise ``InvalidInputError``;
+(``search``'s ``budget`` and ``threshold`` are keyword-only, since the arguments before them in ``Memory`` are missing). A message's ``caption`` and an add operation's ``context`` raise ``InvalidInputError``;
 a message's own ``session_id`` must be the call's (the API takes one per request).
 
 **Records rebuilt from the answers.** ``MemoryItem`` from a memory's JSON (``id, user_id, text, provenance, kind,
@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import numbers
 import time
 from collections.abc import Generator, Mapping, Sequence
@@ -87,7 +88,7 @@ from lightmem.errors import (
 )
 from lightmem.timeutil import parse_timestamp
 from lightmem.types import ComposedContext, Filters, HistoryEvent, Hit, ItemKind, MemoryItem
-from lightmem.validation import check_id, message_list
+from lightmem.validation import check_id, check_threshold, message_list
 
 __all__ = ["MemoryClient", "AsyncMemoryClient", "AuthError", "ServerUnavailableError", "ServerError"]
 
@@ -483,8 +484,11 @@ def _get_by_key(key: str, user_id: str) -> Op[MemoryItem]:
     return _item((yield _Request("GET", f"/v1/keys/{_segment(key, 'key')}", {"user_id": user_id})))
 
 
-def _search(query: str, user_id: str, k: int | None, filters: Any, budget: int | None) -> Op[list[Hit]]:
-    body = _dropped({"user_id": user_id, "query": query, "k": k, "filters": _filters(filters), "budget": budget})
+def _search(query: str, user_id: str, k: int | None, filters: Any, budget: int | None,
+            threshold: float | None) -> Op[list[Hit]]:
+    threshold = check_threshold(threshold, -math.inf, math.inf)  # a number here; its range is the server's (422)
+    body = _dropped({"user_id": user_id, "query": query, "k": k, "filters": _filters(filters), "budget": budget,
+                     "threshold": threshold})
     data = yield _Request("POST", "/v1/search", body=body)
     return [_hit(h, user_id) for h in _typed(data["hits"], (list,), "hits")]
 
@@ -706,9 +710,10 @@ class MemoryClient(_Base):
         return self._run(_get_by_key(key, user_id))
 
     def search(self, query: str, user_id: str, k: int | None = None,
-               filters: Filters | Mapping[str, Any] | None = None, *, budget: int | None = None) -> list[Hit]:
-        """``Memory.search`` (no ``stm`` nor ``now``: the API has none)."""
-        return self._run(_search(query, user_id, k, filters, budget))
+               filters: Filters | Mapping[str, Any] | None = None, *, budget: int | None = None,
+               threshold: float | None = None) -> list[Hit]:
+        """``Memory.search`` (no ``stm`` nor ``now``: the API has none); ``threshold``: only hits scoring above it."""
+        return self._run(_search(query, user_id, k, filters, budget, threshold))
 
     def build_context(self, query: str, user_id: str, stm: Sequence[str] = (), budget: int | None = None,
                       k: int | None = None, filters: Filters | Mapping[str, Any] | None = None) -> ComposedContext:
@@ -813,8 +818,9 @@ class AsyncMemoryClient(_Base):
         return await self._run(_get_by_key(key, user_id))
 
     async def search(self, query: str, user_id: str, k: int | None = None,
-                     filters: Filters | Mapping[str, Any] | None = None, *, budget: int | None = None) -> list[Hit]:
-        return await self._run(_search(query, user_id, k, filters, budget))
+                     filters: Filters | Mapping[str, Any] | None = None, *, budget: int | None = None,
+                     threshold: float | None = None) -> list[Hit]:
+        return await self._run(_search(query, user_id, k, filters, budget, threshold))
 
     async def build_context(self, query: str, user_id: str, stm: Sequence[str] = (), budget: int | None = None,
                             k: int | None = None, filters: Filters | Mapping[str, Any] | None = None) -> ComposedContext:

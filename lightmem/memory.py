@@ -39,6 +39,7 @@ from lightmem.validation import (
     check_metadata,
     check_query,
     check_stm,
+    check_threshold,
     check_turn_lengths,
     check_unicode,
     check_user_id,
@@ -219,6 +220,7 @@ class Memory:
         stm: Sequence[str] = (),
         now: object = None,
         budget: int | None = None,
+        threshold: float | None = None,
     ) -> list[Hit]:
         """Retrieve at most ``k`` items of ``user_id`` for ``query`` (Controller → Stage 1 → Selector).
 
@@ -227,8 +229,16 @@ class Memory:
         With ``budget`` (prompt tokens of memory lines: each memory as ``build_context`` renders it, date
         prefix and newline included, counted by the prompt's tokenizer), the hits are the set Stage 2 packs
         within it from its 5K candidates, best first: short memories leave room for more of them.
+
+        With ``threshold``, only hits whose ``score`` is above it are returned (Stage 2's best ``k`` of those), so
+        there may be fewer than ``k``, or none; ``None`` (the default): the best ``k`` whatever they score. A score is
+        Stage 1's fused evidence, not a probability: by default the cosine of the query's and the memory's vectors
+        plus 0.5 × its BM25 over the best match's plus 0.1 for a matching tag, -1 to 1.6. ``threshold=0`` drops the
+        hits without any evidence (no shared word, no tag, a vector pointing away or not written yet); a threshold
+        outside the range of scores (``TwoStageRetriever.score_range``) raises ``InvalidInputError``. What a score
+        means and what to choose: docs/python.md, "Scores and thresholds".
         """
-        return self.retrieve(query, user_id, k, filters, stm, now, budget).hits
+        return self.retrieve(query, user_id, k, filters, stm, now, budget, threshold).hits
 
     def retrieve(
         self,
@@ -239,15 +249,18 @@ class Memory:
         stm: Sequence[str] = (),
         now: object = None,
         budget: int | None = None,
+        threshold: float | None = None,
     ) -> RetrievalResult:
-        """``search`` with its workings: the plan, the Stage-1 candidates and per-stage milliseconds."""
+        """``search`` with its workings: the plan, the Stage-1 candidates (all of them: ``threshold`` filters the
+        hits only) and per-stage milliseconds."""
         user_id, query = check_user_id(user_id), check_query(query)
         k, budget, stm = self.k if k is None else check_k(k), check_budget(budget), check_stm(stm)
+        threshold = check_threshold(threshold, *self.retriever.score_range())
         at = self.clock() if now is None else parse_timestamp(now)
         t0 = time.perf_counter()
         plan = self.controller.plan(query, k, Filters.from_mapping(filters), stm, at)
         plan_ms = (time.perf_counter() - t0) * 1000
-        result = self.retriever.retrieve(plan, user_id, at, budget)
+        result = self.retriever.retrieve(plan, user_id, at, budget, threshold)
         result.timings_ms["controller"] = plan_ms
         return result
 

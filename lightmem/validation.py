@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -374,6 +375,31 @@ def check_budget(budget: object) -> int | None:
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_BUDGET):
         raise InvalidInputError(f"budget must be a positive number of tokens up to {MAX_BUDGET}, got {shown(budget)}")
     return budget
+
+
+def check_threshold(threshold: object, low: float, high: float) -> float | None:
+    """Return ``threshold`` as a float (``None``: no filter) when it is a finite real number from ``low`` to ``high``,
+    the range of the scores the search can give (``TwoStageRetriever.score_range``): below it, it would drop
+    nothing; above it, everything.
+
+    Raises:
+        InvalidInputError: ``threshold`` is not a real number (a bool is not, nor a string), is NaN or infinite, or
+            is outside ``low``..``high``.
+    """
+    if threshold is None:
+        return None
+    try:
+        ok = isinstance(threshold, numbers.Real) and not isinstance(threshold, bool) and math.isfinite(threshold)
+    except OverflowError:  # an int beyond float range
+        ok = False
+    if not ok:
+        raise InvalidInputError(f"threshold must be a finite number (a hit is kept when its score is above it) or "
+                                f"None for no filter, got {shown(threshold)}")
+    value = float(threshold)
+    if not low <= value <= high:
+        raise InvalidInputError(f"threshold must be within the range of this memory's scores, {low:g} to {high:g} "
+                                f"(a hit is kept when its score is above it), got {shown(threshold)}")
+    return value
 
 
 def check_stm(stm: object) -> list[str]:

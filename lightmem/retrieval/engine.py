@@ -131,10 +131,15 @@ class TwoStageRetriever:
         self._count = CachedCount(embedder.token_counter)  # tokens of excerpts and dated copies
         self.composer = composer or ContextComposer(embedder.token_counter())
 
-    def retrieve(self, plan: RetrievalPlan, user_id: str, now: float, budget: int | None = None) -> RetrievalResult:
+    def retrieve(self, plan: RetrievalPlan, user_id: str, now: float, budget: int | None = None,
+                 threshold: float | None = None) -> RetrievalResult:
         """Stage 1, then Stage 2: the best ``plan.k`` hits, or with ``budget`` the set Stage 2 packs
         within ``budget`` prompt tokens of memory lines (its ranking of all candidates, greedily packed:
-        K then only sizes the candidate pool, so short memories leave room for more of them)."""
+        K then only sizes the candidate pool, so short memories leave room for more of them).
+
+        With ``threshold``, only candidates whose score (Stage 1's, ``Hit.score``) is above it can be hits: the best
+        ``plan.k`` of them in Stage 2's order, which ranks the whole pool as it was trained to (its features
+        compare a candidate with the others). The result's ``candidates`` are the whole pool, filtered or not."""
         t0 = time.perf_counter()
         texts = [hq.text for hq in plan.hqs]
         qvecs = self.embedder.encode(texts, is_query=True)
@@ -143,7 +148,12 @@ class TwoStageRetriever:
         candidates = [hit for _, hit in ranked]
         t2 = time.perf_counter()
         fill = budget is not None and self.fill_budget
-        hits = self.selector.select(plan, candidates, len(candidates) if fill else plan.k)[: None if fill else plan.k]
+        if threshold is not None and any(h.score <= threshold for h in candidates):
+            # Every selector ranks the whole pool anyway: its first k of all are its first k when asked for k.
+            hits = [h for h in self.selector.select(plan, candidates, len(candidates)) if h.score > threshold]
+        else:
+            hits = self.selector.select(plan, candidates, len(candidates) if fill else plan.k)
+        hits = hits[: None if fill else plan.k]
         if wants_dates(self.anchor_dates, plan.query):
             hits = [self._dated(h) for h in hits]
         if budget is not None:
@@ -155,6 +165,30 @@ class TwoStageRetriever:
         self.store.touch(user_id, [h.row for h in hits if h.row is not None], now)
         ms = lambda a, b: (b - a) * 1000.0  # noqa: E731
         return RetrievalResult(hits, candidates, {"embed": ms(t0, t1), "stage1": ms(t1, t2), "stage2": ms(t2, t3)}, plan)
+
+    def score_range(self) -> tuple[float, float]:
+        """The lowest and highest score a hit can have under these settings (a search's threshold must be within).
+
+        Weighted fusion: ``w_dense`` × a cosine (-1 to 1) plus ``w_lexical`` × BM25 normalised by the best candidate's
+        (0 to 1), ``w_meta`` × the metadata match (0 or 1) and ``w_recency`` × the recency decay (0 to 1): -1 to 1.6 with
+        the default weights. RRF: each ranking's weight / (``rrf_k`` + rank), ranks from 1, and the metadata match's
+        weight / (``rrf_k`` + 1). An LTM node scores its cosine plus ``w_lexical`` × its normalised BM25 (a neighbour:
+        its seed's score × the edge's confidence × 0.5 a hop, nearer 0)."""
+        def span(weights: Sequence[float], cos_weight: float = 0.0, scale: float = 1.0) -> tuple[float, float]:
+            low = -abs(cos_weight) + sum(min(0.0, w) for w in weights)
+            high = abs(cos_weight) + sum(max(0.0, w) for w in weights)
+            return low * scale, high * scale
+
+        if self.fusion is Fusion.RRF:
+            if self.rrf_k + 1 <= 0:  # ranks near -rrf_k: no bound
+                return -math.inf, math.inf
+            low, high = span([self.w_dense, self.w_lexical, self.w_meta], scale=1.0 / (self.rrf_k + 1))
+        else:
+            low, high = span([self.w_lexical, self.w_meta, self.w_recency], self.w_dense)
+        if self.ltm is not None and self.routing != "mtm_only":
+            ltm_low, ltm_high = span([self.w_lexical], 1.0)
+            low, high = min(low, ltm_low), max(high, ltm_high)
+        return low, high
 
     def pack(self, plan: RetrievalPlan, hits: list[Hit], budget: int) -> list[Hit]:
         """The ranked ``hits`` packed within ``budget`` prompt tokens (as the composer packs): whole memories

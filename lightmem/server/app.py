@@ -212,7 +212,8 @@ def _routes() -> APIRouter:
         authorize(caller, body.user_id)
         filters = body.filters.model_dump(exclude_none=True) if body.filters else None
         with memory_of(request) as memory:
-            hits = memory.search(body.query, body.user_id, k=body.k, filters=filters, budget=body.budget)
+            hits = memory.search(body.query, body.user_id, k=body.k, filters=filters, budget=body.budget,
+                                 threshold=body.threshold)
         return HitsOut(hits=[HitOut.of(h) for h in hits])
 
     @r.post("/v1/context", tags=["memories"], responses=write)

@@ -20,6 +20,7 @@ from lightmem.errors import InvalidInputError, ItemNotFoundError, StoreError
 from lightmem.memory import Memory
 from lightmem.server.schemas import (
     MAX_TURNS_PER_REQUEST,
+    THRESHOLD_DOC,
     Budget,
     ContextOut,
     DeletedOut,
@@ -30,6 +31,7 @@ from lightmem.server.schemas import (
     Limit,
     MemoryOut,
     Offset,
+    Threshold,
     Timestamp,
 )
 from lightmem.server.settings import open_memory
@@ -184,12 +186,14 @@ def add_tools(server: MCPServer, memory: Memory, user_of: Callable[[], str], loc
         query: Annotated[NonBlank, Field(description="What to look for, as a question or keywords.")],
         k: Annotated[K, Field(description="How many memories to return.")] = 5,
         metadata: Annotated[dict[str, Any] | None, Field(description=METADATA_FILTER)] = None,
+        threshold: Annotated[Threshold | None, Field(description=THRESHOLD_DOC.replace("422", "an error"))] = None,
     ) -> HitsOut:
-        """Find the memories most relevant to a query, best first, with their scores and source turns."""
+        """Find the memories most relevant to a query, best first, with their scores and source turns. With a
+        threshold (0: some evidence), only memories scoring above it, so there may be fewer than k, or none."""
         check("search_memories", query=(query, long))
         filters = {"metadata": metadata} if metadata is not None else None
         return HitsOut(hits=[HitOut.of(h) for h in call("search_memories", memory.search, query, user_of(), k=k,
-                                                          filters=filters)])
+                                                          filters=filters, threshold=threshold)])
 
     @server.tool()
     def get_memories(

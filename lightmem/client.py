@@ -441,10 +441,12 @@ def _dropped(value: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- the operations: Memory's methods as requests (one place for both clients) --------------------
-def _add(messages: Any, user_id: str, timestamp: Any, session_id: str | None) -> Op[list[MemoryItem]]:
+def _add(messages: Any, user_id: str, timestamp: Any, session_id: str | None, policy: str | None) -> Op[list[MemoryItem]]:
     msgs, session = _messages(messages, timestamp, session_id)
+    if policy is not None and not isinstance(policy, str):  # a policy object runs in the server's process only;
+        raise InvalidInputError(f"policy must be a policy's name over HTTP, got {shown(policy)}")  # names: the server checks
     data = yield _Request("POST", "/v1/memories", body=_dropped({"user_id": user_id, "messages": msgs,
-                                                                   "session_id": session}))
+                                                                   "session_id": session, "policy": policy}))
     return [_item(i) for i in _typed(data["items"], (list,), "items")]
 
 
@@ -693,9 +695,10 @@ class MemoryClient(_Base):
         return self._answer(request, response, body), response.status_code
 
     def add(self, messages: str | Mapping[str, Any] | Sequence[str | Mapping[str, Any]], user_id: str,
-            timestamp: object = None, session_id: str | None = None) -> list[MemoryItem]:
-        """``Memory.add``: the memories written (none for turns already stored), once committed."""
-        return self._run(_add(messages, user_id, timestamp, session_id))
+            timestamp: object = None, session_id: str | None = None, *, policy: str | None = None) -> list[MemoryItem]:
+        """``Memory.add``: the memories written (none for turns already stored), once committed; ``policy`` by
+        name (``"all"``, ``"agent"``)."""
+        return self._run(_add(messages, user_id, timestamp, session_id, policy))
 
     def batch(self, ops: Sequence[Mapping[str, Any]], user_id: str | None = None, atomic: bool = False) -> list[dict[str, Any]]:
         """``Memory.batch`` (``POST /v1/batch``): one ``{"index", "op", "status", ...}`` per operation."""
@@ -803,8 +806,8 @@ class AsyncMemoryClient(_Base):
         return self._answer(request, response, body), response.status_code
 
     async def add(self, messages: str | Mapping[str, Any] | Sequence[str | Mapping[str, Any]], user_id: str,
-                  timestamp: object = None, session_id: str | None = None) -> list[MemoryItem]:
-        return await self._run(_add(messages, user_id, timestamp, session_id))
+                  timestamp: object = None, session_id: str | None = None, *, policy: str | None = None) -> list[MemoryItem]:
+        return await self._run(_add(messages, user_id, timestamp, session_id, policy))
 
     async def batch(self, ops: Sequence[Mapping[str, Any]], user_id: str | None = None,
                     atomic: bool = False) -> list[dict[str, Any]]:

@@ -47,6 +47,8 @@ from lightmem.validation import (
     to_turns,
 )
 from lightmem.write import WritePipeline
+from lightmem.write_policy import WritePolicy
+from lightmem.write_policy import resolve as resolve_policy
 
 log = logging.getLogger(__name__)
 
@@ -149,25 +151,32 @@ class Memory:
         timestamp: object = None,
         session_id: str | None = None,
         context: Sequence[str] = (),
+        *,
+        policy: str | WritePolicy | None = None,
     ) -> list[MemoryItem]:
         """Remember an interaction. Returns the items written (none for turns already stored).
 
         Every message is validated before anything is written; the turns and their items
-        commit in one transaction, so when ``add`` returns they survive a crash.
+        commit in one transaction, so when ``add`` returns they survive a crash. ``policy``
+        (``lightmem.write_policy``) decides which turns become memories: ``"all"`` (None, the default)
+        every one; ``"agent"`` (the adapters' default) leaves out questions, pleasantries, answers and
+        restatements of stored memories. Every turn is stored either way.
         """
         user_id = check_user_id(user_id)
-        return self.add_turns(user_id, to_turns(messages, timestamp, session_id), context)
+        judge = resolve_policy(policy)
+        return self.add_turns(user_id, to_turns(messages, timestamp, session_id), context, policy=judge)
 
-    def add_turns(self, user_id: str, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[MemoryItem]:
+    def add_turns(self, user_id: str, turns: Sequence[Turn], context: Sequence[str] = (), *,
+                  policy: str | WritePolicy | None = None) -> list[MemoryItem]:
         """Write already-validated turns (the loaders produce them) in one transaction.
 
         With a sensory stage, turns first fill its buffers; entries are written when the STM
         buffer releases segments, and the turns still buffered are marked pending in the
-        same transaction (``flush`` writes them at once).
+        same transaction (``flush`` writes them at once). ``policy``: as ``add``'s.
         """
         user_id = check_user_id(user_id)
         check_turn_lengths(turns, self.max_turn_chars)
-        return self._write.add_turns(user_id, turns, context)
+        return self._write.add_turns(user_id, turns, context, policy=resolve_policy(policy))
 
     def flush(self, user_id: str, context: Sequence[str] = ()) -> list[MemoryItem]:
         """Write everything the sensory stage still buffers for ``user_id`` (end of a conversation)."""

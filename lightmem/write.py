@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from lightmem.indexer import BackgroundIndexer
+from lightmem.language.exchange import restates
 from lightmem.ltm import LTMRuntime
 from lightmem.models.embedder import Embedder
 from lightmem.models.tokens import TokenCounter
@@ -18,7 +19,8 @@ from lightmem.roles.maintenance import Maintainer
 from lightmem.roles.writer import DraftItem, Writer, write_segments
 from lightmem.sensory.pipeline import SensoryStage
 from lightmem.stores.base import MemoryStore
-from lightmem.types import MemoryItem, Turn
+from lightmem.types import Filters, MemoryItem, Turn
+from lightmem.write_policy import WritePolicy
 
 
 class WritePipeline:
@@ -57,13 +59,60 @@ class WritePipeline:
         self.store, self.embedder, self.counter = store, embedder, counter
         self.writer, self.clock, self.sensory_stage, self.maintainer, self.ltm = writer, clock, sensory_stage, maintainer, ltm
 
-    def add_turns(self, user_id: str, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[MemoryItem]:
-        """Write ``turns`` not stored yet (through the sensory stage when there is one); returns the items written."""
+    def add_turns(self, user_id: str, turns: Sequence[Turn], context: Sequence[str] = (),
+                  policy: WritePolicy | None = None) -> list[MemoryItem]:
+        """Write ``turns`` not stored yet (through the sensory stage when there is one); returns the items written.
+        With a ``policy`` (``lightmem.write_policy``), only the turns it keeps become memories; the others are stored
+        as turns alone, and a kept turn that restates a stored memory is cited by it instead (one transaction)."""
         known = self.store.known_turns(user_id, [t.turn_id for t in turns]) if turns else set()
         turns = [t for t in turns if t.turn_id not in known]  # a resumed ingest skips what is stored
+        if policy is not None and turns:
+            return self.store.run_atomic(lambda: self._judged(user_id, turns, context, policy))
         if self.sensory_stage is None:
             return self._commit(user_id, turns, self.writer.write(turns, context) if turns else [])
         return self._through_sensory_stage(user_id, turns, context, drain=False)
+
+    def _judged(self, user_id: str, turns: Sequence[Turn], context: Sequence[str], policy: WritePolicy) -> list[MemoryItem]:
+        """``add_turns`` under ``policy``, inside the caller's transaction."""
+        verdicts = policy.judge(turns, context)
+        kept = [t for t, v in zip(turns, verdicts) if v.keep]
+        links: dict[str, list[str]] = {}  # stored item id -> the kept turns that restate it
+        if policy.dedupe:
+            fresh: list[Turn] = []
+            for t in kept:
+                if any(restates(t.text, f.text) for f in fresh):
+                    continue  # the same thing twice in one call: the first is written, the second only stored
+                copy = self._stored_copy(user_id, t.text)
+                if copy is None:
+                    fresh.append(t)
+                else:
+                    links.setdefault(copy, []).append(t.turn_id)
+            kept = fresh
+        kept_ids = {t.turn_id for t in kept}
+        records = [t for t in turns if t.turn_id not in kept_ids]
+        written = self._commit(user_id, records, [])  # the record of every turn not written as a memory
+        if kept:
+            if self.sensory_stage is None:
+                written += self._commit(user_id, kept, self.writer.write(kept, context))
+            else:
+                written += self._through_sensory_stage(user_id, kept, context, drain=False)
+        for item_id, turn_ids in links.items():
+            item = self.store.get(user_id, item_id)
+            self.store.update(user_id, item_id, self.clock(), provenance=[*item.provenance, *turn_ids])
+        return written
+
+    def _stored_copy(self, user_id: str, text: str) -> str | None:
+        """The id of an active memory of the user that ``text`` restates (``language.exchange.restates``), found
+        among the best lexical matches; None when there is none."""
+        rids, _, _ = self.store.search_lexical(user_id, text, 5, Filters())
+        if len(rids) == 0:
+            return None
+        items = self.store.fetch(user_id, [int(r) for r in rids])
+        for rid in rids:
+            item = items.get(int(rid))
+            if item is not None and restates(text, item.text.partition(": ")[2] or item.text):
+                return item.id
+        return None
 
     def flush(self, user_id: str, context: Sequence[str] = ()) -> list[MemoryItem]:
         """Write everything the sensory stage still buffers for ``user_id``."""

@@ -100,6 +100,11 @@ def test_every_method_round_trips_with_memory_s_types_and_answers(served):
         assert second.event_time == pytest.approx(1715126400.0) and second.provenance and not second.archived
         assert memory.add({"speaker": "Bob", "text": f"I run marathons {tag}", "metadata": {"topic": tag, "rank": 5}},
                           user_id="bob", timestamp=1715126400)[0].event_time == 1715126400
+        # the write policy travels by name: under "agent" a question and its short answer are turns, not memories
+        assert memory.add([f"Where do I live {tag}?", {"role": "assistant", "content": "Lisbon."}], user_id="bob",
+                          policy="agent") == []
+        with pytest.raises(InvalidInputError, match="policy"):
+            memory.add("x", user_id="bob", policy="some")
 
         # reads: Memory's items for the same store, on every field the API carries
         got = memory.get(first.id, "bob")

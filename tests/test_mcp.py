@@ -69,7 +69,7 @@ def test_add_memories_writes_several_messages_in_one_call_or_none_of_them(memory
         added = await c.call_tool("add_memories", {"messages": [
             {"text": "I adopted a dog named Rex", "timestamp": "2023-05-08T13:56:00", "metadata": {"topic": "pets"}},
             {"text": "What breed is he?", "speaker": "assistant"},
-            {"text": "A beagle", "speaker": "Alice", "timestamp": 1683554400}]})
+            {"text": "A beagle", "speaker": "Alice", "timestamp": 1683554400}], "policy": "all"})  # every message
         refused = await c.call_tool("add_memories", {"messages": [{"text": "a fine message"}, {"text": "   "}]})
         hostile = await c.call_tool("add_memories", {"messages": [{"text": "fine"}, {"text": "bad\u0000 one"}]})
         empty = await c.call_tool("add_memories", {"messages": []})

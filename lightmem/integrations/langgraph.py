@@ -535,7 +535,7 @@ def _run_coroutine(coro: Any) -> Any:
 
 
 # -- build_context in a graph's model call -------------------------------------------------------------
-def lightmem_context(memory: Any, user_id: str, query: str, budget: int = 600, **options: Any) -> str:
+def lightmem_context(memory: Any, user_id: str, query: str, budget: int | None = None, **options: Any) -> str:
     """``memory.build_context(query, user_id, budget=budget, **options).prompt``: the memories for ``query`` packed with
     it into at most ``budget`` tokens (a synchronous memory; ``alightmem_context`` serves both)."""
     if _is_async(memory):
@@ -544,7 +544,7 @@ def lightmem_context(memory: Any, user_id: str, query: str, budget: int = 600, *
         return _prompt(memory.build_context(query, user_id, budget=budget, **options))
 
 
-async def alightmem_context(memory: Any, user_id: str, query: str, budget: int = 600, **options: Any) -> str:
+async def alightmem_context(memory: Any, user_id: str, query: str, budget: int | None = None, **options: Any) -> str:
     """``lightmem_context`` from a coroutine: awaits an asynchronous memory, runs a synchronous one on a thread."""
     if _is_async(memory):
         return _prompt(await memory.build_context(query, user_id, budget=budget, **options))
@@ -571,7 +571,7 @@ def _last_human(messages: Sequence[AnyMessage]) -> str:
 
 
 def context_messages(messages: Sequence[AnyMessage], memory: Any, user_id: str, *, query: str | None = None,
-                     budget: int = 600, **options: Any) -> list[AnyMessage]:
+                     budget: int | None = None, **options: Any) -> list[AnyMessage]:
     """``[SystemMessage(lightmem_context(...)), *messages]``: the query defaults to the last human message's text
     (no human message and no query: the messages unchanged)."""
     query = _last_human(messages) if query is None else query
@@ -581,7 +581,7 @@ def context_messages(messages: Sequence[AnyMessage], memory: Any, user_id: str, 
 
 
 async def acontext_messages(messages: Sequence[AnyMessage], memory: Any, user_id: str, *, query: str | None = None,
-                            budget: int = 600, **options: Any) -> list[AnyMessage]:
+                            budget: int | None = None, **options: Any) -> list[AnyMessage]:
     """``context_messages`` from a coroutine."""
     query = _last_human(messages) if query is None else query
     if not query.strip():

@@ -73,8 +73,10 @@ class LightmemMemoryBlock(BaseMemoryBlock[str]):
     Args:
         memory: A ``Memory``, ``AsyncMemory``, ``MemoryClient`` or ``AsyncMemoryClient``.
         user_id: Whose memories it reads and writes.
-        budget: The most tokens of ``build_context``'s prompt, whose memories the block returns.
+        budget: The most tokens of ``build_context``'s prompt, whose memories the block returns; None (the default):
+            the memory's own default (``DEFAULT_BUDGET``, 600, unless the memory was opened with another).
         save: Save the messages LlamaIndex's ``Memory`` moves out of its short-term history; False to only read.
+        policy: Which saved messages become memories: ``"agent"`` (the default; ``lightmem.write_policy``) or ``"all"``.
         context_options: More arguments of ``build_context`` (``filters``, ``k``).
         name: The block's name, the tag LlamaIndex's template wraps its text in (default ``lightmem``).
         priority: LlamaIndex's truncation order; 0 (the default) is never truncated: ``budget`` already bounds it.
@@ -83,8 +85,10 @@ class LightmemMemoryBlock(BaseMemoryBlock[str]):
     name: str = Field(default="lightmem", description="The name of the memory block.")
     memory: Any = Field(description="A lightmem Memory, AsyncMemory, MemoryClient or AsyncMemoryClient.")
     user_id: str = Field(description="Whose memories the block reads and writes.")
-    budget: int = Field(default=600, gt=0, description="The most tokens of build_context's prompt.")
+    budget: int | None = Field(default=None, gt=0, description="The most tokens of build_context's prompt; None: the memory's default (lightmem.retrieval.composer.DEFAULT_BUDGET).")
     save: bool = Field(default=True, description="Save the messages flushed from the short-term history.")
+    policy: str = Field(default="agent", description="Which saved messages become memories (lightmem.write_policy): "
+                        "'agent' leaves out questions, pleasantries, answers and restatements; 'all' writes every one.")
     context_options: dict[str, Any] = Field(default_factory=dict, description="More arguments of build_context.")
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
@@ -109,4 +113,4 @@ class LightmemMemoryBlock(BaseMemoryBlock[str]):
     async def remember(self, messages: Sequence[ChatMessage]) -> list[Any]:
         """Save the user and assistant text of ``messages`` as the user's memories now; returns the items written."""
         turns = turns_of(messages)
-        return await call_memory(self.memory, "add", turns, self.user_id) if turns else []
+        return await call_memory(self.memory, "add", turns, self.user_id, policy=self.policy) if turns else []

@@ -99,6 +99,8 @@ class LightmemSession:
         user_id: Whose memories the turns become (and in whose partition the history is kept: ``delete_user`` erases it).
         session_settings: The SDK's ``SessionSettings`` (``limit``: how many latest items ``get_items`` returns).
         remember: Also write the user's and the assistant's text turns as memories (the default).
+        policy: Which of those turns become memories (``lightmem.write_policy``): ``"agent"`` (the default) leaves out
+            questions, pleasantries, answers and restatements of stored memories; ``"all"`` writes every one.
 
     History items are stored one memory per item (more for an item over ``PART_CHARS`` of JSON), archived so that no
     search returns them, written by ``put`` under the key ``oa/<session hash>/<seq>/<nonce>/<part>`` with ``metadata``
@@ -112,14 +114,14 @@ class LightmemSession:
     """
 
     def __init__(self, session_id: str, memory: Any, user_id: str, session_settings: SessionSettings | None = None,
-                 remember: bool = True) -> None:
+                 remember: bool = True, policy: str = "agent") -> None:
         if not isinstance(session_id, str) or not session_id.strip():
             raise ValueError("session_id must be a non-empty string")
         if not isinstance(user_id, str) or not user_id.strip():
             raise ValueError("user_id must be a non-empty string naming whose memories these are")
         self.session_id, self.memory, self.user_id = session_id, memory, user_id
         self.session_settings = session_settings if session_settings is not None else SessionSettings()
-        self.remember = remember
+        self.remember, self.policy = remember, policy
         self._tag = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         self._seen_seq = 0  # every record of this session this instance has seen has a smaller or equal seq
 
@@ -204,7 +206,7 @@ class LightmemSession:
             seq += 1
         if turns:
             try:
-                await call_memory(self.memory, "add", turns, self.user_id, session_id=self.session_id)
+                await call_memory(self.memory, "add", turns, self.user_id, session_id=self.session_id, policy=self.policy)
             except InvalidInputError as exc:  # e.g. a turn over the memory's max_turn_chars: the history has it
                 log.warning("lightmem: session %r: turns kept in the history but not remembered: %s", self.session_id, exc)
 
@@ -246,7 +248,7 @@ class LightmemSession:
             pass
 
     # -- the hook ------------------------------------------------------------------------------
-    def instructions(self, base: str = DEFAULT_BASE, budget: int = 600) -> Callable[..., Any]:
+    def instructions(self, base: str = DEFAULT_BASE, budget: int | None = None) -> Callable[..., Any]:
         """``lightmem_instructions`` for this session's memory and user."""
         return lightmem_instructions(self.memory, self.user_id, base=base, budget=budget)
 
@@ -255,7 +257,7 @@ def _user_of(user_id: UserId, wrapper: RunContextWrapper[Any]) -> str:
     return user_id(wrapper) if callable(user_id) else user_id
 
 
-def lightmem_instructions(memory: Any, user_id: UserId, base: str = DEFAULT_BASE, budget: int = 600,
+def lightmem_instructions(memory: Any, user_id: UserId, base: str = DEFAULT_BASE, budget: int | None = None,
                           **context_options: Any) -> Callable[[RunContextWrapper[Any], Any], Any]:
     """Dynamic ``instructions`` for an ``Agent``: ``base``, a blank line, then ``build_context``'s prompt (at most
     ``budget`` tokens) for the last user message of the turn's input; ``base`` alone when there is none.
@@ -274,7 +276,7 @@ def lightmem_instructions(memory: Any, user_id: UserId, base: str = DEFAULT_BASE
     return instructions
 
 
-def lightmem_input_filter(memory: Any, user_id: str | Callable[[Any], str], budget: int = 600,
+def lightmem_input_filter(memory: Any, user_id: str | Callable[[Any], str], budget: int | None = None,
                           **context_options: Any) -> Callable[[CallModelData[Any]], Any]:
     """A ``RunConfig(call_model_input_filter=...)`` that appends ``build_context``'s prompt for the last user message
     of the model's input to the instructions of every model call (the agent's own instructions first).

@@ -82,18 +82,22 @@ class LightmemMemory(AbstractCapability[Any]):
         memory: A ``Memory``, ``AsyncMemory``, ``MemoryClient`` or ``AsyncMemoryClient``.
         user_id: Whose memories: a user id, or a function of the run's ``RunContext`` that returns one (for an agent
             that serves many users: ``lambda ctx: ctx.deps.user_id``).
-        budget: The most tokens of ``build_context``'s prompt.
+        budget: The most tokens of ``build_context``'s prompt; None (the default): the memory's own default
+            (``DEFAULT_BUDGET``, 600, unless the memory was opened with another).
         save: Save each run's turns when it ends (the capability's ``after_run``); False to only read.
         session_id: The session the saved turns belong to; by default the run's conversation id.
         context_options: More arguments of ``build_context`` (``filters``, ``k``, ``stm``).
+        policy: Which saved turns become memories (``lightmem.write_policy``): ``"agent"`` (the default) leaves out
+            questions, pleasantries, answers and restatements; ``"all"`` writes every turn.
     """
 
     memory: Any
     user_id: UserId
-    budget: int = 600
+    budget: int | None = None
     save: bool = True
     session_id: str | None = None
     context_options: dict[str, Any] = field(default_factory=dict)
+    policy: str = "agent"
     _: KW_ONLY
     id: str | None = "lightmem"
 
@@ -137,4 +141,4 @@ class LightmemMemory(AbstractCapability[Any]):
         session = session_id or self.session_id
         if session is not None:
             turns = [{**t, "session_id": session} for t in turns]
-        return await call_memory(self.memory, "add", turns, user_id or self._user(None))
+        return await call_memory(self.memory, "add", turns, user_id or self._user(None), policy=self.policy)

@@ -204,7 +204,7 @@ def _routes() -> APIRouter:
         # users' requests are answered meanwhile, and the write inside the lock finds the stems cached.
         warm([m.text for m in body.messages if len(m.text) <= request.app.state.memory.max_turn_chars])
         with memory_of(request) as memory:
-            items = memory.add(msgs, user_id=body.user_id, session_id=body.session_id)
+            items = memory.add(msgs, user_id=body.user_id, session_id=body.session_id, policy=body.policy)
         return ItemsOut(items=[MemoryOut.of(i) for i in items])
 
     @r.post("/v1/search", tags=["memories"], responses=write)

@@ -33,6 +33,7 @@ from lightmem.server.schemas import (
     Offset,
     Threshold,
     Timestamp,
+    WritePolicyName,
 )
 from lightmem.server.settings import open_memory
 from lightmem.text import warm
@@ -159,26 +160,31 @@ def add_tools(server: MCPServer, memory: Memory, user_of: Callable[[], str], loc
     ) -> ItemsOut:
         """Remember one message of the conversation. Returns the memories written."""
         return write("add_memory", [MessageArg(text=text, speaker=speaker, timestamp=timestamp, metadata=metadata)],
-                     lambda i: "")
+                     lambda i: "", "all")
 
     @server.tool()
     def add_memories(
         messages: Annotated[list[MessageArg], Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST, description=(
             "The messages, oldest first, e.g. [{'speaker': 'user', 'text': 'I adopted a dog named Rex.'}, "
             f"{{'speaker': 'assistant', 'text': 'Congratulations!'}}]; at most {MAX_TURNS_PER_REQUEST:,}."))],
+        policy: Annotated[WritePolicyName, Field(description=(
+            "Which messages become memories: 'agent' (the default: your own exchange with the user; questions, "
+            "pleasantries, your answers and restatements of stored memories are not written as memories) or 'all'."))]
+        = "agent",
     ) -> ItemsOut:
         """Remember several messages at once (a message and its reply, a stretch of conversation), oldest first.
         They are written together: all of them or, when one is refused, none. Returns the memories written."""
-        return write("add_memories", messages, lambda i: f"messages[{i}].")
+        return write("add_memories", messages, lambda i: f"messages[{i}].", policy)
 
-    def write(tool: str, messages: list[MessageArg], where: Callable[[int], str]) -> ItemsOut:
+    def write(tool: str, messages: list[MessageArg], where: Callable[[int], str], policy: str) -> ItemsOut:
         """Check each message's text (``where(i)``: its arguments' prefix in a refusal), then add them in one call."""
         for i, m in enumerate(messages):
             at = where(i)
             check(tool, **{f"{at}text": (m.text, long), f"{at}speaker": (m.speaker, short),
                            f"{at}timestamp": (m.timestamp, short)})
         warm([m.text for m in messages])  # the texts' analysis outside the lock: other tool calls are not held behind it
-        items = call(tool, memory.add, [m.model_dump(exclude_none=True) for m in messages], user_id=user_of())
+        items = call(tool, memory.add, [m.model_dump(exclude_none=True) for m in messages], user_id=user_of(),
+                     policy=policy)
         return ItemsOut(items=[MemoryOut.of(i) for i in items])
 
     @server.tool()

@@ -98,11 +98,18 @@ class Message(_Request):
 # are written after it returns (the background indexer), so this bounds the time a request holds its worker.
 
 
+# The names of lightmem.write_policy.POLICIES (tests/test_write_policy.py checks they agree).
+WritePolicyName = Literal["all", "agent"]
+POLICY_DOC = ("Which messages become memories: 'all' (every one) or 'agent' (an agent's own exchange: questions, "
+              "pleasantries, answers and restatements of stored memories are kept as turns but not written as memories).")
+
+
 class AddRequest(_Request):
     user_id: UserId = Field(description=USER_DOC, examples=["alice"])
     messages: list[Message] = Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST,
                                     description=f"At most {MAX_TURNS_PER_REQUEST:,} turns; send more in several requests.")
     session_id: Name | None = None
+    policy: WritePolicyName = Field("all", description=POLICY_DOC)
 
 
 class SearchFilters(_Request):

@@ -1,0 +1,119 @@
+"""What an agent's exchange says, read from its text alone (pure, rule-based): the rules of the agent write policy.
+
+An agent stores its own conversation: the user's questions, its answers, "thanks" and "you're welcome". Most of that
+is not worth remembering, and some of it does harm: a stored question ranks first when it is asked again, and a
+stored answer (right or wrong) comes back as if it were a fact. These functions tell the kinds apart:
+
+- ``is_question_only``: every sentence of the text asks something ("What diet am I on?"); a text that also states
+  something ("I moved to Lisbon. Any good cafés?") is not question-only.
+- ``is_pleasantry``: nothing but social glue ("Thanks!", "You're welcome, happy to help!"), by
+  ``language.phatic.is_chitchat`` sentence by sentence, plus the acknowledgements an assistant writes ("Got it.").
+- ``content_words``: the words that carry facts, negations and numbers kept ("not", "never", "2019"), so that
+  "I'm not vegetarian" never reads as a copy of "I'm vegetarian".
+- ``novelty``: the share of a text's content words that none of the given texts holds.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from lightmem.language.phatic import GLUE, is_chitchat
+from lightmem.text import STOPWORDS
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
+# A sentence without its question mark still asks when it opens with a question word ("what time is it") or with an
+# auxiliary before a pronoun ("do you know where ...", "can you remind me ...").
+_WH = frozenset("what when where which who whom whose why how".split())
+_AUX = frozenset("""is are was were do does did can could would will should shall may might have has had am""".split())
+_PRONOUN = frozenset("i you we he she it they there my your this that".split())
+# "Tell me ...", "Remind me ...", "Show me ..." ask for something; "Remember that I ..." states.
+_ASKS_ME = re.compile(r"^(?:can you |could you |please )?(?:tell|remind|show) me\b", re.IGNORECASE)
+# What an assistant says to acknowledge, beyond the user's social glue.
+_ACKNOWLEDGE = frozenset(
+    """got noted understood will do done welcome problem anytime help helping happy assist let know else anything
+    questions question feel free ask here certainly alright okay need needs else hope helps enjoy glad""".split()
+)
+# Negations and quantity words carry meaning the stop list would drop.
+_KEEP = frozenset({"not", "no", "never", "don't", "doesn't", "didn't", "isn't", "aren't", "wasn't", "weren't", "can't",
+                   "won't", "nor", "without", "stopped", "quit", "anymore", "longer"})
+# Discourse fillers: "As I said, ...", "Remember that ...", "Actually, ..." add no fact to what follows.
+_FILLER = frozenset("said say says told tell mentioned already again actually really basically anyway remember just also".split())
+_STOP = (STOPWORDS | _WH | _FILLER | frozenset("i'm i've i'd i'll it's that's you're we're they're let's".split())) - _KEEP
+ASSISTANT_SPEAKERS = frozenset({"assistant", "ai", "bot", "model", "agent"})
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` cut into its sentences (at ., !, ? followed by space, and at line breaks)."""
+    return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
+
+
+def is_question(sentence: str) -> bool:
+    """True when the sentence asks: it ends with a question mark, or (without a final "." or "!") opens with a
+    question word, an auxiliary before a pronoun ("do you know ...") or "tell me" / "remind me"."""
+    s = sentence.strip()
+    if not s:
+        return False
+    if s.endswith("?"):
+        return True
+    if s.endswith("!"):
+        return False
+    if _ASKS_ME.match(s):
+        return True
+    words = _WORD.findall(s.lower())
+    if len(words) < 2 or s.endswith("."):
+        return False
+    return words[0] in _WH or (words[0] in _AUX and words[1] in _PRONOUN)
+
+
+def is_question_only(text: str) -> bool:
+    """True when every sentence of ``text`` that is not social glue asks something (and at least one does)."""
+    parts = [s for s in sentences(text) if not is_chitchat(s)]
+    return bool(parts) and all(is_question(s) for s in parts)
+
+
+def is_pleasantry(text: str) -> bool:
+    """True when ``text`` says nothing but greetings, thanks, praise or acknowledgement ("Thanks!", "Got it, happy
+    to help!", "You're welcome."): every word a stop word, social glue or an acknowledgement."""
+    parts = sentences(text)
+    if not parts:
+        return True
+    for s in parts:
+        if is_chitchat(s):
+            continue
+        words = [w for w in _WORD.findall(s.lower()) if w not in STOPWORDS]
+        if any(w not in GLUE and w not in _ACKNOWLEDGE for w in words):
+            return False
+    return True
+
+
+def content_words(text: str) -> frozenset[str]:
+    """The fact-bearing words of ``text``, lower case: stop words out, negations and numbers in."""
+    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOP)
+
+
+def novelty(text: str, known: Iterable[str]) -> float:
+    """The share of ``text``'s content words that no text of ``known`` holds (1.0 for a text without any)."""
+    words = content_words(text)
+    if not words:
+        return 0.0
+    seen: set[str] = set()
+    for k in known:
+        seen |= content_words(k)
+    return len(words - seen) / len(words)
+
+
+def restates(text: str, stored: str, overlap: float = 0.85) -> bool:
+    """True when ``text`` says nothing ``stored`` does not: its content words are all in ``stored`` (and it has at
+    least two), or the two share at least ``overlap`` of their content words (Jaccard)."""
+    a, b = content_words(text), content_words(stored)
+    if not a or not b:
+        return False
+    if len(a) >= 2 and a <= b:
+        return True
+    return len(a & b) / len(a | b) >= overlap
+
+
+def is_assistant(speaker: str) -> bool:
+    """True for the speaker names the adapters and message roles give an agent's own turns."""
+    return speaker.strip().lower() in ASSISTANT_SPEAKERS

@@ -11,6 +11,7 @@ The real frameworks (LangGraph's ``InMemoryStore`` is the reference), both backe
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 import pytest
@@ -136,6 +137,43 @@ def test_pydantic_ai_and_llama_index_read_the_literal_user(memory):
     assert seen and all("4711" not in (s or "") for s in seen)
     block = LightmemMemoryBlock(memory=memory, user_id="alice", save=False)
     assert "4711" in asyncio.run(block.aget([ChatMessage(role="user", content="What is my PIN?")]))
+
+
+def test_langgraph_nodes_read_the_runs_user_literally(memory):
+    import dataclasses
+
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from lightmem.integrations.langgraph import lightmem_model_node, lightmem_save_node
+
+    @dataclasses.dataclass
+    class Context:
+        user_id: str
+
+    prompts: list[str] = []
+
+    class Capture(BaseCallbackHandler):
+        def on_chat_model_start(self, serialized, messages, **kwargs) -> None:
+            prompts.append("\n".join(str(m.content) for m in messages[0]))
+
+    model = GenericFakeChatModel(messages=(AIMessage("ok") for _ in itertools.count()))  # a new message each call
+    g = StateGraph(MessagesState, context_schema=Context)
+    g.add_node("model", lightmem_model_node(model, memory))
+    g.add_node("save", lightmem_save_node(memory, policy="all"))
+    g.add_edge(START, "model")
+    g.add_edge("model", "save")
+    g.add_edge("save", END)
+    graph = g.compile()
+    for n, label in enumerate(LABELS):  # each run's context names one user, whose turns the save node stores
+        graph.invoke({"messages": [HumanMessage(f"my PIN is {1000 + n}")]}, context=Context(user_id=label))
+    for n, label in enumerate(LABELS):
+        assert {m.text for m in memory.get_all(label)} == {f"user: my PIN is {1000 + n}", "assistant: ok"}, label
+        graph.invoke({"messages": [HumanMessage("What is my PIN?")]}, {"callbacks": [Capture()]},
+                     context=Context(user_id=label))
+        assert [p for p in range(1000, 1000 + len(LABELS)) if str(p) in prompts[-1]] == [1000 + n], label
 
 
 # -- 2. the adapters' bookkeeping keys --------------------------------------------------------------

@@ -8,14 +8,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+from typing import TypedDict
 
 import pytest
+from pydantic import BaseModel
 
 pytest.importorskip("langgraph.store.base", reason="the langgraph extra: pip install 'lightmem-slm[langgraph]'")
 
 from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.config import get_store  # noqa: E402
 from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 from langgraph.store.base import BaseStore, InvalidNamespaceError, PutOp  # noqa: E402
@@ -28,6 +31,8 @@ from lightmem.integrations.langgraph import (  # noqa: E402
     context_messages,
     lightmem_context,
     lightmem_model_node,
+    lightmem_save_node,
+    turns_of,
 )
 
 FACT = "my dog is called Rex"
@@ -51,7 +56,8 @@ class Capture(BaseCallbackHandler):
 
 
 def _model() -> GenericFakeChatModel:
-    return GenericFakeChatModel(messages=itertools.cycle([AIMessage("noted")]))
+    # a new message each call, as a real model answers (one object reused keeps the id the first run gave it)
+    return GenericFakeChatModel(messages=(AIMessage("noted") for _ in itertools.count()))
 
 
 def _system(found) -> SystemMessage:
@@ -369,5 +375,162 @@ def test_context_node_puts_build_context_in_the_model_call(tmp_path):
             capture = Capture()
             await g.compile().ainvoke({"messages": [HumanMessage("What is my cat's name?")]}, {"callbacks": [capture]})
             assert "Miso" in capture.prompts[-1][0].content
+
+    asyncio.run(run())
+
+
+# -- the run's user from LangGraph 1.x's context_schema; the save node ---------------------------------------------
+@dataclasses.dataclass
+class DataContext:
+    user_id: str
+
+
+class DictContext(TypedDict):
+    user_id: str
+
+
+class ModelContext(BaseModel):
+    user_id: str
+
+
+def _chat_graph(model, memory, *, context_schema=None, save: dict | None = None, checkpointer=None):
+    """START -> model (lightmem_model_node) [-> save (lightmem_save_node)] -> END."""
+    g = StateGraph(MessagesState, context_schema=context_schema)
+    g.add_node("model", lightmem_model_node(model, memory))
+    g.add_edge(START, "model")
+    if save is None:
+        g.add_edge("model", END)
+    else:
+        g.add_node("save", lightmem_save_node(memory, **save))
+        g.add_edge("model", "save")
+        g.add_edge("save", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+def _fay(memory) -> None:
+    memory.add("My cat is named Miso", user_id="fay")
+
+
+@pytest.mark.parametrize("schema", [DataContext, DictContext, ModelContext])
+def test_model_node_reads_the_user_from_the_runs_context(schema, tmp_path):
+    with _memory(tmp_path) as memory:
+        _fay(memory)
+        graph = _chat_graph(_model(), memory, context_schema=schema)
+        ask = {"messages": [HumanMessage("What is my cat's name?")]}
+        capture = Capture()
+        graph.invoke(ask, {"callbacks": [capture]}, context=schema(user_id="fay"))
+        assert "Miso" in capture.prompts[-1][0].content
+        graph.invoke(ask, {"callbacks": [capture]}, context={"user_id": "gus"})  # a dict: coerced, or read as a mapping
+        assert "Miso" not in capture.last_text()
+        # the config's user as before, and both when they agree
+        graph.invoke(ask, _config("fay", capture))
+        assert "Miso" in capture.prompts[-1][0].content
+        graph.invoke(ask, _config("fay", capture), context=schema(user_id="fay"))
+        assert "Miso" in capture.prompts[-1][0].content
+
+
+def test_context_and_config_users_that_disagree_are_refused(tmp_path):
+    with _memory(tmp_path) as memory:
+        _fay(memory)
+        graph = _chat_graph(_model(), memory, context_schema=DataContext)
+        capture = Capture()
+        ask = {"messages": [HumanMessage("What is my cat's name?")]}
+        with pytest.raises(ValueError, match="two users for one run.*'gus'.*'fay'"):
+            graph.invoke(ask, _config("fay", capture), context=DataContext(user_id="gus"))
+        assert capture.prompts == []  # refused before the model saw anything
+        with pytest.raises(ValueError, match="no user"):
+            graph.invoke(ask)
+        with pytest.raises(ValueError, match="a user id is a string"):
+            graph.invoke(ask, context={"user_id": 7})
+        # the user id is literal: "*" is the user of that name, who has no memories
+        graph.invoke(ask, {"callbacks": [capture]}, context=DataContext(user_id="*"))
+        assert "Miso" not in capture.last_text()
+        # an explicit user_id= is the node's, whatever the run says
+        fixed = StateGraph(MessagesState, context_schema=DataContext)
+        fixed.add_node("model", lightmem_model_node(_model(), memory, user_id="fay"))
+        fixed.add_edge(START, "model")
+        fixed.compile().invoke(ask, {"callbacks": [capture]}, context=DataContext(user_id="gus"))
+        assert "Miso" in capture.prompts[-1][0].content
+
+
+def _provenance(memory, user: str) -> list[str]:
+    return [tid for item in memory.get_all(user) for tid in item.provenance]
+
+
+def test_turns_of_keeps_the_conversation():
+    messages = [SystemMessage("be brief", id="s"), HumanMessage("my dog is called Rex", id="h1"),
+                AIMessage("", id="a0", tool_calls=[{"name": "lookup", "args": {}, "id": "c1"}]),
+                AIMessage([{"type": "text", "text": "Noted"}, {"type": "tool_use", "id": "c2", "name": "x", "input": {}}],
+                          id="a1"),
+                HumanMessage("no id here")]
+    turns = turns_of(messages, "t1")
+    assert [(t["speaker"], t["text"], t["id"]) for t in turns[:2]] == [("user", "my dog is called Rex", "lg-h1"),
+                                                                      ("assistant", "Noted", "lg-a1")]
+    assert turns[2]["speaker"] == "user" and turns[2]["id"].startswith("lg-h:")
+    assert turns_of(messages, "t1")[2]["id"] == turns[2]["id"]  # stable without a message id too
+    assert {t["session_id"] for t in turns} == {"t1"}
+
+
+def test_save_node_stores_a_thread_once_however_often_it_is_replayed(tmp_path):
+    with _memory(tmp_path) as memory:
+        graph = _chat_graph(_model(), memory, context_schema=DataContext, save={"policy": "all"},
+                            checkpointer=InMemorySaver())
+        config = {"configurable": {"thread_id": "t1"}}
+        ctx = DataContext(user_id="hal")
+        graph.invoke({"messages": [HumanMessage("My dog is called Rex")]}, config, context=ctx)
+        first = _provenance(memory, "hal")
+        assert len(first) == 2  # the human message and the model's answer
+        # the checkpointer hands the next run the whole thread: what is stored is not stored again
+        graph.invoke({"messages": [HumanMessage("I live in Porto")]}, config, context=ctx)
+        second = _provenance(memory, "hal")
+        assert len(second) == 4 and len(set(second)) == 4 and second[:2] == first
+        state = graph.get_state(config).values
+        lightmem_save_node(memory, policy="all").invoke(state, {"configurable": {"user_id": "hal", "thread_id": "t1"}})
+        assert _provenance(memory, "hal") == second
+        texts = [item.text for item in memory.get_all("hal")]
+        assert "user: My dog is called Rex" in texts and "assistant: noted" in texts
+        assert {item.metadata.get("session_id") for item in memory.get_all("hal")} == {"t1"}  # the thread
+        assert memory.get_all("ivy") == []
+
+
+def test_save_node_under_the_agent_policy_keeps_facts_only(tmp_path):
+    with _memory(tmp_path) as memory:
+        graph = _chat_graph(_model(), memory, context_schema=DataContext, save={})  # policy="agent", the default
+        ctx = DataContext(user_id="joy")
+        for text in ("What's the weather like in Lisbon today?", "Thanks!", "My sister Ana is a pilot in Lisbon"):
+            graph.invoke({"messages": [HumanMessage(text)]}, context=ctx)
+        texts = [item.text for item in memory.get_all("joy")]
+        assert any("Ana is a pilot" in t for t in texts)
+        assert not any("weather" in t for t in texts)
+        assert not any("Thanks" in t for t in texts)
+
+
+@pytest.mark.parametrize("kind", ["async-memory", "sync-memory"])
+def test_save_and_model_nodes_through_ainvoke(kind, tmp_path):
+    async def run() -> None:
+        memory = AsyncMemory(_memory(tmp_path)) if kind == "async-memory" else _memory(tmp_path)
+        try:
+            graph = _chat_graph(_model(), memory, context_schema=DataContext, save={"policy": "all"})
+            capture = Capture()
+            await graph.ainvoke({"messages": [HumanMessage("My dog is called Rex")]}, {"callbacks": [capture]},
+                                context=DataContext(user_id="kim"))
+            await graph.ainvoke({"messages": [HumanMessage("What is my dog called?")]}, {"callbacks": [capture]},
+                                context=DataContext(user_id="kim"))
+            assert "Rex" in capture.prompts[-1][0].content  # the first run's saved turn, in the second run's prompt
+            await graph.ainvoke({"messages": [HumanMessage("What is my dog called?")]}, {"callbacks": [capture]},
+                                context=DataContext(user_id="lou"))
+            assert "Rex" not in capture.last_text()
+            with pytest.raises(ValueError, match="two users"):
+                await graph.ainvoke({"messages": [HumanMessage("hi")]}, {"configurable": {"user_id": "lou"}},
+                                    context=DataContext(user_id="kim"))
+            if kind == "async-memory":
+                with pytest.raises(TypeError, match="ainvoke"):
+                    lightmem_save_node(memory).invoke({"messages": [HumanMessage("x")]},
+                                                      {"configurable": {"user_id": "kim"}})
+        finally:
+            if isinstance(memory, AsyncMemory):
+                await memory.aclose()
+            else:
+                memory.close()
 
     asyncio.run(run())

@@ -1,5 +1,7 @@
-"""LangGraph over lightmem: ``LightmemStore``, a LangGraph ``BaseStore``, and the helpers that put ``build_context``'s
-prompt into a graph's model call (``docs/integrations/langgraph.md``).
+"""LangGraph over lightmem: ``LightmemStore``, a LangGraph ``BaseStore``; the helpers that put ``build_context``'s
+prompt into a graph's model call (``lightmem_model_node``); and ``lightmem_save_node``, which saves a graph's
+conversation turns as the user's memories (``docs/integrations/langgraph.md``). The nodes read the user from the run's
+``context`` (``context_schema``) or ``config["configurable"]["user_id"]``.
 
 ``LightmemStore(memory, user_index=1)`` serves anything with ``Memory``'s methods: a ``lightmem.Memory``, a
 ``lightmem.AsyncMemory``, or an HTTP client with the same surface, synchronous or asynchronous (a method that returns
@@ -52,10 +54,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from lightmem.errors import ItemNotFoundError
+from lightmem.integrations.calls import call_memory
 from lightmem.memory import key_id
 
 try:
-    from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, SystemMessage
+    from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage
     from langchain_core.runnables import RunnableConfig, RunnableLambda
     from langgraph.store.base import (
         BaseStore,
@@ -76,9 +79,13 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise ImportError("lightmem.integrations.langgraph needs LangGraph and langchain-core: "
                       "pip install 'lightmem-slm[langgraph]'") from exc
+try:  # where LangGraph keeps a run's Runtime (its ``context``) in a node's config; ``get_runtime()`` reads it there too
+    from langgraph._internal._constants import CONFIG_KEY_RUNTIME as _RUNTIME_KEY
+except ImportError:  # pragma: no cover - another LangGraph layout: the key's value since 0.6
+    _RUNTIME_KEY = "__pregel_runtime"
 
 __all__ = ["LightmemStore", "lightmem_context", "alightmem_context", "context_messages", "acontext_messages",
-           "lightmem_model_node"]
+           "lightmem_model_node", "lightmem_save_node", "turns_of"]
 
 MAX_KEY_CHARS = 256  # lightmem's identifier bound (lightmem.validation.MAX_ID_CHARS)
 MAX_CONDITIONS = 32  # lightmem.metadata_filter.MAX_CONDITIONS
@@ -590,26 +597,55 @@ async def acontext_messages(messages: Sequence[AnyMessage], memory: Any, user_id
 
 
 UserId = str | Callable[[Mapping[str, Any], RunnableConfig], str] | None
+SessionId = str | Callable[[Mapping[str, Any], RunnableConfig], str | None] | None
 
 
-def _user_of(user_id: UserId, state: Mapping[str, Any], config: RunnableConfig) -> str:
+def _context_user(config: RunnableConfig) -> Any:
+    """The ``user_id`` of the run's ``Runtime.context`` (``graph.invoke(..., context=...)`` under a graph built with
+    ``context_schema``): a field of a dataclass or pydantic model, or the key of a mapping (a TypedDict); None when the
+    run has no context or its context names no user."""
+    runtime = ((config or {}).get("configurable") or {}).get(_RUNTIME_KEY)
+    context = getattr(runtime, "context", None)
+    if context is None:
+        return None
+    if isinstance(context, Mapping):
+        return context.get("user_id")
+    return getattr(context, "user_id", None)
+
+
+def _user_of(user_id: UserId, state: Mapping[str, Any], config: RunnableConfig, node: str = "lightmem_model_node") -> str:
+    """The user a node serves: ``user_id`` when given (a string, or a function of the state and config), else the run's
+    ``context.user_id`` and ``config["configurable"]["user_id"]``, which must agree when both are given. A literal id:
+    no pattern, no default user."""
     if callable(user_id):
-        return user_id(state, config)
-    if user_id is not None:
-        return user_id
-    try:
-        return (config or {}).get("configurable", {})["user_id"]
-    except KeyError:
-        raise ValueError("lightmem_model_node: no user: pass user_id=..., or invoke the graph with "
-                         "config={'configurable': {'user_id': ...}}") from None
+        user = user_id(state, config)
+    elif user_id is not None:
+        user = user_id
+    else:
+        from_context = _context_user(config)
+        from_config = ((config or {}).get("configurable") or {}).get("user_id")
+        if from_context is not None and from_config is not None and from_context != from_config:
+            raise ValueError(f"{node}: two users for one run: the run's context names user_id={from_context!r}, "
+                             f"config['configurable'] names user_id={from_config!r}; give one of them, or the same id")
+        user = from_context if from_context is not None else from_config
+        if user is None:
+            raise ValueError(f"{node}: no user: pass user_id=..., or invoke the graph with context=<your "
+                             "context_schema>(user_id=...) or config={'configurable': {'user_id': ...}}")
+    if not isinstance(user, str):
+        raise ValueError(f"{node}: a user id is a string, got {type(user).__name__} ({user!r})")
+    return user
 
 
-def lightmem_model_node(model: Any, memory: Any, *, user_id: UserId = None, budget: int = 600,
+def lightmem_model_node(model: Any, memory: Any, *, user_id: UserId = None, budget: int | None = None,
                         messages_key: str = "messages", **options: Any) -> RunnableLambda:
     """A graph node that calls ``model`` with ``build_context``'s prompt as a ``SystemMessage`` before the state's
     messages, and returns ``{messages_key: [the model's answer]}``.
 
-    ``user_id``: a string, a function of ``(state, config)``, or ``None`` for ``config["configurable"]["user_id"]``.
+    ``user_id``: a string, a function of ``(state, config)``, or ``None`` (the default) for the run's user: the
+    ``user_id`` of its ``context`` (``StateGraph(State, context_schema=Context)`` and ``graph.invoke(...,
+    context=Context(user_id=...))``; a dataclass, TypedDict or pydantic model with a ``user_id`` field) or
+    ``config["configurable"]["user_id"]``; both given and different: ``ValueError``. The id is literal.
+    ``budget``: None (the default) is the memory's own (``lightmem.retrieval.composer.DEFAULT_BUDGET``, 600 tokens).
     The node runs under ``invoke`` and ``ainvoke`` alike (an asynchronous memory under ``ainvoke`` only).
     """
 
@@ -623,3 +659,94 @@ def lightmem_model_node(model: Any, memory: Any, *, user_id: UserId = None, budg
         return {messages_key: [await model.ainvoke(messages, config)]}
 
     return RunnableLambda(call, afunc=acall, name="lightmem_model")
+
+
+# -- the graph's turns into lightmem -------------------------------------------------------------------
+def _turn_id(message: BaseMessage, position: int, speaker: str, text: str, session_id: str | None) -> str:
+    """A turn's id, the same each time the same message is saved: ``lg-`` and the message's id (``add_messages``, the
+    reducer of ``MessagesState``, gives every message one); for a message without one, a hash of the session, its
+    position and its text."""
+    mid = message.id
+    if isinstance(mid, str) and mid.strip():
+        return f"lg-{mid}" if len(mid) <= MAX_KEY_CHARS - 3 else "lg-sha256:" + hashlib.sha256(mid.encode()).hexdigest()
+    seed = json.dumps([session_id, position, speaker, text], ensure_ascii=False)
+    return "lg-h:" + hashlib.sha256(seed.encode()).hexdigest()[:32]
+
+
+def turns_of(messages: Sequence[AnyMessage], session_id: str | None = None) -> list[dict[str, Any]]:
+    """The conversation turns of a graph's messages, as ``Memory.add`` takes them: each ``HumanMessage``'s text
+    (speaker ``user``) and each ``AIMessage``'s text (speaker ``assistant``; its tool calls left out), with a stable
+    id (``_turn_id``: saving the same messages twice stores them once). System, tool and other messages, and
+    messages without text, are left out."""
+    turns: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, message in enumerate(messages):
+        if isinstance(message, HumanMessage):
+            speaker = "user"
+        elif isinstance(message, AIMessage):
+            speaker = "assistant"
+        else:
+            continue
+        text = _message_text(message)
+        if not text.strip():
+            continue
+        tid = _turn_id(message, i, speaker, text, session_id)
+        if tid in seen:  # one message twice in the list: one turn
+            continue
+        seen.add(tid)
+        turn: dict[str, Any] = {"speaker": speaker, "text": text, "id": tid, "metadata": {"source": "langgraph"}}
+        if session_id is not None:
+            turn["session_id"] = session_id
+        turns.append(turn)
+    return turns
+
+
+def _session_of(session_id: SessionId, state: Mapping[str, Any], config: RunnableConfig) -> str | None:
+    if callable(session_id):
+        return session_id(state, config)
+    if session_id is not None:
+        return session_id
+    thread = ((config or {}).get("configurable") or {}).get("thread_id")
+    return None if thread is None else str(thread)
+
+
+def lightmem_save_node(memory: Any, *, user_id: UserId = None, session_id: SessionId = None,
+                       policy: str | None = "agent", messages_key: str = "messages") -> RunnableLambda:
+    """A graph node that saves the conversation turns of the state's messages (``turns_of``) as the user's memories,
+    ``memory.add(turns, user, session_id=..., policy=policy)``, and changes no state (it returns ``{}``).
+
+    Put it after the model node (``model -> save``): each run then saves the human messages and the model's answers
+    that are not stored yet; the turns already stored (the same message ids) are skipped, so a state that carries the
+    whole thread (a checkpointer) is saved once, however many runs replay it.
+
+    ``user_id``: as ``lightmem_model_node``'s (``None``: the run's ``context.user_id`` or
+    ``config["configurable"]["user_id"]``, which must agree). ``session_id``: a string, a function of ``(state,
+    config)``, or ``None`` (the default) for ``config["configurable"]["thread_id"]`` (no thread: the memory's default).
+    ``policy``: ``Memory.add``'s: ``"agent"`` (the default) keeps what is worth remembering and leaves out question-only
+    turns, pleasantries, answers to questions and near-duplicates; ``"all"`` or ``None`` stores every turn.
+    The node runs under ``invoke`` and ``ainvoke`` alike (an asynchronous memory under ``ainvoke`` only).
+    """
+
+    def plan(state: Mapping[str, Any], config: RunnableConfig) -> tuple[str, list[dict[str, Any]], str | None]:
+        user = _user_of(user_id, state, config, "lightmem_save_node")
+        session = _session_of(session_id, state, config)
+        return user, turns_of(state[messages_key], session), session
+
+    def call(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        if _is_async(memory):
+            raise TypeError("lightmem_save_node over an asynchronous memory: run the graph with `await graph.ainvoke(...)`")
+        user, turns, session = plan(state, config)
+        if turns:
+            with _lock_for(memory):
+                memory.add(turns, user, session_id=session, policy=policy)
+        return {}
+
+    async def acall(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        if not _is_async(memory):
+            return await asyncio.to_thread(call, state, config)
+        user, turns, session = plan(state, config)
+        if turns:
+            await call_memory(memory, "add", turns, user, session_id=session, policy=policy)
+        return {}
+
+    return RunnableLambda(call, afunc=acall, name="lightmem_save")

@@ -102,15 +102,17 @@ class WritePipeline:
         return written
 
     def _stored_copy(self, user_id: str, text: str) -> str | None:
-        """The id of an active memory of the user that ``text`` restates (``language.exchange.restates``), found
-        among the best lexical matches; None when there is none."""
+        """The id of an active memory of the user, written from turns, that ``text`` restates
+        (``language.exchange.restates``), found among the best lexical matches; None when there is none."""
         rids, _, _ = self.store.search_lexical(user_id, text, 5, Filters())
         if len(rids) == 0:
             return None
         items = self.store.fetch(user_id, [int(r) for r in rids])
         for rid in rids:
             item = items.get(int(rid))
-            if item is not None and restates(text, item.text.partition(": ")[2] or item.text):
+            # a memory put under a caller's key (a document an adapter's store holds) is the caller's to replace or
+            # delete: a turn is never folded into it
+            if item is not None and "key" not in item.metadata and restates(text, item.text.partition(": ")[2] or item.text):
                 return item.id
         return None
 

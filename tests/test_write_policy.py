@@ -205,3 +205,10 @@ def test_mcp_add_memories_defaults_to_the_agent_policy(tmp_path):
         assert bad.is_error
     finally:
         memory.close()
+
+
+def test_a_turn_is_never_folded_into_a_memory_put_under_a_key(mem):
+    mem.put("prefs/diet", "I am vegetarian.", "bob")  # a document the caller owns (an adapter's store puts these)
+    written = mem.add([{"text": "Remember: I am vegetarian.", "id": "r"}], "bob", policy="agent")
+    assert [i.provenance for i in written] == [["r"]]  # written as its own memory: deleting the document keeps it
+    assert mem.get_by_key("prefs/diet", "bob").provenance != ["r"]

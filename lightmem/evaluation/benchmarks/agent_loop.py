@@ -1,0 +1,244 @@
+"""The agent-loop benchmark: memory that an agent writes while it is being used, not a dialogue replayed into it.
+
+Each conversation is run three times ("arms") on fresh stores:
+
+- ``none``: every session is ingested as a dialogue (``add_turns``, every turn a memory) and the questions are asked
+  without anything being saved: the reference.
+- ``all`` / ``agent``: what an agent built on an adapter does, under that write policy. Every ``tell_every``-th
+  session (LoCoMo) or every session (LongMemEval, whose sessions are a user's chats with an assistant) is *told* to
+  the agent: each turn is saved with the agent's reply after it, as the adapters save an exchange. Then the questions
+  are asked in order; after each, the exchange is saved: the question, a canned reply, and every ``thanks_every``-th
+  time "Thanks!" / "You're welcome!". LongMemEval has one question per haystack: it is asked, saved, and asked again
+  (the scored ask), the case where a stored question ranks first.
+
+The reply model is fixed (``REPLIES``, chosen by the question's index, no randomness): four in ten replies give the
+gold answer, three in ten give another question's answer (wrong), three in ten say they do not know; a told turn
+gets "Got it.", "Noted: <its first words>" or "That sounds great!" in turn. Nothing here calls a language model.
+
+Per arm and category: strict recall of the prompt (``build_context`` within ``budget``, whole memories only), answer
+coverage, the share of packed lines that are echoes (a memory all of whose source turns the loop wrote: questions,
+replies, thanks), and the strict recall of the questions whose evidence was told through the loop ("told"), which a
+policy that stores nothing would lose.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from lightmem.datasets.formats import Conversation, QAItem
+from lightmem.evaluation.harnesses.locomo import CATEGORY_NAMES, sample_questions
+from lightmem.evaluation.harnesses.packed import memory_text, packed_recall
+from lightmem.metrics.answers import answer_coverage
+from lightmem.metrics.evidence import normalize_evidence
+from lightmem.metrics.stats import spread
+from lightmem.types import Turn
+
+ARMS = ("none", "all", "agent")
+LOOP = "loop-"  # the id prefix of every turn the loop writes (a told turn keeps its own id: it is evidence)
+DONT_KNOW = "I'm not sure, I don't have that noted."
+TOLD_REPLIES = ("Got it.", "Noted: {head}", "That sounds great!")
+THANKS = ("Thanks!", "You're welcome!")
+
+
+def reply_kind(i: int) -> str:
+    """Which canned reply question ``i`` gets: ``right`` (i % 10 < 4), ``wrong`` (< 7) or ``unsure``."""
+    r = i % 10
+    return "right" if r < 4 else "wrong" if r < 7 else "unsure"
+
+
+def reply_to(i: int, qa: QAItem, answers: Sequence[str]) -> str:
+    """The canned reply to question ``i``: its gold answer, another question's answer, or ``DONT_KNOW``."""
+    kind = reply_kind(i)
+    if kind == "right":
+        return f"{qa.answer}."
+    if kind == "wrong":
+        others = [a for a in answers if a and a != str(qa.answer)]
+        return f"{others[(i * 7) % len(others)]}." if others else DONT_KNOW
+    return DONT_KNOW
+
+
+def told_reply(j: int, text: str) -> str:
+    head = " ".join(text.split()[:12])
+    return TOLD_REPLIES[j % len(TOLD_REPLIES)].format(head=head)
+
+
+def _loop_turn(tid: str, speaker: str, text: str, at: float, session: str | None) -> Turn:
+    return Turn(f"{LOOP}{tid}", speaker, text, at, session_id=session, metadata={"source": "agent_loop"})
+
+
+def is_echo(provenance: Sequence[str]) -> bool:
+    """A memory all of whose source turns the loop wrote (a question, a reply, thanks)."""
+    return bool(provenance) and all(p.startswith(LOOP) for p in provenance)
+
+
+def _tell(memory: Any, user: str, turns: Sequence[Turn], policy: str, first: int) -> int:
+    """Save each turn of a told session with the agent's reply after it, one exchange per ``add``; returns the
+    number of replies written (their index continues from ``first``)."""
+    n = first
+    for t in turns:
+        if t.speaker.strip().lower() == "assistant":  # a chat's own assistant turn is already the reply
+            memory.add_turns(user, [t], policy=policy)
+            continue
+        reply = _loop_turn(f"r{n}", "assistant", told_reply(n, t.text), t.timestamp + 1, t.session_id)
+        memory.add_turns(user, [t, reply], policy=policy)
+        n += 1
+    return n
+
+
+def _save_exchange(memory: Any, user: str, i: int, question: str, reply: str, at: float, policy: str,
+                   thanks: bool) -> None:
+    turns = [_loop_turn(f"q{i}", "user", question, at, "loop"), _loop_turn(f"a{i}", "assistant", reply, at + 1, "loop")]
+    if thanks:
+        turns += [_loop_turn(f"t{i}", "user", THANKS[0], at + 2, "loop"), _loop_turn(f"w{i}", "assistant", THANKS[1], at + 3, "loop")]
+    memory.add_turns(user, turns, policy=policy)
+
+
+def _score(ctx: Any, evidence: Sequence[str], answer: object) -> dict[str, Any]:
+    packed = list(ctx.memories)
+    return {"recall_all": packed_recall(ctx, evidence)["@budget"]["all"],
+            "coverage": answer_coverage(answer, memory_text(ctx)),
+            "lines": len(packed), "echo_lines": sum(is_echo(m.provenance) for m in packed), "tokens": ctx.n_tokens}
+
+
+def run_locomo_arm(memory: Any, conv: Conversation, arm: str, budget: int, categories: Sequence[int],
+                   tell_every: int, thanks_every: int, max_questions: int | None) -> list[dict[str, Any]]:
+    """One LoCoMo conversation under one arm; a record per question."""
+    user = conv.conv_id
+    told_ids: set[str] = set()
+    replies = 0
+    for s, session in enumerate(conv.sessions):
+        turns = [t for t in session.turns if t.text.strip()]
+        if arm != "none" and tell_every > 0 and s % tell_every == tell_every - 1:
+            replies = _tell(memory, user, turns, arm, replies)
+            told_ids |= {t.turn_id for t in turns}
+        else:
+            memory.add_turns(user, turns)
+    memory.flush(user)
+    memory.flush_index()
+    asked_at = max((s.timestamp for s in conv.sessions), default=time.time()) + 3600
+    questions = sample_questions(conv, categories, max_questions)
+    answers = [str(q.answer) for q in questions]
+    records = []
+    for i, qa in enumerate(questions):
+        evidence = normalize_evidence(qa.evidence)
+        at = asked_at + 60 * i
+        ctx = memory.build_context(qa.question, user, budget=budget, now=at)
+        rec = {"conv_id": conv.conv_id, "category": CATEGORY_NAMES.get(int(qa.category), str(qa.category)),
+               "question": qa.question, "reply": reply_kind(i), **_score(ctx, evidence, qa.answer),
+               "told": bool(told_ids & set(evidence))}
+        records.append(rec)
+        if arm != "none":
+            _save_exchange(memory, user, i, qa.question, reply_to(i, qa, answers), at, arm,
+                           thanks_every > 0 and i % thanks_every == thanks_every - 1)
+            memory.flush_index()
+    return records
+
+
+def run_longmemeval_arm(memory: Any, inst: Conversation, arm: str, budget: int) -> list[dict[str, Any]]:
+    """One LongMemEval haystack under one arm: every session told (or ingested, ``none``), the question asked, the
+    exchange saved, and the question asked again (the scored record)."""
+    user = inst.conv_id
+    for session in inst.sessions:
+        turns = [t for t in session.turns if t.text.strip()]
+        if arm == "none":
+            memory.add_turns(user, turns)
+        else:
+            _tell_chat(memory, user, turns, arm)
+    memory.flush(user)
+    memory.flush_index()
+    qa = inst.qa[0]
+    evidence = normalize_evidence(qa.evidence)
+    at = max((s.timestamp for s in inst.sessions), default=time.time()) + 3600
+    first = memory.build_context(qa.question, user, budget=budget, now=at)
+    if arm != "none":
+        _save_exchange(memory, user, 0, qa.question, reply_to(7, qa, []), at, arm, thanks=True)  # "I don't know"
+        memory.flush_index()
+    ctx = memory.build_context(qa.question, user, budget=budget, now=at + 120)
+    return [{"conv_id": inst.conv_id, "category": str(qa.category), "question": qa.question, "reply": "unsure",
+             **_score(ctx, evidence, qa.answer), "first_recall_all": packed_recall(first, evidence)["@budget"]["all"],
+             "told": True}]
+
+
+def _tell_chat(memory: Any, user: str, turns: Sequence[Turn], policy: str) -> None:
+    """A LongMemEval session as an agent saves it: each user turn with the assistant turns after it, one ``add`` per
+    exchange (the chat's own assistant turns are the replies)."""
+    i = 0
+    while i < len(turns):
+        j = i + 1
+        while j < len(turns) and turns[j].speaker.strip().lower() == "assistant":
+            j += 1
+        memory.add_turns(user, list(turns[i:j]), policy=policy)
+        i = j
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Means per category and overall: recall_all, coverage, echo share (pooled over packed lines), told recall."""
+    def block(rs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        cov = [r["coverage"] for r in rs if r["coverage"] is not None]
+        lines = sum(r["lines"] for r in rs)
+        told = [r["recall_all"] for r in rs if r["told"]]
+        return {"questions": len(rs), "recall_all": float(np.mean([r["recall_all"] for r in rs])) if rs else float("nan"),
+                "coverage": float(np.mean(cov)) if cov else float("nan"),
+                "echo_share": (sum(r["echo_lines"] for r in rs) / lines) if lines else 0.0,
+                "told_questions": len(told), "told_recall_all": float(np.mean(told)) if told else float("nan"),
+                "tokens": float(np.mean([r["tokens"] for r in rs])) if rs else float("nan")}
+
+    by_cat: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_cat[r["category"]].append(r)
+    return {"overall": block(records), **{c: block(rs) for c, rs in sorted(by_cat.items())}}
+
+
+def paired_delta(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], key: str = "recall_all",
+                 resamples: int = 1000, seed: int = 0) -> dict[str, float]:
+    """Mean of ``b - a`` over the same questions (in the same order) with a 95% bootstrap interval."""
+    x = np.array([r[key] for r in b], dtype=float) - np.array([r[key] for r in a], dtype=float)
+    if len(x) == 0:
+        return {"delta": float("nan"), "low": float("nan"), "high": float("nan")}
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
+    return {"delta": float(x.mean()), "low": float(np.percentile(means, 2.5)), "high": float(np.percentile(means, 97.5))}
+
+
+def run_agent_loop(make_memory: Callable[[str], Any], locomo: Sequence[Conversation], longmemeval: Sequence[Conversation],
+                   arms: Sequence[str] = ARMS, budget: int = 600, categories: Sequence[int] = (1, 2, 3, 4),
+                   tell_every: int = 3, thanks_every: int = 4, max_questions: int | None = None,
+                   show_progress: bool = True) -> dict[str, Any]:
+    """Every arm over every conversation and haystack; returns ``{"records": {dataset: {arm: [...]}}, "summary": ...,
+    "paired": ...}`` (``paired``: each arm's recall_all against ``none`` on the same questions)."""
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        raise ValueError(f"arms must be among {list(ARMS)}, got {unknown}")
+    records: dict[str, dict[str, list[dict[str, Any]]]] = {"locomo": {a: [] for a in arms}, "longmemeval": {a: [] for a in arms}}
+    jobs = [("locomo", c) for c in locomo] + [("longmemeval", i) for i in longmemeval]
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, disable=not show_progress) as progress:
+        task = progress.add_task("agent loop", total=len(jobs) * len(arms))
+        for dataset, conv in jobs:
+            for arm in arms:
+                progress.update(task, description=f"{dataset} {conv.conv_id} {arm}")
+                memory = make_memory(f"{conv.conv_id}-{arm}")
+                try:
+                    if dataset == "locomo":
+                        recs = run_locomo_arm(memory, conv, arm, budget, categories, tell_every, thanks_every, max_questions)
+                    else:
+                        recs = run_longmemeval_arm(memory, conv, arm, budget)
+                finally:
+                    memory.close()
+                records[dataset][arm].extend(recs)
+                progress.advance(task)
+    summary = {d: {a: summarize(rs) for a, rs in by_arm.items() if rs} for d, by_arm in records.items()}
+    paired = {d: {a: paired_delta(by_arm["none"], rs) for a, rs in by_arm.items() if a != "none" and rs and by_arm.get("none")}
+              for d, by_arm in records.items()}
+    return {"records": records, "summary": summary, "paired": paired}
+
+
+def pick_instances(instances: Sequence[Conversation], n: int | None) -> list[Conversation]:
+    """``n`` instances with evidence, spread evenly over the file (every question type keeps its share)."""
+    usable = [i for i in instances if i.qa and normalize_evidence(i.qa[0].evidence)]
+    return list(spread(usable, n))

@@ -1,0 +1,122 @@
+"""One agent-loop run from its config: the arms, the harness (``lightmem.evaluation.benchmarks.agent_loop``), the files
+and the logged metrics (``eval/agent_loop.py`` is the thin entry point)."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from lightmem.config import PipelineConfig, SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
+from lightmem.datasets import load_locomo, select_conversations
+from lightmem.datasets.longmemeval import load_longmemeval
+from lightmem.evaluation.benchmarks.agent_loop import ARMS, pick_instances, run_agent_loop
+from lightmem.evaluation.reports.failures import failures_md
+from lightmem.metric_logger import log_results, quiet_third_party_logs
+from lightmem.retrieval.composer import DEFAULT_BUDGET
+
+
+@dataclass
+class AgentLoopConfig(PipelineConfig):
+    """An agent's own exchanges saved through the write policies (the arms), questions asked in order."""
+
+    locomo_path: str | None = "${paths.data}/locomo/locomo_dev.json.gz"
+    locomo_conversations: Any = "3-4"  # the policy was chosen on 0-2
+    categories: list[int] = field(default_factory=lambda: [1, 2, 3, 4])
+    max_questions: int | None = None  # per LoCoMo conversation, spread evenly
+    longmemeval_path: str | None = None  # e.g. ${paths.data}/longmemeval/longmemeval_oracle_dev.json.gz
+    longmemeval_instances: int | None = 60  # spread evenly over the file
+    longmemeval_splits: list[str] | None = None  # e.g. [test]: the questions no checkpoint trained or chose on
+    arms: list[str] = field(default_factory=lambda: list(ARMS))
+    budget: int = DEFAULT_BUDGET
+    tell_every: int = 3  # every third LoCoMo session is told through the loop (the others ingested as a dialogue)
+    thanks_every: int = 4  # every fourth exchange ends with "Thanks!" / "You're welcome!"
+    vector_cache: str | None = None
+    out_dir: str = "outputs/agent_loop"
+    optimized_metric: str | None = "agent_loop/locomo/agent/echo_share"
+
+
+SCHEMA = ("schema_agent_loop", AgentLoopConfig)
+
+
+def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
+    """Run every arm; write results.json, records.jsonl and results.md to out_dir."""
+    quiet_third_party_logs()
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    locomo = select_conversations(load_locomo(cfg.locomo_path), cfg.locomo_conversations) if cfg.locomo_path else []
+    lme = []
+    if cfg.longmemeval_path:
+        from lightmem.evaluation.runs.longmemeval import select_instances
+
+        lme = pick_instances(select_instances(load_longmemeval(cfg.longmemeval_path), None, None,
+                                              cfg.get("longmemeval_splits")), cfg.longmemeval_instances)
+    if not locomo and not lme:
+        raise ValueError("nothing to run: set locomo_path and/or longmemeval_path")
+    embedder = build_embedder(cfg)
+    shared = SharedRuntime(cfg)
+    stores = out / "stores"
+    shutil.rmtree(stores, ignore_errors=True)
+
+    def make(name: str):
+        return build_memory(cfg, stores / name, embedder=embedder, shared=shared)
+
+    try:
+        loop = run_agent_loop(make, locomo, lme, list(cfg.arms), int(cfg.budget), list(cfg.categories),
+                              int(cfg.tell_every), int(cfg.thanks_every), cfg.max_questions,
+                              show_progress=sys.stderr.isatty())
+    finally:
+        shutil.rmtree(stores, ignore_errors=True)
+    results = {"summary": loop["summary"], "paired": loop["paired"], "config": to_container(cfg), "failures": []}
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    with open(out / "records.jsonl", "w") as fh:
+        for dataset, by_arm in loop["records"].items():
+            for arm, recs in by_arm.items():
+                for r in recs:
+                    fh.write(json.dumps({"dataset": dataset, "arm": arm, **r}) + "\n")
+    table = results_table(results)
+    (out / "results.md").write_text(f"# Agent loop (budget {cfg.budget} tokens)\n\n{table}\n{failures_md(results['failures'])}")
+    if not quiet:
+        print(table)
+        print(f"\nwrote {out}/results.json, results.md, records.jsonl")
+    log_results(make_run_logger(cfg.logger, out, "agent_loop"), results["config"], metrics(results), out / "results.json")
+    return results
+
+
+def _fmt(v: Any) -> str:
+    return "–" if v is None or v != v else f"{v:.3f}"
+
+
+def results_table(results: dict[str, Any]) -> str:
+    """One row per dataset, arm and category: questions, strict recall (and its paired change against ``none``
+    overall), coverage, echo share of the packed lines, told questions' recall, prompt tokens."""
+    rows = ["| data | arm | category | questions | strict R_all | Δ vs none (95% CI) | coverage | echo share | told q. | "
+            "told R_all | tokens |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for dataset, by_arm in results["summary"].items():
+        for arm, cats in by_arm.items():
+            for cat, b in cats.items():
+                delta = ""
+                if cat == "overall" and arm in results["paired"].get(dataset, {}):
+                    d = results["paired"][dataset][arm]
+                    delta = f"{d['delta']:+.3f} ({d['low']:+.3f}, {d['high']:+.3f})"
+                rows.append(f"| {dataset} | {arm} | {cat} | {b['questions']} | {_fmt(b['recall_all'])} | {delta} | "
+                            f"{_fmt(b['coverage'])} | {_fmt(b['echo_share'])} | {b['told_questions']} | "
+                            f"{_fmt(b['told_recall_all'])} | {b['tokens']:.0f} |")
+    return "\n".join(rows)
+
+
+def metrics(results: dict[str, Any]) -> dict[str, float | None]:
+    """``agent_loop/<dataset>/<arm>/<metric>`` overall, and ``.../delta_recall_all`` against the ``none`` arm."""
+    out: dict[str, float | None] = {}
+    for dataset, by_arm in results["summary"].items():
+        for arm, cats in by_arm.items():
+            for k in ("recall_all", "coverage", "echo_share", "told_recall_all"):
+                out[f"agent_loop/{dataset}/{arm}/{k}"] = cats["overall"][k]
+    for dataset, by_arm in results["paired"].items():
+        for arm, d in by_arm.items():
+            out[f"agent_loop/{dataset}/{arm}/delta_recall_all"] = d["delta"]
+    return out

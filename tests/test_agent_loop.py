@@ -1,0 +1,76 @@
+"""The agent-loop benchmark (eval/agent_loop.py): arms, canned replies, echoes and told facts, end to end on tiny data."""
+from __future__ import annotations
+
+import json
+
+from conftest import TINY_LOCOMO, compose, entry_point
+
+from lightmem.datasets.formats import QAItem
+from lightmem.evaluation.benchmarks.agent_loop import (
+    DONT_KNOW,
+    LOOP,
+    is_echo,
+    paired_delta,
+    reply_kind,
+    reply_to,
+    summarize,
+)
+
+LME = [{
+    "question_id": "q-7", "question_type": "single-session-user", "question": "Where did I park my car?", "answer": "level 3",
+    "question_date": "2023/05/30 (Tue) 10:00", "answer_session_ids": ["s-2"],
+    "haystack_session_ids": ["s-1", "s-2"], "haystack_dates": ["2023/05/20 (Sat) 09:00", "2023/05/23 (Tue) 19:11"],
+    "haystack_sessions": [
+        [{"role": "user", "content": "I like green tea in the morning."}, {"role": "assistant", "content": "Noted."}],
+        [{"role": "user", "content": "I parked my car on level 3 of the mall garage.", "has_answer": True},
+         {"role": "assistant", "content": "OK."}],
+    ],
+}]
+
+
+def test_the_reply_model_is_fixed_and_says_what_it_is():
+    assert [reply_kind(i) for i in range(10)] == ["right"] * 4 + ["wrong"] * 3 + ["unsure"] * 3
+    qa = QAItem("Where?", "Lisbon", ["D1:1"], 4)
+    assert reply_to(0, qa, ["Lisbon", "Porto"]) == "Lisbon."
+    assert reply_to(4, qa, ["Lisbon", "Porto"]) == "Porto."  # another question's answer: wrong
+    assert reply_to(4, qa, ["Lisbon"]) == DONT_KNOW and reply_to(8, qa, ["Porto"]) == DONT_KNOW
+    assert is_echo([f"{LOOP}q1"]) and is_echo([f"{LOOP}q1", f"{LOOP}a1"])
+    assert not is_echo(["D1:1"]) and not is_echo(["D1:1", f"{LOOP}q3"]) and not is_echo([])
+
+
+def test_summary_and_paired_delta():
+    recs = [{"category": "a", "recall_all": 1.0, "coverage": 1.0, "lines": 4, "echo_lines": 1, "told": True, "tokens": 10},
+            {"category": "b", "recall_all": 0.0, "coverage": None, "lines": 6, "echo_lines": 0, "told": False, "tokens": 20}]
+    s = summarize(recs)
+    assert s["overall"]["echo_share"] == 0.1 and s["overall"]["recall_all"] == 0.5 and s["overall"]["coverage"] == 1.0
+    assert s["overall"]["told_questions"] == 1 and s["a"]["told_recall_all"] == 1.0
+    d = paired_delta(recs, [{**r, "recall_all": 1.0} for r in recs])
+    assert d["delta"] == 0.5 and d["low"] <= 0.5 <= d["high"]
+
+
+def test_the_benchmark_runs_every_arm_end_to_end(tmp_path, capsys):
+    lme = tmp_path / "lme.json"
+    lme.write_text(json.dumps(LME))
+    cfg = compose("agent_loop", [f"locomo_path={TINY_LOCOMO}", "locomo_conversations=0-1", "encoder=hashing",
+                                 f"longmemeval_path={lme}", "tell_every=2", "thanks_every=2", "vector_cache=null",
+                                 f"out_dir={tmp_path / 'out'}", "budget=200"])
+    results = entry_point("agent_loop").run(cfg)
+    out = tmp_path / "out"
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert {(r["dataset"], r["arm"]) for r in records} == {(d, a) for d in ("locomo", "longmemeval") for a in ("none", "all", "agent")}
+    loc = {a: [r for r in records if r["dataset"] == "locomo" and r["arm"] == a] for a in ("none", "all", "agent")}
+    # the same questions, in the same order, in every arm
+    assert [r["question"] for r in loc["none"]] == [r["question"] for r in loc["all"]] == [r["question"] for r in loc["agent"]]
+    summary = results["summary"]["locomo"]
+    assert summary["none"]["overall"]["echo_share"] == 0.0  # nothing saved: no echo can be packed
+    assert summary["none"]["overall"]["told_questions"] == 0  # nothing was told through the loop
+    assert summary["all"]["overall"]["told_questions"] > 0  # session 2 of each conversation was told
+    assert all(r["tokens"] <= 200 for r in records)
+    # saving every turn packs echoes of the earlier questions; the agent policy packs none
+    assert summary["all"]["overall"]["echo_share"] > 0
+    assert summary["agent"]["overall"]["echo_share"] == 0.0
+    lme_agent = next(r for r in records if r["dataset"] == "longmemeval" and r["arm"] == "agent")
+    assert lme_agent["told"] and lme_agent["echo_lines"] == 0
+    assert set(results["paired"]["locomo"]) == {"all", "agent"}
+    assert "| locomo | agent | overall |" in capsys.readouterr().out and (out / "results.md").exists()
+    assert not (out / "stores").exists()  # scratch stores removed

@@ -9,8 +9,8 @@ differently) and every group keeps all its candidates (no sampled negatives, onl
 ignore). What remains is float rounding: the order of the sums in the all-reduce and in the padded tokenisation of
 a smaller batch, about 1e-7 per step; over 4 AdamW steps the losses agree within 1e-4 and the ranking metrics exactly.
 
-A 2-process run killed with SIGKILL after its step-2 save and started again resumes from ``last/`` and ends where the
-uninterrupted 2-process run ends.
+A 2-process run killed with SIGKILL after its step-2 save and started again resumes from ``last/`` at step 2 (not 0),
+ends where the uninterrupted 2-process run ends and exports once.
 """
 from __future__ import annotations
 
@@ -149,6 +149,7 @@ def test_a_two_process_run_killed_after_a_save_resumes_to_the_uninterrupted_numb
     saved = json.loads(state.read_text())["step"]
     before = _metrics(out)  # what the killed run logged, up to the moment it died
     assert saved == 2 and not (out / "summary.json").exists()
+    assert not (tmp_path / "killed_export").exists()  # killed before the end: nothing exported yet
 
     t0 = time.perf_counter()
     proc = subprocess.run(_torchrun(tmp_path, "killed"), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
@@ -170,6 +171,11 @@ def test_a_two_process_run_killed_after_a_save_resumes_to_the_uninterrupted_numb
     two, resumed = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "two", out))
     assert resumed["test"] == pytest.approx(two["test"], abs=TOL)
     assert resumed["train"]["steps"] == 4 and len(resumed["train"]["history"]) == 3
+    # one export, by rank 0 of the resumed run, of the model trained to step 4
+    assert proc.stdout.count('"test/synth/selector/recall_all@2"') == 1, proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("killed_export")) == ["killed_export"]
+    card = json.loads((tmp_path / "killed_export" / "card.json").read_text())
+    assert card["training"]["device"] == "cpu x 2" and card["training"]["steps"] == 4
     print(f"2 processes killed after the step-2 save: {killed_s:.1f} s, resumed to step 4: {resumed_s:.1f} s")
 
 

@@ -1,7 +1,8 @@
 """Sweeps beyond one process: a grid sent through Hydra's submitit launcher (``hydra/launcher=submitit_local``, the
 SLURM launcher's path without a cluster), the SLURM launcher up to ``sbatch``, an Optuna study stored in SQLite, and
 the W&B runs of a sweep grouped under its name. Each sweep is ``train/ranker.py`` on hashing vectors and the tiny
-LoCoMo fixture, the cheapest trainer (a trial is ~3 s of fitting), run as a user runs it: a ``-m`` command."""
+LoCoMo fixture, the cheapest trainer (a trial is ~3 s of fitting), run as a user runs it: a ``-m`` command; and
+``eval/locomo.py`` on the same fixture, whose parallel jobs each write their results into a folder of their own."""
 from __future__ import annotations
 
 import json
@@ -94,6 +95,43 @@ def test_an_optuna_sweep_stores_its_study_in_sqlite_in_the_sweep_folder(tmp_path
     for trial in study.trials:  # the study holds what each trial's run measured, under the parameters it ran with
         summary = json.loads((sweep / str(trial.number) / "summary.json").read_text())
         assert trial.value == summary["test"][METRIC] and set(trial.params) == {"l2", "loss"}
+
+
+def _locomo(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """``python eval/locomo.py <overrides>`` in ``tmp_path`` on hashing vectors and the tiny LoCoMo fixture."""
+    tiny = [f"data.path={TINY_LOCOMO}", "data.conversations=0-1", "encoder=hashing", "ks=[1,3]", "vector_cache=null",
+            f"out_dir={tmp_path}/locomo"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(ROOT / "eval/locomo.py"), *overrides, *tiny], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_the_jobs_of_an_eval_sweep_write_into_folders_of_their_own_and_a_single_run_into_out_dir(tmp_path):
+    """Two trials of eval/locomo.py run at once (submitit_local) with the same out_dir configured: each writes its own
+    results.json, with its own budget, into its job's folder; the configured out_dir is left alone."""
+    _locomo(tmp_path, "-m", "hydra/launcher=submitit_local", "budget=40,300")
+    assert not (tmp_path / "locomo").exists()
+    (sweep,) = (tmp_path / "multirun/locomo").iterdir()
+    returned = {ret.cfg["budget"]: ret.return_value for status, ret in
+                (pickle.loads(p.read_bytes()) for p in sweep.glob(".submitit/*/*_result.pkl")) if status == "success"}
+    assert sorted(returned) == [40, 300]  # two submitit jobs, both done
+    budgets = []
+    for job in ("0", "1"):
+        saved = json.loads((sweep / job / "results.json").read_text())
+        assert saved["config"]["out_dir"] == str(sweep / job)
+        budgets.append(saved["config"]["budget"])
+        rows = [json.loads(line) for line in (sweep / job / "questions.jsonl").read_text().splitlines()]
+        assert rows and all(r["tokens"]["@budget"] <= saved["config"]["budget"] for r in rows)
+        # the number each job handed the sweeper is the one its own results hold
+        assert returned[saved["config"]["budget"]] == saved["retrieval"]["overall"]["recall_all@budget"]
+        assert (sweep / job / "locomo.log").exists()  # Hydra's log of the job, beside its results
+    assert sorted(budgets) == [40, 300]
+
+    _locomo(tmp_path, "budget=40")  # one run: out_dir as configured, no sweep folder
+    assert json.loads((tmp_path / "locomo" / "results.json").read_text())["config"]["out_dir"] == str(tmp_path / "locomo")
+    assert [p.name for p in (tmp_path / "multirun/locomo").iterdir()] == [sweep.name]
 
 
 def test_the_slurm_launcher_writes_the_job_array_with_the_cluster_fields(tmp_path):

@@ -134,9 +134,13 @@ def to_container(cfg: DictConfig | Any) -> dict[str, Any]:
 
 
 def per_job(cfg: DictConfig) -> DictConfig:
-    """Inside a Hydra multirun, give each job its own ``out_dir`` (its sweep subdir) and no
-    ``export_dir``: jobs would otherwise resume from each other's state and overwrite the
-    committed checkpoint. Single runs are left as configured."""
+    """Inside a Hydra multirun, give each job its own ``out_dir`` (its sweep subdir,
+    ``${hydra:runtime.output_dir}``: ``multirun/<config>/<start time>/<job number>``, where Hydra already writes the
+    job's log and ``.hydra/``) and, where the config has one, no ``export_dir``. Without it the jobs of a sweep share
+    one folder: trainers would resume from each other's state and overwrite the committed checkpoint, evaluations
+    would overwrite each other's results.json (at once, under a parallel launcher). Every train/ and eval/ script
+    calls it; single runs (and configs composed outside a Hydra app: the suite's parts, tests) are left as
+    configured."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -144,7 +148,8 @@ def per_job(cfg: DictConfig) -> DictConfig:
         return cfg
     with open_dict(cfg):
         cfg.out_dir = HydraConfig.get().runtime.output_dir
-        cfg.export_dir = None
+        if "export_dir" in cfg:
+            cfg.export_dir = None
     return cfg
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from lightmem.config import register_schemas, script_app
+from lightmem.config import per_job, register_schemas, script_app
 from lightmem.evaluation.reports.failures import exit_on_failures
 from lightmem.evaluation.runs.common import optimized_metric
 from lightmem.evaluation.schemas import SCHEMAS
@@ -39,11 +39,14 @@ def hydra_entry(script_file: str, name: str, title: str | None = None, *, config
     Returns:
         ``main()``, which registers the shared evaluation schemas and the module's own ``SCHEMA`` (before Hydra
         composes), then runs Hydra's app; its task calls ``run(cfg)`` and returns ``optimized_metric`` of
-        ``metrics(results)`` (what a sweeper optimises). ``main.run`` and ``main.metrics`` are the module's.
+        ``metrics(results)`` (what a sweeper optimises). A single run writes to ``cfg.out_dir``; each job of a
+        multirun to its own folder, ``multirun/<config>/<start time>/<job number>`` (``per_job``, as the trainers).
+        ``main.run`` and ``main.metrics`` are the module's: ``run(cfg)`` writes where ``cfg.out_dir`` says.
     """
     runner = importlib.import_module(module or f"lightmem.evaluation.runs.{name}")
 
     def task(cfg: DictConfig) -> float | None:
+        cfg = per_job(cfg)  # in a sweep (-m), each job writes into its own folder, not the one out_dir they share
         results = runner.run(cfg)
         if title is not None:
             exit_on_failures(results, title, cfg.out_dir)  # exit 1 when the run recorded failures

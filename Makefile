@@ -72,7 +72,7 @@ test-fast: install  ## the suite without its slow, postgres, fuzz and multiproce
 lint: install  ## ruff (pyflakes, bugbear, import order)
 	$(VENV)/bin/ruff check lightmem eval train data_gen tests experiments tools
 
-docs: install  ## regenerate the results tables of README.md and checkpoints/README.md, and docs/figures/, from docs/results/runs/ and the model cards
+docs: install  ## regenerate the results tables of docs/results/README.md and checkpoints/README.md, and docs/figures/, from docs/results/runs/ and the model cards
 	$(PY) tools/docs.py
 
 demo: reader  ## the evaluation suite, small: LoCoMo conversation 0 (retrieval + QA by the Qwen reader), a baseline, an ablation, growth, LongMemEval

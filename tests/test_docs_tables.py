@@ -78,7 +78,7 @@ def test_the_gpu_reader_figure_is_drawn_from_the_same_scores(tmp_path):
 def test_docs_check_fails_when_the_gpu_reader_figure_is_missing(tmp_path, capsys):
     import shutil
 
-    for rel in ("README.md", "checkpoints/README.md"):
+    for rel in ("docs/results/README.md", "checkpoints/README.md"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
     shutil.copytree(ROOT / "docs" / "results" / "runs", tmp_path / "docs" / "results" / "runs")
@@ -147,7 +147,7 @@ def test_blocks_are_replaced_in_place_and_an_unknown_block_is_refused():
 
 def test_record_then_make_docs_renders_a_new_run_and_check_then_passes(tmp_path, capsys):
     docs = _docs_cli()
-    for part in ("README.md", "checkpoints", "docs/results/runs"):
+    for part in ("docs/results/README.md", "checkpoints", "docs/results/runs"):
         src, dst = ROOT / part, tmp_path / part
         dst.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
@@ -156,7 +156,7 @@ def test_record_then_make_docs_renders_a_new_run_and_check_then_passes(tmp_path,
     args = argparse.Namespace(table="reader", name="a new pipeline", command="python eval/locomo.py ...", date="2026-01-01",
                               results=str(results), controls_only=False)
     assert docs.record(args, root=tmp_path) == 0
-    assert docs.regenerate(check=True, root=tmp_path) == 1  # the README's table is now stale
+    assert docs.regenerate(check=True, root=tmp_path) == 1  # the results page's table is now stale
     assert docs.regenerate(check=False, root=tmp_path) == 0
-    assert "| a new pipeline | 0.900 | 0.910 | 0.920 | 0.930 | 0.900 | 0.200 | 0.950 |" in (tmp_path / "README.md").read_text()
+    assert "| a new pipeline | 0.900 | 0.910 | 0.920 | 0.930 | 0.900 | 0.200 | 0.950 |" in (tmp_path / "docs" / "results" / "README.md").read_text()
     assert docs.regenerate(check=True, root=tmp_path) == 0

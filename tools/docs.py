@@ -1,5 +1,5 @@
-"""Regenerate the results tables of the README and checkpoints/README.md (and the figure of docs/figures/), or record a
-run for them.
+"""Regenerate the results tables of docs/results/README.md and checkpoints/README.md (and the figure of docs/figures/),
+or record a run for them.
 
     python tools/docs.py                 # = make docs: rewrite every generated block from the committed files
     python tools/docs.py --check         # exit 1 when a committed block differs from what the files render

@@ -2,8 +2,8 @@
 
 A run summary is the handful of numbers a results table shows, cut from an evaluation's ``results.json``
 (``run_summary``) and committed under ``docs/results/runs/`` with the command that produced it. The
-README's results tables and the table of ``checkpoints/README.md`` are rendered from those files and
-from each checkpoint's ``card.json``, and written between marker comments::
+results tables of ``docs/results/README.md`` and the table of ``checkpoints/README.md`` are rendered from those
+files and from each checkpoint's ``card.json``, and written between marker comments::
 
     <!-- generated: reader -->
     ...
@@ -285,7 +285,7 @@ RUN_TABLES = {"reader": reader_table, "retrieval": retrieval_table}
 # The scores of the 0.5B and 1.5B readers on all of LoCoMo 3-4 (docs/results/gpu.md), rendered by gpu_reader_table
 GPU_READER_FILES = ("gpu_reader_scores.json", "gpu_reader15_scores.json")
 GPU_READER_FIGURE = "docs/figures/reader_f1.png"  # gpu_reader_figure, written by `make docs`
-DOCS_WITH_TABLES = ("README.md", "checkpoints/README.md")
+DOCS_WITH_TABLES = ("docs/results/README.md", "checkpoints/README.md")
 
 
 def gpu_reader_scores(root: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:

@@ -63,8 +63,8 @@ def test_the_benchmark_runs_every_arm_end_to_end(tmp_path, capsys):
     assert [r["question"] for r in loc["none"]] == [r["question"] for r in loc["all"]] == [r["question"] for r in loc["agent"]]
     summary = results["summary"]["locomo"]
     assert summary["none"]["overall"]["echo_share"] == 0.0  # nothing saved: no echo can be packed
-    assert summary["none"]["overall"]["told_questions"] == 0  # nothing was told through the loop
-    assert summary["all"]["overall"]["told_questions"] > 0  # session 2 of each conversation was told
+    # session 2 of each conversation was told through the loop (in "none", ingested: the same questions are marked)
+    assert summary["all"]["overall"]["told_questions"] == summary["none"]["overall"]["told_questions"] > 0
     assert all(r["tokens"] <= 200 for r in records)
     # saving every turn packs echoes of the earlier questions; the agent policy packs none
     assert summary["all"]["overall"]["echo_share"] > 0

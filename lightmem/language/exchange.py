@@ -43,9 +43,15 @@ _STOP = (STOPWORDS | _WH | _FILLER | frozenset("i'm i've i'd i'll it's that's yo
 ASSISTANT_SPEAKERS = frozenset({"assistant", "ai", "bot", "model", "agent"})
 
 
+# Titles and abbreviations whose period ends no sentence ("Would Dr. Seuss ...?" is one question).
+_ABBREVIATION = re.compile(r"\b(Dr|Mr|Mrs|Ms|Prof|St|Jr|Sr|Mt|vs|etc|e\.g|i\.e|approx|No)\.(?=\s)", re.IGNORECASE)
+
+
 def sentences(text: str) -> list[str]:
-    """``text`` cut into its sentences (at ., !, ? followed by space, and at line breaks)."""
-    return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
+    """``text`` cut into its sentences (at ., !, ? followed by space, and at line breaks; not after a title such
+    as "Dr.")."""
+    text = _ABBREVIATION.sub(lambda m: m.group(1), text.strip())
+    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
 
 
 def is_question(sentence: str) -> bool:

@@ -17,8 +17,8 @@ gets "Got it.", "Noted: <its first words>" or "That sounds great!" in turn. Noth
 
 Per arm and category: strict recall of the prompt (``build_context`` within ``budget``, whole memories only), answer
 coverage, the share of packed lines that are echoes (a memory all of whose source turns the loop wrote: questions,
-replies, thanks), and the strict recall of the questions whose evidence was told through the loop ("told"), which a
-policy that stores nothing would lose.
+replies, thanks), and the strict recall of the questions whose evidence lies in the told sessions ("told"; in ``none``
+the same questions, their sessions ingested as dialogue), which a policy that stores nothing would lose.
 """
 from __future__ import annotations
 
@@ -113,9 +113,11 @@ def run_locomo_arm(memory: Any, conv: Conversation, arm: str, budget: int, categ
     replies = 0
     for s, session in enumerate(conv.sessions):
         turns = [t for t in session.turns if t.text.strip()]
-        if arm != "none" and tell_every > 0 and s % tell_every == tell_every - 1:
-            replies = _tell(memory, user, turns, arm, replies)
+        told = tell_every > 0 and s % tell_every == tell_every - 1
+        if told:  # marked in every arm: ``none`` ingests these sessions as dialogue, the reference for their questions
             told_ids |= {t.turn_id for t in turns}
+        if told and arm != "none":
+            replies = _tell(memory, user, turns, arm, replies)
         else:
             memory.add_turns(user, turns)
     memory.flush(user)

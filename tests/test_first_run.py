@@ -123,3 +123,11 @@ def test_an_int8_graph_keeps_no_fp32_export_and_a_graph_under_its_former_name_is
     made.clear()
     moved = onnx_encoder.ensure_exported(cache, "m", "pkg|w", "onnx_int8_all", lambda: object(), legacy_weights=weights)
     assert moved.read_bytes() == b"made before" and not old.exists() and made == []
+
+
+def test_the_suite_never_writes_to_the_users_model_cache(model_cache):
+    # conftest.model_cache: every registry of the run, and every process it starts, uses the run's own cache
+    import os
+
+    assert ModelRegistry().cache_dir == model_cache and os.environ["LIGHTMEM_CACHE"] == str(model_cache)
+    assert model_cache.resolve() != (Path.home() / ".cache" / "lightmem").resolve()

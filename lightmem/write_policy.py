@@ -7,11 +7,12 @@ turns into memories that a search can return.
 - ``"all"`` (``Memory.add``'s default, and the HTTP API's): every turn becomes memories. For dialogues replayed into
   memory, where each line was said by a person.
 - ``"agent"`` (the default of every framework adapter): for an agent that stores its own exchanges. A user turn is
-  remembered unless it only asks (every sentence a question) or only exchanges pleasantries. An assistant turn is
-  remembered only when it states something new: not a pleasantry or a question back, not a short answer to the
-  user's question (an answer comes from memory or from the model, and either way is not the user's fact; a wrong
-  one, stored, would come back as a memory), and most of its content words must be absent from the turns before
-  it and from ``context``. A turn that restates a memory the user already has (its content words all in that
+  remembered unless it only asks (every sentence a question, or talk about the conversation itself: "I wanted to
+  follow up on our last chat. Which app did you recommend?") or only exchanges pleasantries. An assistant turn is
+  remembered only when it states something new: not a pleasantry, a question back or a decline ("I'm not sure."),
+  not a short answer to the user's question (an answer comes from memory or from the model, and either way is not
+  the user's fact; a wrong one, stored, would come back as a memory), and most of its content words must be absent
+  from the turns before it and from ``context``. A turn that restates a memory the user already has (its content words all in that
   memory, or nearly the same words) is not written again: the stored memory cites the new turn too, so its
   ``provenance`` counts how often it was said.
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from lightmem.errors import InvalidInputError
-from lightmem.language.exchange import content_words, is_assistant, is_pleasantry, is_question_only, novelty
+from lightmem.language.exchange import content_words, is_assistant, is_decline, is_pleasantry, is_question_only, novelty
 from lightmem.types import Turn
 
 POLICIES = ("all", "agent")
@@ -35,7 +36,7 @@ POLICIES = ("all", "agent")
 @dataclass(frozen=True)
 class Verdict:
     """What a policy decided for one turn: ``keep`` (becomes memories) or not, and why (``kept``, ``question``,
-    ``pleasantry``, ``answer``, ``restates``)."""
+    ``pleasantry``, ``declines``, ``answer``, ``restates``)."""
 
     keep: bool
     reason: str = "kept"
@@ -93,6 +94,8 @@ class AgentPolicy:
             elif not is_assistant(t.speaker):
                 out.append(Verdict(True))
                 asked = False
+            elif is_decline(text):
+                out.append(Verdict(False, "declines"))
             elif asked and len(content_words(text)) < self.min_answer_words:
                 out.append(Verdict(False, "answer"))
             elif novelty(text, earlier) < self.min_novelty:

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from lightmem.errors import InvalidInputError
-from lightmem.language.exchange import content_words, is_pleasantry, is_question_only, restates
+from lightmem.language.exchange import content_words, is_decline, is_pleasantry, is_question_only, restates
 from lightmem.memory import Memory
 from lightmem.models.embedder import HashingEmbedder
 from lightmem.retrieval.stage2 import Stage1Selector
@@ -47,6 +47,23 @@ def turn(speaker: str, text: str, i: int = 0) -> Turn:
                                   "Remind me what my sister's name is", "Hey! What's my dog called?"])
 def test_questions_only(text):
     assert is_question_only(text)
+
+
+@pytest.mark.parametrize("text", [
+    "I wanted to follow up on our previous conversation about apps. You mentioned a few; which one uses mnemonics?",
+    "I'm looking back at our previous chess game and I was wondering, what was your move after 27. Kg2?",
+    "Would Caroline likely have Dr. Seuss books on her bookshelf?"])
+def test_talk_about_the_conversation_frames_a_question(text):
+    assert is_question_only(text)
+
+
+def test_declines_state_nothing_but_a_refusal_with_news_does():
+    assert is_decline("I'm not sure, I don't have that noted.") and is_decline("Sorry, I can't recall that.")
+    assert not is_decline("I don't have a car but I can book a taxi for 7pm.")
+    assert not is_decline("I'm not sure. The museum opens at 9am on Sundays.")
+    verdicts = AgentPolicy().judge([turn("user", "I moved to Lisbon last month.", 0),
+                                    turn("assistant", "I'm not sure, I don't have that noted.", 1)])
+    assert [v.reason for v in verdicts] == ["kept", "declines"]
 
 
 @pytest.mark.parametrize("text", ["I'm vegetarian since 2019.", "I moved to Lisbon. Any good cafés?",

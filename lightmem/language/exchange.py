@@ -8,6 +8,8 @@ stored answer (right or wrong) comes back as if it were a fact. These functions 
   something ("I moved to Lisbon. Any good cafés?") is not question-only.
 - ``is_pleasantry``: nothing but social glue ("Thanks!", "You're welcome, happy to help!"), by
   ``language.phatic.is_chitchat`` sentence by sentence, plus the acknowledgements an assistant writes ("Got it.").
+- ``is_meta`` / ``is_decline``: talk about the conversation itself ("I wanted to follow up on our previous chat.")
+  frames a question and states no fact; an answer that only declines ("I'm not sure.") states nothing.
 - ``content_words``: the words that carry facts, negations and numbers kept ("not", "never", "2019"), so that
   "I'm not vegetarian" never reads as a copy of "I'm vegetarian".
 - ``novelty``: the share of a text's content words that none of the given texts holds.
@@ -72,10 +74,37 @@ def is_question(sentence: str) -> bool:
     return words[0] in _WH or (words[0] in _AUX and words[1] in _PRONOUN)
 
 
+# Talk about the conversation itself ("I wanted to follow up on our previous chat about X.", "You mentioned three
+# apps.", "I was wondering,"): it frames a question and states no fact of the user's.
+_META = re.compile(
+    r"\b(?:(?:our|the|that|my) (?:previous|last|earlier|past|other) (?:conversation|chat|discussion|session|talk|exchange)"
+    r"|you (?:mentioned|said|told me|recommended|suggested|gave me|provided|listed|shared|wrote)"
+    r"|i (?:was|am|'m) (?:wondering|curious)|i want(?:ed)? to (?:follow up|confirm|ask|check|double-check|know)"
+    r"|(?:going|looking|thinking) back (?:at|to|over|on|through))\b", re.IGNORECASE)
+# An answer that declines: it states nothing ("I'm not sure, I don't have that noted.", "Sorry, I can't recall.").
+_DECLINE = re.compile(
+    r"^(?:sorry,? )?(?:i'?m not sure|i am not sure|i don'?t know|i do not know|i don'?t have|i do not have"
+    r"|i can'?t (?:recall|remember|find|say)|i have no (?:record|information|idea)|no idea)\b", re.IGNORECASE)
+
+
+def is_meta(sentence: str) -> bool:
+    """True when the sentence talks about the conversation itself (``_META``) rather than the world."""
+    return bool(_META.search(sentence))
+
+
 def is_question_only(text: str) -> bool:
-    """True when every sentence of ``text`` that is not social glue asks something (and at least one does)."""
-    parts = [s for s in sentences(text) if not is_chitchat(s)]
+    """True when every sentence of ``text`` that is neither social glue nor talk about the conversation asks
+    something (and at least one does)."""
+    parts = [s for s in sentences(text) if not is_chitchat(s) and not (is_meta(s) and not is_question(s))]
     return bool(parts) and all(is_question(s) for s in parts)
+
+
+def is_decline(text: str) -> bool:
+    """True when every sentence of ``text`` that is not social glue is a short refusal to answer ("I'm not sure.",
+    at most 9 words: "I don't have a car but I can book a taxi" states something) or talk about the conversation."""
+    parts = [s for s in sentences(text) if not is_chitchat(s)]
+    return bool(parts) and all((_DECLINE.match(s) and len(s.split()) <= 9) or (is_meta(s) and not is_question(s))
+                               for s in parts)
 
 
 def is_pleasantry(text: str) -> bool:

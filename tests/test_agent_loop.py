@@ -74,3 +74,17 @@ def test_the_benchmark_runs_every_arm_end_to_end(tmp_path, capsys):
     assert set(results["paired"]["locomo"]) == {"all", "agent"}
     assert "| locomo | agent | overall |" in capsys.readouterr().out and (out / "results.md").exists()
     assert not (out / "stores").exists()  # scratch stores removed
+
+
+def test_the_reader_answers_every_arm_and_its_f1_is_paired(tmp_path):
+    cfg = compose("agent_loop", [f"locomo_path={TINY_LOCOMO}", "locomo_conversations=0", "encoder=hashing", "tell_every=2",
+                                 "vector_cache=null", f"out_dir={tmp_path / 'out'}", "qa.enabled=true",
+                                 "llm._target_=fakes.ScriptedLLM", "+llm.script=[Biscuit]"])
+    results = entry_point("agent_loop").run(cfg)
+    records = [json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
+    assert records and all(r["prediction"] == "Biscuit" and r["f1"] is not None for r in records)
+    puppy = next(r for r in records if r["question"] == "What is the name of Ava's puppy?")
+    assert puppy["f1"] == 1.0 and puppy["prompt"].rstrip().endswith(puppy["question"])  # scored from its own prompt
+    assert set(results["paired"]["locomo"]) == {"all", "all_f1", "agent", "agent_f1"}
+    assert results["paired"]["locomo"]["agent_f1"]["delta"] == 0.0  # the same answer everywhere: no change
+    assert "reader F1" in (tmp_path / "out" / "results.md").read_text()

@@ -132,7 +132,8 @@ def run_locomo_arm(memory: Any, conv: Conversation, arm: str, budget: int, categ
         ctx = memory.build_context(qa.question, user, budget=budget, now=at)
         rec = {"conv_id": conv.conv_id, "category": CATEGORY_NAMES.get(int(qa.category), str(qa.category)),
                "question": qa.question, "reply": reply_kind(i), **_score(ctx, evidence, qa.answer),
-               "told": bool(told_ids & set(evidence))}
+               "told": bool(told_ids & set(evidence)), "answer": str(qa.answer), "locomo_category": int(qa.category),
+               "prompt": ctx.prompt}
         records.append(rec)
         if arm != "none":
             _save_exchange(memory, user, i, qa.question, reply_to(i, qa, answers), at, arm,
@@ -163,7 +164,7 @@ def run_longmemeval_arm(memory: Any, inst: Conversation, arm: str, budget: int) 
     ctx = memory.build_context(qa.question, user, budget=budget, now=at + 120)
     return [{"conv_id": inst.conv_id, "category": str(qa.category), "question": qa.question, "reply": "unsure",
              **_score(ctx, evidence, qa.answer), "first_recall_all": packed_recall(first, evidence)["@budget"]["all"],
-             "told": True}]
+             "told": True, "answer": str(qa.answer), "prompt": ctx.prompt}]
 
 
 def _tell_chat(memory: Any, user: str, turns: Sequence[Turn], policy: str) -> None:
@@ -188,7 +189,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 "coverage": float(np.mean(cov)) if cov else float("nan"),
                 "echo_share": (sum(r["echo_lines"] for r in rs) / lines) if lines else 0.0,
                 "told_questions": len(told), "told_recall_all": float(np.mean(told)) if told else float("nan"),
-                "tokens": float(np.mean([r["tokens"] for r in rs])) if rs else float("nan")}
+                "tokens": float(np.mean([r["tokens"] for r in rs])) if rs else float("nan"),
+                **({"f1": float(np.mean(f1))} if (f1 := [r["f1"] for r in rs if r.get("f1") is not None]) else {})}
 
     by_cat: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
@@ -234,10 +236,35 @@ def run_agent_loop(make_memory: Callable[[str], Any], locomo: Sequence[Conversat
                     memory.close()
                 records[dataset][arm].extend(recs)
                 progress.advance(task)
+    return {"records": records, **report(records)}
+
+
+def report(records: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """``summary`` (``summarize`` per dataset and arm) and ``paired`` (each arm's change of strict recall, and of the
+    reader's F1 when the records were answered, against ``none`` on the same questions)."""
     summary = {d: {a: summarize(rs) for a, rs in by_arm.items() if rs} for d, by_arm in records.items()}
-    paired = {d: {a: paired_delta(by_arm["none"], rs) for a, rs in by_arm.items() if a != "none" and rs and by_arm.get("none")}
-              for d, by_arm in records.items()}
-    return {"records": records, "summary": summary, "paired": paired}
+    paired: dict[str, dict[str, Any]] = {}
+    for d, by_arm in records.items():
+        for a, rs in by_arm.items():
+            if a == "none" or not rs or not by_arm.get("none"):
+                continue
+            paired.setdefault(d, {})[a] = paired_delta(by_arm["none"], rs)
+            if all(r.get("f1") is not None for r in [*rs, *by_arm["none"]]):
+                paired[d][f"{a}_f1"] = paired_delta(by_arm["none"], rs, key="f1")
+    return {"summary": summary, "paired": paired}
+
+
+def answer_records(records: dict[str, dict[str, list[dict[str, Any]]]], opts: Any) -> None:
+    """The reader's answer to every record's prompt (``QAOptions``), scored with LoCoMo's F1 (its category's rule)
+    or, for LongMemEval, token F1; ``prediction`` and ``f1`` are set in place."""
+    from lightmem.evaluation.harnesses.qa import generate_answers, locomo_scores
+
+    flat = [r for by_arm in records.values() for rs in by_arm.values() for r in rs]
+    gens = generate_answers(opts.llm, [r["prompt"] for r in flat], opts.batch_size, opts.max_new_tokens,
+                            instruction=opts.instruction)
+    for r, g in zip(flat, gens):
+        r["prediction"] = g.text
+        r["f1"] = locomo_scores(g.text, r["answer"], int(r.get("locomo_category", 4)))["f1"]
 
 
 def pick_instances(instances: Sequence[Conversation], n: int | None) -> list[Conversation]:

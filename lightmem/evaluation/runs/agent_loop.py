@@ -14,8 +14,10 @@ from omegaconf import DictConfig
 from lightmem.config import PipelineConfig, SharedRuntime, build_embedder, build_memory, make_run_logger, to_container
 from lightmem.datasets import load_locomo, select_conversations
 from lightmem.datasets.longmemeval import load_longmemeval
-from lightmem.evaluation.benchmarks.agent_loop import ARMS, pick_instances, run_agent_loop
-from lightmem.evaluation.reports.failures import failures_md
+from lightmem.evaluation.benchmarks.agent_loop import ARMS, answer_records, pick_instances, report, run_agent_loop
+from lightmem.evaluation.reports.failures import failures_md, qa_failures, qa_usage, usage_delta
+from lightmem.evaluation.runs.common import qa_options
+from lightmem.evaluation.schemas import QAConfig
 from lightmem.metric_logger import log_results, quiet_third_party_logs
 from lightmem.retrieval.composer import DEFAULT_BUDGET
 
@@ -36,6 +38,7 @@ class AgentLoopConfig(PipelineConfig):
     tell_every: int = 3  # every third LoCoMo session is told through the loop (the others ingested as a dialogue)
     thanks_every: int = 4  # every fourth exchange ends with "Thanks!" / "You're welcome!"
     vector_cache: str | None = None
+    qa: QAConfig = field(default_factory=QAConfig)  # qa.enabled=true llm=qwen15: the reader answers every prompt (F1)
     out_dir: str = "outputs/agent_loop"
     optimized_metric: str | None = "agent_loop/locomo/agent/echo_share"
 
@@ -71,13 +74,20 @@ def run(cfg: DictConfig, quiet: bool = False) -> dict[str, Any]:
                               show_progress=sys.stderr.isatty())
     finally:
         shutil.rmtree(stores, ignore_errors=True)
-    results = {"summary": loop["summary"], "paired": loop["paired"], "config": to_container(cfg), "failures": []}
+    opts = qa_options(cfg, shared)
+    failures: list[str] = []
+    if opts is not None:  # the same reader answers every arm's prompts, in one pass
+        before = qa_usage(opts)
+        answer_records(loop["records"], opts)
+        loop.update(report(loop["records"]))
+        failures = qa_failures(usage_delta(before, qa_usage(opts)))
+    results = {"summary": loop["summary"], "paired": loop["paired"], "config": to_container(cfg), "failures": failures}
     (out / "results.json").write_text(json.dumps(results, indent=2))
     with open(out / "records.jsonl", "w") as fh:
         for dataset, by_arm in loop["records"].items():
             for arm, recs in by_arm.items():
                 for r in recs:
-                    fh.write(json.dumps({"dataset": dataset, "arm": arm, **r}) + "\n")
+                    fh.write(json.dumps({"dataset": dataset, "arm": arm, **r}) + "\n")  # with its prompt: what was scored
     table = results_table(results)
     (out / "results.md").write_text(f"# Agent loop (budget {cfg.budget} tokens)\n\n{table}\n{failures_md(results['failures'])}")
     if not quiet:
@@ -94,8 +104,10 @@ def _fmt(v: Any) -> str:
 def results_table(results: dict[str, Any]) -> str:
     """One row per dataset, arm and category: questions, strict recall (and its paired change against ``none``
     overall), coverage, echo share of the packed lines, told questions' recall, prompt tokens."""
+    answered = any("f1" in b for by_arm in results["summary"].values() for cats in by_arm.values() for b in cats.values())
     rows = ["| data | arm | category | questions | strict R_all | Δ vs none (95% CI) | coverage | echo share | told q. | "
-            "told R_all | tokens |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "told R_all | tokens |" + (" reader F1 | F1 Δ vs none (95% CI) |" if answered else ""),
+            "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if answered else "")]
     for dataset, by_arm in results["summary"].items():
         for arm, cats in by_arm.items():
             for cat, b in cats.items():
@@ -103,9 +115,13 @@ def results_table(results: dict[str, Any]) -> str:
                 if cat == "overall" and arm in results["paired"].get(dataset, {}):
                     d = results["paired"][dataset][arm]
                     delta = f"{d['delta']:+.3f} ({d['low']:+.3f}, {d['high']:+.3f})"
-                rows.append(f"| {dataset} | {arm} | {cat} | {b['questions']} | {_fmt(b['recall_all'])} | {delta} | "
-                            f"{_fmt(b['coverage'])} | {_fmt(b['echo_share'])} | {b['told_questions']} | "
-                            f"{_fmt(b['told_recall_all'])} | {b['tokens']:.0f} |")
+                row = (f"| {dataset} | {arm} | {cat} | {b['questions']} | {_fmt(b['recall_all'])} | {delta} | "
+                       f"{_fmt(b['coverage'])} | {_fmt(b['echo_share'])} | {b['told_questions']} | "
+                       f"{_fmt(b['told_recall_all'])} | {b['tokens']:.0f} |")
+                if answered:
+                    f1 = results["paired"].get(dataset, {}).get(f"{arm}_f1") if cat == "overall" else None
+                    row += f" {_fmt(b.get('f1'))} | " + (f"{f1['delta']:+.3f} ({f1['low']:+.3f}, {f1['high']:+.3f})" if f1 else "") + " |"
+                rows.append(row)
     return "\n".join(rows)
 
 
@@ -114,9 +130,11 @@ def metrics(results: dict[str, Any]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for dataset, by_arm in results["summary"].items():
         for arm, cats in by_arm.items():
-            for k in ("recall_all", "coverage", "echo_share", "told_recall_all"):
-                out[f"agent_loop/{dataset}/{arm}/{k}"] = cats["overall"][k]
+            for k in ("recall_all", "coverage", "echo_share", "told_recall_all", "f1"):
+                if k in cats["overall"]:
+                    out[f"agent_loop/{dataset}/{arm}/{k}"] = cats["overall"][k]
     for dataset, by_arm in results["paired"].items():
         for arm, d in by_arm.items():
-            out[f"agent_loop/{dataset}/{arm}/delta_recall_all"] = d["delta"]
+            name = f"{arm[:-3]}/delta_f1" if arm.endswith("_f1") else f"{arm}/delta_recall_all"
+            out[f"agent_loop/{dataset}/{name}"] = d["delta"]
     return out

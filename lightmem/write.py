@@ -6,6 +6,7 @@ one store transaction; the sensory stage's buffers roll back to the store's stat
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -67,35 +68,54 @@ class WritePipeline:
         known = self.store.known_turns(user_id, [t.turn_id for t in turns]) if turns else set()
         turns = [t for t in turns if t.turn_id not in known]  # a resumed ingest skips what is stored
         if policy is not None and turns:
-            return self.store.run_atomic(lambda: self._judged(user_id, turns, context, policy))
+            return self._under_policy(user_id, turns, context, policy)
         if self.sensory_stage is None:
             return self._commit(user_id, turns, self.writer.write(turns, context) if turns else [])
         return self._through_sensory_stage(user_id, turns, context, drain=False)
 
-    def _judged(self, user_id: str, turns: Sequence[Turn], context: Sequence[str], policy: WritePolicy) -> list[MemoryItem]:
-        """``add_turns`` under ``policy``, inside the caller's transaction."""
+    def _under_policy(self, user_id: str, turns: Sequence[Turn], context: Sequence[str],
+                      policy: WritePolicy) -> list[MemoryItem]:
+        """``add_turns`` under ``policy``. The judging and the Writer (which may call a model) run before the
+        transaction; inside it, only the look-up of stored copies, the writes and the links."""
         verdicts = policy.judge(turns, context)
+        if len(verdicts) != len(turns):
+            raise ValueError(f"write policy {policy.name!r} judged {len(verdicts)} of {len(turns)} turns")
         kept = [t for t, v in zip(turns, verdicts) if v.keep]
-        links: dict[str, list[str]] = {}  # stored item id -> the kept turns that restate it
-        if policy.dedupe:
-            fresh: list[Turn] = []
-            for t in kept:
-                if any(restates(t.text, f.text) for f in fresh):
-                    continue  # the same thing twice in one call: the first is written, the second only stored
-                copy = self._stored_copy(user_id, t.text)
-                if copy is None:
-                    fresh.append(t)
-                else:
-                    links.setdefault(copy, []).append(t.turn_id)
-            kept = fresh
-        kept_ids = {t.turn_id for t in kept}
-        records = [t for t in turns if t.turn_id not in kept_ids]
-        written = self._commit(user_id, records, [])  # the record of every turn not written as a memory
-        if kept:
-            if self.sensory_stage is None:
-                written += self._commit(user_id, kept, self.writer.write(kept, context))
+        fresh: list[Turn] = []
+        first_of: dict[str, str] = {}  # a turn that repeats an earlier one of this call -> that one
+        for t in kept:
+            same = next((f for f in fresh if restates(t.text, f.text)), None) if policy.dedupe else None
+            if same is None:
+                fresh.append(t)
             else:
-                written += self._through_sensory_stage(user_id, kept, context, drain=False)
+                first_of[t.turn_id] = same.turn_id
+        drafts = self.writer.write(fresh, context) if fresh and self.sensory_stage is None else []
+        return self.store.run_atomic(lambda: self._write_judged(user_id, turns, fresh, first_of, drafts, context, policy))
+
+    def _write_judged(self, user_id: str, turns: Sequence[Turn], fresh: Sequence[Turn], first_of: dict[str, str],
+                      drafts: Sequence[DraftItem], context: Sequence[str], policy: WritePolicy) -> list[MemoryItem]:
+        links: dict[str, list[str]] = {}  # stored item id -> the turns that restate it
+        if policy.dedupe:
+            for t in fresh:
+                copy = self._stored_copy(user_id, t.text)
+                if copy is not None:
+                    links.setdefault(copy, []).append(t.turn_id)
+        linked = {tid for ids in links.values() for tid in ids}
+        repeats: dict[str, list[str]] = {}
+        for dup, first in first_of.items():
+            repeats.setdefault(first, []).append(dup)
+        for ids in links.values():  # a repeat of a turn that restates a stored memory cites that memory too
+            ids.extend(d for tid in list(ids) for d in repeats.get(tid, []))
+        writing = [t for t in fresh if t.turn_id not in linked]
+        drafts = [replace(d, provenance=[*d.provenance, *(r for p in d.provenance for r in repeats.get(p, []))])
+                  for d in drafts if not set(d.provenance) <= linked]
+        ids = {t.turn_id for t in writing}
+        written = self._commit(user_id, [t for t in turns if t.turn_id not in ids], [])  # the record of the others
+        if writing:
+            if self.sensory_stage is None:
+                written += self._commit(user_id, writing, drafts)
+            else:
+                written += self._through_sensory_stage(user_id, writing, context, drain=False)
         for item_id, turn_ids in links.items():
             item = self.store.get(user_id, item_id)
             self.store.update(user_id, item_id, self.clock(), provenance=[*item.provenance, *turn_ids])

@@ -1,7 +1,8 @@
 """Write policies: which turns of an ``add`` become memories.
 
-``Memory.add(..., policy=...)`` names one. Every turn is stored either way (the conversation record: ``sources``,
-``delete`` and ``delete_user`` reach it, and adding it again is a no-op); the policy decides which turns the Writer
+``Memory.add(..., policy=...)`` names one. Every turn is stored either way, as the conversation's record (adding it
+again is a no-op): a turn a memory cites is erased with that memory, and ``delete_user`` erases them all; a turn no
+memory cites (a question, a "thanks") stays in the record until then. The policy decides which turns the Writer
 turns into memories that a search can return.
 
 - ``"all"`` (``Memory.add``'s default, and the HTTP API's): every turn becomes memories. For dialogues replayed into
@@ -104,6 +105,13 @@ class AgentPolicy:
                 out.append(Verdict(True))
             earlier.append(text)
         return out
+
+
+def check(policy: object) -> str | WritePolicy | None:
+    """``policy`` unchanged when ``resolve`` accepts it (an adapter checks its ``policy=`` when it is built, not at
+    its first save); ``InvalidInputError`` otherwise."""
+    resolve(policy)  # type: ignore[arg-type]
+    return policy  # type: ignore[return-value]
 
 
 def resolve(policy: str | WritePolicy | None) -> WritePolicy | None:

@@ -9,12 +9,16 @@ from lightmem.datasets.formats import QAItem
 from lightmem.evaluation.benchmarks.agent_loop import (
     DONT_KNOW,
     LOOP,
+    WRONG,
+    NaivePolicy,
     is_echo,
     paired_delta,
     reply_kind,
     reply_to,
     summarize,
 )
+from lightmem.language.exchange import content_words
+from lightmem.types import Turn
 
 LME = [{
     "question_id": "q-7", "question_type": "single-session-user", "question": "Where did I park my car?", "answer": "level 3",
@@ -29,13 +33,19 @@ LME = [{
 
 
 def test_the_reply_model_is_fixed_and_says_what_it_is():
-    assert [reply_kind(i) for i in range(10)] == ["right"] * 4 + ["wrong"] * 3 + ["unsure"] * 3
+    kinds = [reply_kind(i) for i in range(10)]
+    assert kinds == ["right"] * 3 + ["verbose"] + ["wrong"] * 3 + ["unsure"] * 3
     qa = QAItem("Where?", "Lisbon", ["D1:1"], 4)
-    assert reply_to(0, qa, ["Lisbon", "Porto"]) == "Lisbon."
-    assert reply_to(4, qa, ["Lisbon", "Porto"]) == "Porto."  # another question's answer: wrong
-    assert reply_to(4, qa, ["Lisbon"]) == DONT_KNOW and reply_to(8, qa, ["Porto"]) == DONT_KNOW
+    replies = [reply_to(i, qa) for i in range(10)]
+    assert replies[0] == "Lisbon." and "Lisbon" in replies[3] and len(content_words(replies[3])) >= 12
+    assert all(r.rstrip(".") in WRONG for r in replies[4:7])  # wrong answers never come from the data
+    assert DONT_KNOW in replies[7:] and any("maybe" in r for r in replies[7:])
+    assert [reply_to(i, qa) for i in range(10)] == replies  # no randomness
     assert is_echo([f"{LOOP}q1"]) and is_echo([f"{LOOP}q1", f"{LOOP}a1"])
     assert not is_echo(["D1:1"]) and not is_echo(["D1:1", f"{LOOP}q3"]) and not is_echo([])
+    naive = NaivePolicy().judge([Turn("a", "user", "Where?", 0.0), Turn("b", "assistant", "Lisbon.", 0.0),
+                                 Turn("c", "user", "Thanks!", 0.0)])
+    assert [v.keep for v in naive] == [False, False, True]
 
 
 def test_summary_and_paired_delta():
@@ -57,8 +67,9 @@ def test_the_benchmark_runs_every_arm_end_to_end(tmp_path, capsys):
     results = entry_point("agent_loop").run(cfg)
     out = tmp_path / "out"
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert {(r["dataset"], r["arm"]) for r in records} == {(d, a) for d in ("locomo", "longmemeval") for a in ("none", "all", "agent")}
-    loc = {a: [r for r in records if r["dataset"] == "locomo" and r["arm"] == a] for a in ("none", "all", "agent")}
+    arms = ("none", "all", "naive", "agent")
+    assert {(r["dataset"], r["arm"]) for r in records} == {(d, a) for d in ("locomo", "longmemeval") for a in arms}
+    loc = {a: [r for r in records if r["dataset"] == "locomo" and r["arm"] == a] for a in arms}
     # the same questions, in the same order, in every arm
     assert [r["question"] for r in loc["none"]] == [r["question"] for r in loc["all"]] == [r["question"] for r in loc["agent"]]
     summary = results["summary"]["locomo"]
@@ -71,7 +82,7 @@ def test_the_benchmark_runs_every_arm_end_to_end(tmp_path, capsys):
     assert summary["agent"]["overall"]["echo_share"] == 0.0
     lme_agent = next(r for r in records if r["dataset"] == "longmemeval" and r["arm"] == "agent")
     assert lme_agent["told"] and lme_agent["echo_lines"] == 0
-    assert set(results["paired"]["locomo"]) == {"all", "agent"}
+    assert set(results["paired"]["locomo"]) == {"all", "naive", "agent"}
     assert "| locomo | agent | overall |" in capsys.readouterr().out and (out / "results.md").exists()
     assert not (out / "stores").exists()  # scratch stores removed
 
@@ -85,6 +96,6 @@ def test_the_reader_answers_every_arm_and_its_f1_is_paired(tmp_path):
     assert records and all(r["prediction"] == "Biscuit" and r["f1"] is not None for r in records)
     puppy = next(r for r in records if r["question"] == "What is the name of Ava's puppy?")
     assert puppy["f1"] == 1.0 and puppy["prompt"].rstrip().endswith(puppy["question"])  # scored from its own prompt
-    assert set(results["paired"]["locomo"]) == {"all", "all_f1", "agent", "agent_f1"}
+    assert set(results["paired"]["locomo"]) == {"all", "all_f1", "naive", "naive_f1", "agent", "agent_f1"}
     assert results["paired"]["locomo"]["agent_f1"]["delta"] == 0.0  # the same answer everywhere: no change
     assert "reader F1" in (tmp_path / "out" / "results.md").read_text()

@@ -53,6 +53,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from lightmem import write_policy
 from lightmem.errors import ItemNotFoundError
 from lightmem.integrations.calls import call_memory
 from lightmem.memory import key_id
@@ -726,6 +727,8 @@ def lightmem_save_node(memory: Any, *, user_id: UserId = None, session_id: Sessi
     turns, pleasantries, answers to questions and near-duplicates; ``"all"`` or ``None`` stores every turn.
     The node runs under ``invoke`` and ``ainvoke`` alike (an asynchronous memory under ``ainvoke`` only).
     """
+
+    write_policy.check(policy)  # a mistyped name fails when the graph is built, not at its first save
 
     def plan(state: Mapping[str, Any], config: RunnableConfig) -> tuple[str, list[dict[str, Any]], str | None]:
         user = _user_of(user_id, state, config, "lightmem_save_node")

@@ -25,6 +25,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 from llama_index.core.memory import BaseMemoryBlock
 from pydantic import Field
 
+from lightmem import write_policy
 from lightmem.integrations.calls import call_memory
 from lightmem.retrieval.composer import ContextComposer
 
@@ -87,9 +88,13 @@ class LightmemMemoryBlock(BaseMemoryBlock[str]):
     user_id: str = Field(description="Whose memories the block reads and writes.")
     budget: int | None = Field(default=None, gt=0, description="The most tokens of build_context's prompt; None: the memory's default (lightmem.retrieval.composer.DEFAULT_BUDGET).")
     save: bool = Field(default=True, description="Save the messages flushed from the short-term history.")
-    policy: str = Field(default="agent", description="Which saved messages become memories (lightmem.write_policy): "
+    policy: Any = Field(default="agent", description="Which saved messages become memories (lightmem.write_policy): "
                         "'agent' leaves out questions, pleasantries, answers and restatements; 'all' writes every one.")
     context_options: dict[str, Any] = Field(default_factory=dict, description="More arguments of build_context.")
+
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        write_policy.check(self.policy)  # a mistyped name fails here, not at the first save
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
         """The memories relevant to the latest user message (the latest message when none is the user's), as

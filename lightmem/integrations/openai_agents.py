@@ -26,6 +26,7 @@ from agents.memory.session_settings import resolve_session_limit
 from agents.run_config import CallModelData, ModelInputData
 from agents.run_context import RunContextWrapper
 
+from lightmem import write_policy
 from lightmem.errors import InvalidInputError, ItemNotFoundError
 from lightmem.integrations.calls import call_memory
 
@@ -121,7 +122,7 @@ class LightmemSession:
             raise ValueError("user_id must be a non-empty string naming whose memories these are")
         self.session_id, self.memory, self.user_id = session_id, memory, user_id
         self.session_settings = session_settings if session_settings is not None else SessionSettings()
-        self.remember, self.policy = remember, policy
+        self.remember, self.policy = remember, write_policy.check(policy)
         self._tag = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         self._seen_seq = 0  # every record of this session this instance has seen has a smaller or equal seq
 

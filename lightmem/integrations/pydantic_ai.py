@@ -26,6 +26,7 @@ from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
+from lightmem import write_policy
 from lightmem.integrations.calls import call_memory
 
 __all__ = ["LightmemMemory", "turns_of"]
@@ -97,9 +98,12 @@ class LightmemMemory(AbstractCapability[Any]):
     save: bool = True
     session_id: str | None = None
     context_options: dict[str, Any] = field(default_factory=dict)
-    policy: str = "agent"
+    policy: Any = "agent"
     _: KW_ONLY
     id: str | None = "lightmem"
+
+    def __post_init__(self) -> None:
+        write_policy.check(self.policy)  # a mistyped name fails here, not at the first save
 
     def _user(self, ctx: RunContext[Any] | None) -> str:
         if callable(self.user_id):

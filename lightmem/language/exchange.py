@@ -45,8 +45,22 @@ _STOP = (STOPWORDS | _WH | _FILLER | frozenset("i'm i've i'd i'll it's that's yo
 ASSISTANT_SPEAKERS = frozenset({"assistant", "ai", "bot", "model", "agent"})
 
 
-# Titles and abbreviations whose period ends no sentence ("Would Dr. Seuss ...?" is one question).
-_ABBREVIATION = re.compile(r"\b(Dr|Mr|Mrs|Ms|Prof|St|Jr|Sr|Mt|vs|etc|e\.g|i\.e|approx|No)\.(?=\s)", re.IGNORECASE)
+# Titles whose period ends no sentence when a name follows ("Would Dr. Seuss ...?" is one question); "Main St. What
+# is nearby?" stays two.
+_ABBREVIATION = re.compile(r"\b(Dr|Mr|Mrs|Ms|Prof)\.(?=\s+[A-Z])")
+# A question that tells something ("Did I mention I'm moving?", "Can you remember that my wife is allergic to nuts?",
+# "Is it weird that I quit my job?"): it is the user's statement, asked.
+_TELLS = re.compile(r"\b(?:that|mention(?:ed)?|note|keep in mind)\s+(?:i|i'm|i've|i'd|i'll|my|we|we're|we've|our)\b",
+                    re.IGNORECASE)
+# A first-person clause ("I love Paris", "I'm not happy", "my flight is at 9"): what a user says about themself.
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|my|we|we're|we've|our)\b", re.IGNORECASE)
+# The words a first-person pleasantry may hold ("Thanks, I appreciate it!", "I'm so happy for you!").
+_THANKS = frozenset("""thanks thank appreciate appreciated glad welcome ok okay sure great good bye goodbye care see soon
+    later talk happy nice fine cool awesome lovely pleasure means lot""".split())
+_NEGATION = frozenset({"not", "no", "never", "don't", "doesn't", "didn't", "isn't", "aren't", "wasn't", "weren't", "can't",
+                       "won't", "nor", "without", "anymore", "longer", "n't"})
+_MONTHS = frozenset("""january february march april may june july august september october november december monday
+    tuesday wednesday thursday friday saturday sunday""".split())
 
 
 def sentences(text: str) -> list[str]:
@@ -64,13 +78,13 @@ def is_question(sentence: str) -> bool:
         return False
     if s.endswith("?"):
         return True
-    if s.endswith("!"):
+    if s.endswith(("!", ".")):
         return False
-    if _ASKS_ME.match(s):
-        return True
+    if _ASKS_ME.match(s):  # "Remind me what my sister's name is" asks; "Tell me a recipe, I'm vegan" also tells
+        return not re.search(r"\bi(?:'m| am|'ve| have| was| had)\b", s, re.IGNORECASE)
     words = _WORD.findall(s.lower())
-    if len(words) < 2 or s.endswith("."):
-        return False
+    if len(words) < 2 or _FIRST_PERSON.search(" ".join(words[1:])):
+        return False  # "When I was 10 I lived in Spain", "How I met my wife is a long story": told, not asked
     return words[0] in _WH or (words[0] in _AUX and words[1] in _PRONOUN)
 
 
@@ -88,15 +102,21 @@ _DECLINE = re.compile(
 
 
 def is_meta(sentence: str) -> bool:
-    """True when the sentence talks about the conversation itself (``_META``) rather than the world."""
-    return bool(_META.search(sentence))
+    """True when the sentence talks about the conversation itself (``_META``) and holds no date, number or
+    first-person fact beside ("I want to confirm my appointment is at 5pm" tells something)."""
+    if not _META.search(sentence):
+        return False
+    rest = _META.sub(" ", sentence)
+    words = set(_WORD.findall(rest.lower()))
+    return not (words & _MONTHS or any(w.isdigit() or any(c.isdigit() for c in w) for w in words)
+                or re.search(r"\bmy \w+ (?:is|are|was|were)\b|\bi(?:'m| am| have|'ve)\b", rest, re.IGNORECASE))
 
 
 def is_question_only(text: str) -> bool:
     """True when every sentence of ``text`` that is neither social glue nor talk about the conversation asks
     something (and at least one does)."""
     parts = [s for s in sentences(text) if not is_chitchat(s) and not (is_meta(s) and not is_question(s))]
-    return bool(parts) and all(is_question(s) for s in parts)
+    return bool(parts) and all(is_question(s) and not _TELLS.search(s) for s in parts)
 
 
 def is_decline(text: str) -> bool:
@@ -109,15 +129,23 @@ def is_decline(text: str) -> bool:
 
 def is_pleasantry(text: str) -> bool:
     """True when ``text`` says nothing but greetings, thanks, praise or acknowledgement ("Thanks!", "Got it, happy
-    to help!", "You're welcome."): every word a stop word, social glue or an acknowledgement."""
+    to help!", "You're welcome."). A sentence with a negation, or in the first person with anything beyond thanks
+    ("I love Paris!", "I'm not happy.", "I need help."), says something."""
     parts = sentences(text)
     if not parts:
         return True
     for s in parts:
+        words = _WORD.findall(s.lower())
+        if any(w in _NEGATION or w.endswith("n't") for w in words):
+            return False
+        if _FIRST_PERSON.search(s):
+            if any(w not in STOPWORDS and w not in _THANKS and w not in ("i'm", "i've", "i'd", "i'll", "so", "really")
+                   for w in words):
+                return False
+            continue
         if is_chitchat(s):
             continue
-        words = [w for w in _WORD.findall(s.lower()) if w not in STOPWORDS]
-        if any(w not in GLUE and w not in _ACKNOWLEDGE for w in words):
+        if any(w not in STOPWORDS and w not in GLUE and w not in _ACKNOWLEDGE for w in words):
             return False
     return True
 
@@ -138,13 +166,23 @@ def novelty(text: str, known: Iterable[str]) -> float:
     return len(words - seen) / len(words)
 
 
+def _anchors(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """A text's negations and its numbers and dates (digits, month and day names): two texts that differ in these
+    say different things however many words they share."""
+    words = _WORD.findall(text.lower())
+    return (frozenset(w for w in words if w in _NEGATION or w.endswith("n't")),
+            frozenset(w for w in words if w in _MONTHS or any(c.isdigit() for c in w)))
+
+
 def restates(text: str, stored: str, overlap: float = 0.85) -> bool:
-    """True when ``text`` says nothing ``stored`` does not: its content words are all in ``stored`` (and it has at
-    least two), or the two share at least ``overlap`` of their content words (Jaccard)."""
+    """True when ``text`` says nothing ``stored`` does not: both hold the same negations, numbers and dates, and
+    ``text``'s content words are ``stored``'s, or all but one of them (at least two), or the two share ``overlap``
+    of their content words (Jaccard). "I work at Google" does not restate "I don't work at Google anymore", nor
+    "I have 3 cats" "I have 2 cats and 3 dogs"."""
     a, b = content_words(text), content_words(stored)
-    if not a or not b:
+    if not a or not b or _anchors(text) != _anchors(stored):
         return False
-    if len(a) >= 2 and a <= b:
+    if len(a) >= 2 and a <= b and len(b - a) <= 1:
         return True
     return len(a & b) / len(a | b) >= overlap
 

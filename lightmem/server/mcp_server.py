@@ -40,6 +40,10 @@ from lightmem.text import warm
 from lightmem.validation import MAX_ID_CHARS, check_user_id
 
 log = logging.getLogger(__name__)
+# A tool call is a deliberate save: every message is written unless the caller asks for the agent policy.
+POLICY_ARG = ("Which messages become memories: 'all' (the default: every one) or 'agent' (for saving your own exchange "
+              "with the user: questions, pleasantries, your short answers and restatements of stored memories are "
+              "kept as turns, not written as memories).")
 T = TypeVar("T")
 NonBlank = Annotated[str, Field(min_length=1, pattern=r"\S")]
 
@@ -157,20 +161,18 @@ def add_tools(server: MCPServer, memory: Memory, user_of: Callable[[], str], loc
                                                                  "or Unix seconds); defaults to now.")] = None,
         metadata: Annotated[dict[str, Any] | None, Field(description="Fields kept with the memory, to filter on "
                                                                      "later, e.g. {'topic': 'pets'}.")] = None,
+        policy: Annotated[WritePolicyName, Field(description=POLICY_ARG)] = "all",
     ) -> ItemsOut:
         """Remember one message of the conversation. Returns the memories written."""
         return write("add_memory", [MessageArg(text=text, speaker=speaker, timestamp=timestamp, metadata=metadata)],
-                     lambda i: "", "all")
+                     lambda i: "", policy)
 
     @server.tool()
     def add_memories(
         messages: Annotated[list[MessageArg], Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST, description=(
             "The messages, oldest first, e.g. [{'speaker': 'user', 'text': 'I adopted a dog named Rex.'}, "
             f"{{'speaker': 'assistant', 'text': 'Congratulations!'}}]; at most {MAX_TURNS_PER_REQUEST:,}."))],
-        policy: Annotated[WritePolicyName, Field(description=(
-            "Which messages become memories: 'agent' (the default: your own exchange with the user; questions, "
-            "pleasantries, your answers and restatements of stored memories are not written as memories) or 'all'."))]
-        = "agent",
+        policy: Annotated[WritePolicyName, Field(description=POLICY_ARG)] = "all",
     ) -> ItemsOut:
         """Remember several messages at once (a message and its reply, a stretch of conversation), oldest first.
         They are written together: all of them or, when one is refused, none. Returns the memories written."""

@@ -4,16 +4,19 @@ Each conversation is run three times ("arms") on fresh stores:
 
 - ``none``: every session is ingested as a dialogue (``add_turns``, every turn a memory) and the questions are asked
   without anything being saved: the reference.
-- ``all`` / ``agent``: what an agent built on an adapter does, under that write policy. Every ``tell_every``-th
+- ``all`` / ``naive`` / ``agent``: what an agent built on an adapter does, under that write policy. Every ``tell_every``-th
   session (LoCoMo) or every session (LongMemEval, whose sessions are a user's chats with an assistant) is *told* to
   the agent: each turn is saved with the agent's reply after it, as the adapters save an exchange. Then the questions
   are asked in order; after each, the exchange is saved: the question, a canned reply, and every ``thanks_every``-th
   time "Thanks!" / "You're welcome!". LongMemEval has one question per haystack: it is asked, saved, and asked again
   (the scored ask), the case where a stored question ranks first.
 
-The reply model is fixed (``REPLIES``, chosen by the question's index, no randomness): four in ten replies give the
-gold answer, three in ten give another question's answer (wrong), three in ten say they do not know; a told turn
-gets "Got it.", "Noted: <its first words>" or "That sounds great!" in turn. Nothing here calls a language model.
+The reply model is fixed (``reply_to``, chosen by the question's index, no randomness): in ten replies, three give the
+gold answer, one gives it inside a long sentence of 12+ content words, three give a wrong answer from a fixed pool
+(``WRONG``: never the data's own answers), two decline and one hedges a wrong guess; a told turn gets "Got it.",
+"Noted: <its first words>" or "That sounds great!" in turn. The ``naive`` arm is the simplest rule (every assistant
+turn and every turn ending in "?" left out), to show what the ``agent`` policy's rules earn. Nothing here calls a
+language model.
 
 Per arm and category: strict recall of the prompt (``build_context`` within ``budget``, whole memories only), answer
 coverage, the share of packed lines that are echoes (a memory all of whose source turns the loop wrote: questions,
@@ -25,6 +28,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,33 +37,60 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from lightmem.datasets.formats import Conversation, QAItem
 from lightmem.evaluation.harnesses.locomo import CATEGORY_NAMES, sample_questions
 from lightmem.evaluation.harnesses.packed import memory_text, packed_recall
+from lightmem.language.exchange import is_assistant
 from lightmem.metrics.answers import answer_coverage
 from lightmem.metrics.evidence import normalize_evidence
 from lightmem.metrics.stats import spread
 from lightmem.types import Turn
+from lightmem.write_policy import Verdict
 
-ARMS = ("none", "all", "agent")
+ARMS = ("none", "all", "naive", "agent")
 LOOP = "loop-"  # the id prefix of every turn the loop writes (a told turn keeps its own id: it is evidence)
 DONT_KNOW = "I'm not sure, I don't have that noted."
+# Wrong answers come from this fixed pool, never from the conversation's own answers (a later question's gold answer,
+# saved as a wrong reply, would credit the arm that stores replies).
+WRONG = ("Paris", "Last Tuesday", "A red bicycle", "Her cousin Mark", "In 2015", "Painting", "Twice a week",
+         "The blue one", "At the library", "Three years ago")
+VERBOSE = ("From what you told me before, the answer is {answer}; I remember it came up when we talked about your "
+           "plans and the news from your family and friends.")
+UNSURE = (DONT_KNOW, "I don't think you've told me that yet.", "Hmm, I can't say for certain, but maybe {wrong}.")
 TOLD_REPLIES = ("Got it.", "Noted: {head}", "That sounds great!")
 THANKS = ("Thanks!", "You're welcome!")
 
 
 def reply_kind(i: int) -> str:
-    """Which canned reply question ``i`` gets: ``right`` (i % 10 < 4), ``wrong`` (< 7) or ``unsure``."""
+    """Which canned reply question ``i`` gets: ``right`` (i % 10 < 3), ``verbose`` (3: right, in a long sentence),
+    ``wrong`` (4-6) or ``unsure`` (7-9: two declines and a hedged wrong guess)."""
     r = i % 10
-    return "right" if r < 4 else "wrong" if r < 7 else "unsure"
+    return "right" if r < 3 else "verbose" if r == 3 else "wrong" if r < 7 else "unsure"
 
 
-def reply_to(i: int, qa: QAItem, answers: Sequence[str]) -> str:
-    """The canned reply to question ``i``: its gold answer, another question's answer, or ``DONT_KNOW``."""
-    kind = reply_kind(i)
+def reply_to(i: int, qa: QAItem) -> str:
+    """The canned reply to question ``i`` (``reply_kind``); a wrong one comes from ``WRONG``, never from the data."""
+    kind, wrong = reply_kind(i), WRONG[(i * 7) % len(WRONG)]
     if kind == "right":
         return f"{qa.answer}."
+    if kind == "verbose":
+        return VERBOSE.format(answer=qa.answer)
     if kind == "wrong":
-        others = [a for a in answers if a and a != str(qa.answer)]
-        return f"{others[(i * 7) % len(others)]}." if others else DONT_KNOW
-    return DONT_KNOW
+        return f"{wrong}."
+    return UNSURE[i % len(UNSURE)].format(wrong=wrong)
+
+
+@dataclass(frozen=True)
+class NaivePolicy:
+    """The ``naive`` arm: the simplest rule a developer would write, to show what the ``agent`` policy's rules earn:
+    every assistant turn and every turn ending in "?" left out, nothing else judged."""
+
+    name: str = "naive"
+    dedupe: bool = False
+
+    def judge(self, turns: Sequence[Turn], context: Sequence[str] = ()) -> list[Verdict]:
+        return [Verdict(not (is_assistant(t.speaker) or t.text.rstrip().endswith("?")), "naive") for t in turns]
+
+
+def _policy(arm: str) -> Any:
+    return NaivePolicy() if arm == "naive" else arm
 
 
 def told_reply(j: int, text: str) -> str:
@@ -76,7 +107,7 @@ def is_echo(provenance: Sequence[str]) -> bool:
     return bool(provenance) and all(p.startswith(LOOP) for p in provenance)
 
 
-def _tell(memory: Any, user: str, turns: Sequence[Turn], policy: str, first: int) -> int:
+def _tell(memory: Any, user: str, turns: Sequence[Turn], policy: Any, first: int) -> int:
     """Save each turn of a told session with the agent's reply after it, one exchange per ``add``; returns the
     number of replies written (their index continues from ``first``)."""
     n = first
@@ -90,7 +121,7 @@ def _tell(memory: Any, user: str, turns: Sequence[Turn], policy: str, first: int
     return n
 
 
-def _save_exchange(memory: Any, user: str, i: int, question: str, reply: str, at: float, policy: str,
+def _save_exchange(memory: Any, user: str, i: int, question: str, reply: str, at: float, policy: Any,
                    thanks: bool) -> None:
     turns = [_loop_turn(f"q{i}", "user", question, at, "loop"), _loop_turn(f"a{i}", "assistant", reply, at + 1, "loop")]
     if thanks:
@@ -117,14 +148,13 @@ def run_locomo_arm(memory: Any, conv: Conversation, arm: str, budget: int, categ
         if told:  # marked in every arm: ``none`` ingests these sessions as dialogue, the reference for their questions
             told_ids |= {t.turn_id for t in turns}
         if told and arm != "none":
-            replies = _tell(memory, user, turns, arm, replies)
+            replies = _tell(memory, user, turns, _policy(arm), replies)
         else:
             memory.add_turns(user, turns)
     memory.flush(user)
     memory.flush_index()
     asked_at = max((s.timestamp for s in conv.sessions), default=time.time()) + 3600
     questions = sample_questions(conv, categories, max_questions)
-    answers = [str(q.answer) for q in questions]
     records = []
     for i, qa in enumerate(questions):
         evidence = normalize_evidence(qa.evidence)
@@ -136,7 +166,7 @@ def run_locomo_arm(memory: Any, conv: Conversation, arm: str, budget: int, categ
                "prompt": ctx.prompt}
         records.append(rec)
         if arm != "none":
-            _save_exchange(memory, user, i, qa.question, reply_to(i, qa, answers), at, arm,
+            _save_exchange(memory, user, i, qa.question, reply_to(i, qa), at, _policy(arm),
                            thanks_every > 0 and i % thanks_every == thanks_every - 1)
             memory.flush_index()
     return records
@@ -151,7 +181,7 @@ def run_longmemeval_arm(memory: Any, inst: Conversation, arm: str, budget: int) 
         if arm == "none":
             memory.add_turns(user, turns)
         else:
-            _tell_chat(memory, user, turns, arm)
+            _tell_chat(memory, user, turns, _policy(arm))
     memory.flush(user)
     memory.flush_index()
     qa = inst.qa[0]
@@ -159,7 +189,7 @@ def run_longmemeval_arm(memory: Any, inst: Conversation, arm: str, budget: int) 
     at = max((s.timestamp for s in inst.sessions), default=time.time()) + 3600
     first = memory.build_context(qa.question, user, budget=budget, now=at)
     if arm != "none":
-        _save_exchange(memory, user, 0, qa.question, reply_to(7, qa, []), at, arm, thanks=True)  # "I don't know"
+        _save_exchange(memory, user, 0, qa.question, reply_to(7, qa), at, _policy(arm), thanks=True)  # "I'm not sure"
         memory.flush_index()
     ctx = memory.build_context(qa.question, user, budget=budget, now=at + 120)
     return [{"conv_id": inst.conv_id, "category": str(qa.category), "question": qa.question, "reply": "unsure",
@@ -167,7 +197,7 @@ def run_longmemeval_arm(memory: Any, inst: Conversation, arm: str, budget: int) 
              "told": True, "answer": str(qa.answer), "prompt": ctx.prompt}]
 
 
-def _tell_chat(memory: Any, user: str, turns: Sequence[Turn], policy: str) -> None:
+def _tell_chat(memory: Any, user: str, turns: Sequence[Turn], policy: Any) -> None:
     """A LongMemEval session as an agent saves it: each user turn with the assistant turns after it, one ``add`` per
     exchange (the chat's own assistant turns are the replies)."""
     i = 0

@@ -40,7 +40,9 @@ class AgentLoopConfig(PipelineConfig):
     vector_cache: str | None = None
     qa: QAConfig = field(default_factory=QAConfig)  # qa.enabled=true llm=qwen15: the reader answers every prompt (F1)
     out_dir: str = "outputs/agent_loop"
-    optimized_metric: str | None = "agent_loop/locomo/agent/echo_share"
+    # what a sweeper maximises: the recall of what was told through the loop (a policy storing nothing loses it; one
+    # storing everything packs echoes that push it down); read echo_share beside it
+    optimized_metric: str | None = "agent_loop/locomo/agent/told_recall_all"
 
 
 SCHEMA = ("schema_agent_loop", AgentLoopConfig)

@@ -2,16 +2,19 @@
 page, a memory's provenance and derived items, and the context inspector's table of candidates."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from lightmem import metadata_filter
-from lightmem.errors import InvalidInputError
+from lightmem.errors import InvalidInputError, StoreError
 from lightmem.memory import Memory
 from lightmem.retrieval.engine import RetrievalResult
 from lightmem.timeutil import parse_timestamp
+
+log = logging.getLogger(__name__)
 from lightmem.types import ComposedContext, ItemKind, MemoryItem
 
 PAGE_SIZE = 50
@@ -156,7 +159,10 @@ def detail(memory: Memory, user_id: str, item_id: str) -> Detail:
     The store buffers retrieval counts (``touch``) until it is flushed or closed; they are written first, so the page
     counts a retrieval as soon as it happened (an inspected context included).
     """
-    memory.store.flush()
+    try:
+        memory.store.flush()
+    except StoreError as exc:  # a page that reads must not fail on a write: the counts may then lag, as they did before
+        log.warning("console: could not write the buffered retrieval counts before showing a memory: %s", exc)
     item = memory.get(item_id, user_id, include_archived=True)
     turns = memory.store.turns(user_id, item.provenance) if item.provenance else []
     found = {t.turn_id for t in turns}

@@ -17,6 +17,7 @@ import pytest
 from lightmem.server import launch
 
 try:
+    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 except ImportError:  # pragma: no cover - the dev extra has it
     sync_playwright = None
@@ -101,6 +102,17 @@ def page(browser):
     context.close()
 
 
+def snap(page, path: Path, **kw) -> None:
+    """A screenshot of the loaded page (an artifact, not an assertion). Chromium under a loaded machine sometimes
+    answers "Unable to capture screenshot" for a page that has just loaded: it is taken again once, after a pause."""
+    page.wait_for_load_state("load")
+    try:
+        page.screenshot(path=path, **kw)
+    except PlaywrightError:
+        page.wait_for_timeout(500)
+        page.screenshot(path=path, **kw)
+
+
 def api(base: str, key: str, method: str, path: str, **kw) -> httpx.Response:
     return httpx.request(method, f"{base}{path}", headers={"Authorization": f"Bearer {key}"}, timeout=60, **kw)
 
@@ -120,11 +132,11 @@ def sign_in(page, base: str, key: str) -> None:
 
 def test_sign_in_list_search_and_open_a_memory(server, page, shots):
     page.goto(f"{server}/ui/login")
-    page.screenshot(path=shots / "login.png")
+    snap(page, path=shots / "login.png")
     sign_in(page, server, ALICE)
     assert "/ui/memories" in page.url and page.inner_text("#current-user") == "alice"
     assert page.inner_text("#total") == "8"
-    page.screenshot(path=shots / "memories.png", full_page=True)
+    snap(page, path=shots / "memories.png", full_page=True)
     page.fill("input[name=q]", "lisbon")
     page.click("#apply")
     links = page.locator("a.memory")
@@ -133,7 +145,7 @@ def test_sign_in_list_search_and_open_a_memory(server, page, shots):
     assert page.inner_text("#memory-text") == "Alice: My sister Maria lives in Lisbon"
     assert "Alice: My sister Maria lives in Lisbon" in page.inner_text("#provenance")  # the turn it was written from
     assert "ADD" in page.inner_text("#history")
-    page.screenshot(path=shots / "memory.png", full_page=True)
+    snap(page, path=shots / "memory.png", full_page=True)
     page.goto(f"{server}/ui/memories")  # the cookie lasts the browser session: no second sign-in
     assert "/ui/memories" in page.url and page.inner_text("#total") == "8"
 
@@ -154,7 +166,7 @@ def test_the_inspector_shows_the_packed_memory_in_the_prompt(server, page, shots
     assert page.inner_text("#budget") == page.inner_text("#default-budget")  # the memory's own default budget
     ranks = [int(t) for t in page.locator("#candidates td.ranker-rank").all_inner_texts()]
     assert ranks == list(range(1, len(ranks) + 1))  # the order packing walks
-    page.screenshot(path=shots / "context.png", full_page=True)
+    snap(page, path=shots / "context.png", full_page=True)
     page.click("#sort-stage1")
     assert page.get_attribute("#candidates", "data-sort") == "stage1"
     stage1 = [int(t) for t in page.locator("#candidates td.stage1-rank").all_inner_texts()]
@@ -168,7 +180,7 @@ def test_the_inspector_shows_the_packed_memory_in_the_prompt(server, page, shots
     page.click("#run")
     assert page.locator("#candidates tr.packed").count() >= 1 and page.locator("#candidates tr.cut").count() >= 1
     assert int(page.inner_text("#tokens")) <= 100
-    page.screenshot(path=shots / "context-budget.png", full_page=True)
+    snap(page, path=shots / "context-budget.png", full_page=True)
 
 
 def test_a_mistyped_filter_keeps_the_page_and_says_why(server, page, shots):
@@ -178,7 +190,7 @@ def test_a_mistyped_filter_keeps_the_page_and_says_why(server, page, shots):
     page.click("#apply")
     assert "not JSON" in page.inner_text("#error") and page.inner_text("h1") == "Memories of alice"
     assert page.input_value("input[name=meta]") == '{"topic": sport}' and page.input_value("input[name=q]") == "Rex"
-    page.screenshot(path=shots / "memories-error.png", full_page=True)
+    snap(page, path=shots / "memories-error.png", full_page=True)
     page.fill("input[name=meta]", "")
     page.click("#apply")
     assert page.locator("#error").count() == 0 and page.inner_text("#total") == "2"
@@ -196,7 +208,7 @@ def test_delete_a_memory_and_it_is_gone_from_the_api(server, page, shots):
     food = memory_id(server, "alice", ALICE, "My favourite food is grilled sardines")
     page.goto(f"{server}/ui/memory?user=alice&id={food}")
     page.click("#delete")
-    page.screenshot(path=shots / "delete.png")
+    snap(page, path=shots / "delete.png")
     page.check("#confirm")
     page.click("#do-delete")
     assert food in page.inner_text("#notice")
@@ -209,7 +221,7 @@ def test_an_admin_key_switches_users(server, page, shots):
     assert page.url.endswith("/ui/users")
     users = page.inner_text("#users")
     assert "alice" in users and "bob" in users
-    page.screenshot(path=shots / "users.png")
+    snap(page, path=shots / "users.png")
     page.click("#users >> text=bob")
     assert page.inner_text("#current-user") == "bob" and "vault code is 4512" in page.inner_text("#memories")
     page.fill("header input[name=user]", "alice")
@@ -217,7 +229,7 @@ def test_an_admin_key_switches_users(server, page, shots):
     assert page.inner_text("#current-user") == "alice" and "Lisbon" in page.inner_text("#memories")
     page.click("text=Status")
     assert "backlog" in page.inner_text("#index") and "bob" in page.inner_text("#user-counts")
-    page.screenshot(path=shots / "status.png", full_page=True)
+    snap(page, path=shots / "status.png", full_page=True)
 
 
 def test_a_user_key_cannot_see_another_users_memories_by_any_url(server, page):
@@ -282,7 +294,7 @@ def test_every_page_fits_the_window(server, browser, shots, width):
         for name, path in pages:
             pg.goto(f"{server}{path}")
             scroll, window = pg.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
-            pg.screenshot(path=shots / f"{name}-{width}.png", full_page=True)
+            snap(pg, path=shots / f"{name}-{width}.png", full_page=True)
             assert scroll <= window, (name, scroll, window)
     finally:
         context.close()

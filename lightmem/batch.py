@@ -24,6 +24,7 @@ from typing import Any
 from lightmem.errors import InvalidInputError, ItemNotFoundError, LightMemError, StoreError, shown
 from lightmem.stores.rows import check_update
 from lightmem.validation import check_id, check_item_fields, check_turn_lengths, check_user_id, to_turns
+from lightmem.write_policy import resolve as resolve_policy
 
 Memory = Any  # a lightmem.Memory (this module sits below it: memory.py imports it)
 
@@ -35,7 +36,7 @@ MAX_BATCH_OPS = 1_000
 MAX_TURNS_PER_REQUEST = 2_000
 OPS = ("add", "update", "delete")
 _FIELDS = {
-    "add": {"op", "user_id", "messages", "timestamp", "session_id", "context"},
+    "add": {"op", "user_id", "messages", "timestamp", "session_id", "context", "policy"},
     "update": None,  # the fields of Memory.update: checked by check_item_fields
     "delete": {"op", "user_id", "item_id"},
 }
@@ -104,7 +105,9 @@ def _plan_one(memory: Memory, i: int, op: Any, default: str | None) -> PlannedOp
         turns = to_turns(op["messages"], op.get("timestamp"), op.get("session_id"))
         check_turn_lengths(turns, memory.max_turn_chars)
         context = tuple(op.get("context") or ())
-        return PlannedOp(i, kind, user, lambda: {"items": memory.add_turns(user, turns, context)}, len(turns))
+        policy = resolve_policy(op.get("policy"))  # checked with the rest, before anything is written
+        return PlannedOp(i, kind, user, lambda: {"items": memory.add_turns(user, turns, context, policy=policy)},
+                         len(turns))
     item_id = check_id(op.get("item_id"), "item_id")
     if kind == "delete":
         return PlannedOp(i, kind, user, lambda: {"removed": memory.delete(item_id, user)})

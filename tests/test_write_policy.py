@@ -259,3 +259,25 @@ def test_a_turn_is_never_folded_into_a_memory_put_under_a_key(mem):
     written = mem.add([{"text": "Remember: I am vegetarian.", "id": "r"}], "bob", policy="agent")
     assert [i.provenance for i in written] == [["r"]]  # written as its own memory: deleting the document keeps it
     assert mem.get_by_key("prefs/diet", "bob").provenance != ["r"]
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_a_batch_add_takes_a_policy(mem, atomic):
+    mem.add("I'm vegetarian since 2019.", "bob")
+    exchange = [{"role": "user", "content": "What diet am I on?"}, {"role": "assistant", "content": "Vegan."},
+                {"role": "user", "content": "As I said, I'm vegetarian since 2019!"}]
+    out = mem.batch([{"op": "add", "user_id": "bob", "messages": exchange, "policy": "agent"},
+                     {"op": "add", "user_id": "bob", "messages": ["Thanks!"]}], atomic=atomic)
+    assert [len(r["items"]) for r in out] == [0, 1]  # "agent": nothing new; the default "all": written
+    assert len(mem.get_all("bob")[0].provenance) == 2  # the restatement is cited by the stored fact
+    with pytest.raises(InvalidInputError, match=r"ops\[0\] \(add\): policy must be one of"):
+        mem.batch([{"op": "add", "user_id": "bob", "messages": ["I sail on Sundays."], "policy": "nope"}], atomic=atomic)
+    assert len(mem.get_all("bob")) == 2  # the refused batch wrote nothing
+
+
+def test_http_batch_add_takes_a_policy(http):
+    ops = [{"op": "add", "user_id": "alice", "messages": [{"speaker": "user", "text": "Where do I live?"}], "policy": "agent"}]
+    r = http.post("/v1/batch", headers={"Authorization": f"Bearer {KEY}"}, json={"ops": ops})
+    assert r.status_code == 200 and r.json()["results"][0]["items"] == [], r.text
+    r = http.post("/v1/batch", headers={"Authorization": f"Bearer {KEY}"}, json={"ops": [{**ops[0], "policy": "some"}]})
+    assert r.status_code == 422

@@ -164,6 +164,7 @@ class BatchAdd(_Request):
     user_id: UserId = Field(description=USER_DOC)
     messages: list[Message] = Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST)
     session_id: Name | None = None
+    policy: WritePolicyName = Field("all", description=POLICY_DOC)
 
 
 class BatchUpdate(UpdateRequest):

@@ -175,11 +175,11 @@ def test_an_atomic_batch_holds_the_server_until_it_commits(client):
     real = memory.add_turns
 
     def hold(inside, release):
-        def add_turns(user_id, turns, context=()):
+        def add_turns(user_id, turns, context=(), **kw):
             if turns[0].text == "op 1":  # the second operation waits, inside the batch's transaction
                 inside.set()
                 assert release.wait(10)
-            return real(user_id, turns, context)
+            return real(user_id, turns, context, **kw)
 
         memory.add_turns = add_turns
 

@@ -2,6 +2,7 @@
 through Memory, HTTP, the client and MCP."""
 from __future__ import annotations
 
+import json
 import typing
 
 import pytest
@@ -21,20 +22,25 @@ from lightmem.write_policy import POLICIES, AgentPolicy, resolve
 KEY = "alice-key-0000000001"
 
 
-def _open(path) -> Memory:
+def _open(path, background: bool = True) -> Memory:
+    """As users open it (the background indexer on), unless ``background=False``."""
     fast = {} if is_server(path) else {"synchronous": "NORMAL"}
-    return Memory.open(path, embedder=HashingEmbedder(64), selector=Stage1Selector(), background_index=False, **fast)
+    return Memory.open(path, embedder=HashingEmbedder(64), selector=Stage1Selector(), background_index=background, **fast)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def location(request, tmp_path) -> str:
-    return request.getfixturevalue("pg_uri") if request.param == "postgres" else str(tmp_path / "store")
+# The shipped default (the indexer embedding after add returns) on both backends, and SQLite with it off.
+@pytest.fixture(params=["sqlite", "sqlite-sync", pytest.param("postgres", marks=pytest.mark.postgres)])
+def location(request, tmp_path) -> tuple[str, bool]:
+    where = request.getfixturevalue("pg_uri") if request.param == "postgres" else str(tmp_path / "store")
+    return where, request.param != "sqlite-sync"
 
 
 @pytest.fixture
 def mem(location):
-    m = _open(location)
+    m = _open(*location)
     yield m
+    m.flush_index()  # every memory written under the policy got its vector
+    assert m.index_status().get("backlog", 0) == 0
     m.close()
 
 
@@ -196,7 +202,7 @@ def test_a_failed_write_under_the_policy_leaves_nothing(mem):
 # -- HTTP, client, MCP ------------------------------------------------------------------------------
 @pytest.fixture
 def http(location):
-    app = create_app(lambda: _open(location), KeyRing({KEY: ["alice"]}))
+    app = create_app(lambda: _open(*location), KeyRing({KEY: ["alice"]}))
     with TestClient(app) as c:
         yield c
 
@@ -207,6 +213,19 @@ def _post(http, policy=None):
     if policy is not None:
         body["policy"] = policy
     return http.post("/v1/memories", headers={"Authorization": f"Bearer {KEY}"}, json=body)
+
+
+@pytest.mark.parametrize("bad", ["agent\x00", "\ud800", "agent ", {"name": "agent"}, [["agent"]], "a" * 10_000])
+def test_hostile_policies_are_refused_by_every_door_and_write_nothing(mem, http, bad):
+    with pytest.raises(InvalidInputError, match="policy"):
+        mem.add("I sail on Sundays.", "alice", policy=bad)
+    body = {"user_id": "alice", "messages": [{"text": "I sail on Sundays."}], "policy": bad}
+    headers = {"Authorization": f"Bearer {KEY}"}
+    for path, payload in (("/v1/memories", body), ("/v1/batch", {"ops": [{"op": "add", **body}]})):
+        content = json.dumps(payload).encode()  # a lone surrogate travels as its JSON escape
+        r = http.post(path, headers={**headers, "Content-Type": "application/json"}, content=content)
+        assert r.status_code == 422, (path, r.text)
+    assert mem.get_all("alice") == []
 
 
 def test_http_policy(http):

@@ -264,7 +264,8 @@ class Memory:
         hits only) and per-stage milliseconds."""
         user_id, query = check_user_id(user_id), check_query(query)
         k, budget, stm = self.k if k is None else check_k(k), check_budget(budget), check_stm(stm)
-        threshold = check_threshold(threshold, *self.retriever.score_range())
+        if threshold is not None:  # the range is worked out only for a search that filters (not for build_context's)
+            threshold = check_threshold(threshold, *self.retriever.score_range())
         at = self.clock() if now is None else parse_timestamp(now)
         t0 = time.perf_counter()
         plan = self.controller.plan(query, k, Filters.from_mapping(filters), stm, at)

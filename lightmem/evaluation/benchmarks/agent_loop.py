@@ -40,7 +40,7 @@ from lightmem.evaluation.harnesses.packed import memory_text, packed_recall
 from lightmem.language.exchange import is_assistant
 from lightmem.metrics.answers import answer_coverage
 from lightmem.metrics.evidence import normalize_evidence
-from lightmem.metrics.stats import spread
+from lightmem.metrics.stats import paired_bootstrap, spread
 from lightmem.types import Turn
 from lightmem.write_policy import Verdict
 
@@ -230,13 +230,12 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def paired_delta(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], key: str = "recall_all",
                  resamples: int = 1000, seed: int = 0) -> dict[str, float]:
-    """Mean of ``b - a`` over the same questions (in the same order) with a 95% bootstrap interval."""
-    x = np.array([r[key] for r in b], dtype=float) - np.array([r[key] for r in a], dtype=float)
-    if len(x) == 0:
-        return {"delta": float("nan"), "low": float("nan"), "high": float("nan")}
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
-    return {"delta": float(x.mean()), "low": float(np.percentile(means, 2.5)), "high": float(np.percentile(means, 97.5))}
+    """Mean of ``b - a`` over the same questions (in the same order) with its 95% interval and p-value
+    (``metrics.stats.paired_bootstrap``, the suite's comparison)."""
+    if not a:
+        return {"delta": float("nan"), "low": float("nan"), "high": float("nan"), "p": float("nan")}
+    r = paired_bootstrap([x[key] for x in b], [x[key] for x in a], resamples=resamples, seed=seed)
+    return {"delta": r.diff, "low": r.ci_low, "high": r.ci_high, "p": r.p_value}
 
 
 def run_agent_loop(make_memory: Callable[[str], Any], locomo: Sequence[Conversation], longmemeval: Sequence[Conversation],
